@@ -1,0 +1,18 @@
+//! Wire types of Sluice: the generated prost messages and tonic services of
+//! `proto/sluice.proto`.
+//!
+//! # Layout
+//! - [`v1`]: every message and both services (`Dispatcher`, `Worker`), generated.
+//! - [`MAX_MESSAGE_BYTES`]: the one bound on a gRPC message that every server and
+//!   client in Sluice applies, so a bad peer cannot make another allocate without limit.
+//!
+//! Domain types are not defined here: each crate converts wire types at its edge.
+
+/// Generated code for package `sluice.v1`.
+pub mod v1 {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("sluice.v1");
+}
+
+/// Largest encoded gRPC message any Sluice endpoint sends or accepts (64 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
