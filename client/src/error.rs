@@ -1,0 +1,48 @@
+//! The client crate's error type. Variants carry the caller's decision: an
+//! `Unavailable` peer was retried up to the deadline already; an `Rpc` error is the
+//! server's verdict and will not change by retrying.
+
+use std::time::Duration;
+
+use sluice_dataset::DatasetError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error(
+        "{peer} at {address} was unavailable for {elapsed:?} ({attempts} attempts), giving up: \
+         {last_error}. Check that it is running and that the address is right."
+    )]
+    Unavailable {
+        /// "dispatcher" or "worker".
+        peer: &'static str,
+        address: String,
+        attempts: u32,
+        elapsed: Duration,
+        last_error: String,
+    },
+    #[error("{peer} at {address} refused {call}: {code:?}: {message}")]
+    Rpc {
+        peer: &'static str,
+        address: String,
+        call: &'static str,
+        code: tonic::Code,
+        message: String,
+    },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    #[error("protocol error from {address}: {message}")]
+    Protocol { address: String, message: String },
+}
+
+impl ClientError {
+    /// The gRPC code of a server-side refusal, if this is one.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            ClientError::Rpc { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! The pure state machine: `apply(&mut State, Command) -> Result<Response, StateError>`.
+//!
+//! No I/O, clock or randomness: the same commands applied to the same state give
+//! the same state and answers on every replica and on replay. A refused command
+//! leaves the state unchanged (all checks happen before the first mutation).
+
+use std::collections::BTreeSet;
+
+use sluice_dataset::DatasetDef;
+
+use crate::command::{Command, Response};
+use crate::error::StateError;
+use crate::state::*;
+
+pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
+    match cmd {
+        Command::RegisterDataset { dataset_id, def } => register_dataset(state, dataset_id, def),
+        Command::GetOrCreateJob { dataset_id, mode, job_name } => {
+            get_or_create_job(state, dataset_id, mode, job_name)
+        }
+        Command::GetOrCreateIteration { job_id, repetition, elements_per_split } => {
+            get_or_create_iteration(state, job_id, repetition, elements_per_split)
+        }
+        Command::ReleaseClient { client_id } => release_client(state, client_id),
+        Command::RegisterWorker { address, worker_uid, functions } => {
+            register_worker(state, address, worker_uid, functions)
+        }
+        Command::FinishTasks { worker_address, task_ids } => {
+            finish_tasks(state, &worker_address, &task_ids)
+        }
+        Command::GetSplit { task_id, worker_uid, sequence, provider, repetition } => {
+            get_split(state, task_id, worker_uid, sequence, provider, repetition)
+        }
+    }
+}
+
+fn register_dataset(
+    state: &mut State,
+    dataset_id: Option<DatasetId>,
+    def: DatasetDef,
+) -> Result<Response, StateError> {
+    if let Some(id) = &dataset_id {
+        if id.is_empty() {
+            return Err(StateError::InvalidArgument("dataset id must not be empty".into()));
+        }
+        if let Some(existing) = state.datasets.get(id) {
+            if existing.def == def {
+                return Ok(Response::DatasetRegistered { dataset_id: id.clone() });
+            }
+            return Err(StateError::AlreadyExists(format!(
+                "dataset `{id}` is already registered with a different definition; register \
+                 this one under another id, or without an id to get a new one"
+            )));
+        }
+    }
+    let id = match dataset_id {
+        Some(id) => id,
+        None => {
+            while state.datasets.contains_key(&state.next_dataset_id.to_string()) {
+                state.next_dataset_id += 1;
+            }
+            state.next_dataset_id.to_string()
+        }
+    };
+    // Keep automatic ids clear of numeric ids users chose.
+    if let Ok(n) = id.parse::<u64>() {
+        state.next_dataset_id = state.next_dataset_id.max(n.saturating_add(1));
+    }
+    let source_cardinality = def.source_cardinality();
+    state.datasets.insert(id.clone(), Dataset { id: id.clone(), def, source_cardinality });
+    Ok(Response::DatasetRegistered { dataset_id: id })
+}
+
+fn get_or_create_job(
+    state: &mut State,
+    dataset_id: DatasetId,
+    mode: Mode,
+    job_name: Option<String>,
+) -> Result<Response, StateError> {
+    if !state.datasets.contains_key(&dataset_id) {
+        return Err(StateError::NotFound {
+            what: "dataset",
+            id: dataset_id,
+            hint: "; register it first (sluice register, or Client::register_dataset)",
+        });
+    }
+    if let Some(name) = &job_name {
+        if name.is_empty() {
+            return Err(StateError::InvalidArgument("job name must not be empty".into()));
+        }
+        if let Some(job) = state.jobs_by_name.get(name).and_then(|id| state.jobs.get(id)) {
+            if job.dataset_id != dataset_id || job.mode != mode {
+                return Err(StateError::InvalidArgument(format!(
+                    "job `{name}` already exists with dataset_id={} mode={}, but this request \
+                     asked for dataset_id={dataset_id} mode={}; use the same parameters to \
+                     join it, or another job name",
+                    job.dataset_id,
+                    job.mode.name(),
+                    mode.name()
+                )));
+            }
+            return Ok(Response::Job { job_id: job.id, job_name: name.clone() });
+        }
+    }
+    let job_id = state.next_job_id;
+    state.next_job_id += 1;
+    let (name, anonymous) = match job_name {
+        Some(n) => (n, false),
+        None => (format!("anonymous-{job_id}"), true),
+    };
+    if !anonymous {
+        state.jobs_by_name.insert(name.clone(), job_id);
+    }
+    state.jobs.insert(
+        job_id,
+        Job {
+            id: job_id,
+            name: name.clone(),
+            anonymous,
+            dataset_id,
+            mode,
+            iterations: Default::default(),
+        },
+    );
+    Ok(Response::Job { job_id, job_name: name })
+}
+
+fn get_or_create_iteration(
+    state: &mut State,
+    job_id: JobId,
+    repetition: u64,
+    elements_per_split: u64,
+) -> Result<Response, StateError> {
+    let job = state.jobs.get(&job_id).ok_or_else(|| StateError::not_found("job", job_id))?;
+    if elements_per_split == 0 {
+        return Err(StateError::InvalidArgument("elements_per_split must be > 0".into()));
+    }
+    let iteration_id = match job.iterations.get(&repetition) {
+        Some(id) => *id,
+        None => {
+            let iteration_id = state.next_iteration_id;
+            state.next_iteration_id += 1;
+            let cursors = match job.mode {
+                Mode::Dynamic => vec![SplitCursor::default()],
+                Mode::Off => vec![],
+            };
+            let workers: Vec<String> = state.workers.keys().cloned().collect();
+            let mut iteration = Iteration {
+                id: iteration_id,
+                job_id,
+                repetition,
+                tasks: vec![],
+                clients: BTreeSet::new(),
+                cursors,
+                elements_per_split,
+                finished: false,
+            };
+            for address in workers {
+                let task_id = new_task(state, iteration_id, &address);
+                iteration.tasks.push(task_id);
+            }
+            state.iterations.insert(iteration_id, iteration);
+            if let Some(job) = state.jobs.get_mut(&job_id) {
+                job.iterations.insert(repetition, iteration_id);
+            }
+            iteration_id
+        }
+    };
+    let client_id = state.next_client_id;
+    state.next_client_id += 1;
+    state.clients.insert(client_id, iteration_id);
+    if let Some(it) = state.iterations.get_mut(&iteration_id) {
+        it.clients.insert(client_id);
+    }
+    Ok(Response::Iteration { iteration_id, client_id })
+}
+
+/// Creates a task and assigns it to the worker; the caller adds it to the iteration.
+fn new_task(state: &mut State, iteration_id: IterationId, address: &str) -> TaskId {
+    let task_id = state.next_task_id;
+    state.next_task_id += 1;
+    state.tasks.insert(
+        task_id,
+        Task {
+            id: task_id,
+            iteration_id,
+            worker_address: address.to_string(),
+            finished: false,
+            last_split: None,
+        },
+    );
+    if let Some(w) = state.workers.get_mut(address) {
+        w.active_tasks.insert(task_id);
+    }
+    task_id
+}
+
+fn release_client(state: &mut State, client_id: ClientId) -> Result<Response, StateError> {
+    let iteration_id = state.clients.remove(&client_id).ok_or_else(|| StateError::NotFound {
+        what: "iteration client",
+        id: client_id.to_string(),
+        hint: "; it was already released",
+    })?;
+    if let Some(it) = state.iterations.get_mut(&iteration_id) {
+        it.clients.remove(&client_id);
+    }
+    Ok(Response::ClientReleased)
+}
+
+fn register_worker(
+    state: &mut State,
+    address: String,
+    worker_uid: u64,
+    functions: Vec<String>,
+) -> Result<Response, StateError> {
+    if address.is_empty() {
+        return Err(StateError::InvalidArgument("worker address must not be empty".into()));
+    }
+    let worker = state.workers.entry(address.clone()).or_insert_with(|| Worker {
+        address: address.clone(),
+        worker_uid,
+        functions: BTreeSet::new(),
+        active_tasks: BTreeSet::new(),
+    });
+    worker.worker_uid = worker_uid;
+    worker.functions = functions.into_iter().collect();
+    // A worker gets a task in every unfinished iteration it has none in: a new
+    // worker joins running iterations, and a restarted one keeps the tasks it had.
+    let has_task: BTreeSet<IterationId> = state
+        .tasks
+        .values()
+        .filter(|t| t.worker_address == address)
+        .map(|t| t.iteration_id)
+        .collect();
+    let missing: Vec<IterationId> = state
+        .iterations
+        .values()
+        .filter(|it| !it.finished && !has_task.contains(&it.id))
+        .map(|it| it.id)
+        .collect();
+    for iteration_id in missing {
+        let task_id = new_task(state, iteration_id, &address);
+        if let Some(it) = state.iterations.get_mut(&iteration_id) {
+            it.tasks.push(task_id);
+        }
+    }
+    let tasks = state.worker_tasks(&address).iter().map(|t| t.id).collect();
+    Ok(Response::WorkerRegistered { tasks })
+}
+
+fn finish_tasks(
+    state: &mut State,
+    worker_address: &str,
+    task_ids: &[TaskId],
+) -> Result<Response, StateError> {
+    if !state.workers.contains_key(worker_address) {
+        return Err(StateError::NotFound {
+            what: "worker",
+            id: worker_address.to_string(),
+            hint: "; register the worker again",
+        });
+    }
+    let mut touched = BTreeSet::new();
+    for id in task_ids {
+        let Some(task) = state.tasks.get_mut(id) else { continue };
+        if task.worker_address != worker_address || task.finished {
+            continue;
+        }
+        task.finished = true;
+        touched.insert(task.iteration_id);
+        if let Some(w) = state.workers.get_mut(worker_address) {
+            w.active_tasks.remove(id);
+        }
+    }
+    let mut finished_iterations = vec![];
+    for iteration_id in touched {
+        let all_done = match state.iterations.get(&iteration_id) {
+            Some(it) => it.tasks.iter().all(|t| state.tasks.get(t).is_none_or(|t| t.finished)),
+            None => false,
+        };
+        if let Some(it) = state.iterations.get_mut(&iteration_id) {
+            if all_done && !it.finished {
+                it.finished = true;
+                finished_iterations.push(iteration_id);
+            }
+        }
+    }
+    Ok(Response::TasksFinished { finished_iterations })
+}
+
+fn get_split(
+    state: &mut State,
+    task_id: TaskId,
+    worker_uid: u64,
+    sequence: u64,
+    provider: u32,
+    repetition: u64,
+) -> Result<Response, StateError> {
+    let task = state.tasks.get(&task_id).ok_or_else(|| StateError::not_found("task", task_id))?;
+    if let Some(last) = task.last_split.filter(|l| l.worker_uid == worker_uid) {
+        if sequence == last.sequence {
+            // A retry whose answer was lost: the same split again, never a second one.
+            return Ok(Response::Split(last.answer));
+        }
+        if sequence != last.sequence + 1 {
+            return Err(StateError::FailedPrecondition(format!(
+                "task {task_id}: split request sequence {sequence} out of order (last answered \
+                 {}); sequences go up by one per answer",
+                last.sequence
+            )));
+        }
+    }
+    let iteration = state
+        .iterations
+        .get(&task.iteration_id)
+        .ok_or_else(|| StateError::not_found("iteration", task.iteration_id))?;
+    let cursor = iteration.cursors.get(provider as usize).copied().ok_or_else(|| {
+        StateError::FailedPrecondition(format!(
+            "task {task_id}: iteration {} has {} split providers, asked for provider {provider} \
+             (splits exist only in DYNAMIC mode)",
+            iteration.id,
+            iteration.cursors.len()
+        ))
+    })?;
+    let job = state.jobs.get(&iteration.job_id);
+    let cardinality = job
+        .and_then(|j| state.datasets.get(&j.dataset_id))
+        .and_then(|d| d.source_cardinality)
+        .unwrap_or(0);
+    let step = iteration.elements_per_split;
+    let iteration_id = iteration.id;
+
+    let (answer, new_cursor) = next_split(cursor, repetition, cardinality, step);
+    if let Some(it) = state.iterations.get_mut(&iteration_id) {
+        it.cursors[provider as usize] = new_cursor;
+    }
+    if let Some(task) = state.tasks.get_mut(&task_id) {
+        task.last_split = Some(SplitRecord { worker_uid, sequence, answer });
+    }
+    Ok(Response::Split(answer))
+}
+
+/// The cursor arithmetic of dynamic sharding, as in tf.data: a request for an
+/// epoch already closed gets end-of-splits; a request for a later epoch abandons
+/// the current one; the first request past the end closes the epoch for everyone.
+pub fn next_split(
+    cursor: SplitCursor,
+    repetition: u64,
+    cardinality: u64,
+    step: u64,
+) -> (SplitAnswer, SplitCursor) {
+    if repetition < cursor.repetition {
+        return (SplitAnswer::EndOfSplits, cursor);
+    }
+    let cursor =
+        if repetition > cursor.repetition { SplitCursor { repetition, next: 0 } } else { cursor };
+    if cursor.next >= cardinality {
+        let closed = SplitCursor { repetition: cursor.repetition + 1, next: 0 };
+        return (SplitAnswer::EndOfSplits, closed);
+    }
+    let end = cursor.next.saturating_add(step).min(cardinality);
+    (SplitAnswer::Split { begin: cursor.next, end }, SplitCursor { next: end, ..cursor })
+}

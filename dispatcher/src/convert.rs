@@ -1,0 +1,72 @@
+//! Wire ↔ domain conversions and the one mapping of errors to `tonic::Status`.
+
+use sluice_dataset::{DatasetDef, DatasetError};
+use sluice_proto::v1 as pb;
+use tonic::Status;
+
+use crate::error::StateError;
+use crate::state::{Mode, SplitAnswer, State, Task};
+
+impl From<StateError> for Status {
+    fn from(e: StateError) -> Status {
+        let msg = e.to_string();
+        match e {
+            StateError::NotFound { .. } => Status::not_found(msg),
+            StateError::InvalidArgument(_) => Status::invalid_argument(msg),
+            StateError::AlreadyExists(_) => Status::already_exists(msg),
+            StateError::FailedPrecondition(_) => Status::failed_precondition(msg),
+        }
+    }
+}
+
+pub fn dataset_error(e: DatasetError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+pub fn mode_from_wire(v: i32) -> Result<Mode, Status> {
+    match pb::ProcessingMode::try_from(v) {
+        Ok(pb::ProcessingMode::Off) => Ok(Mode::Off),
+        Ok(pb::ProcessingMode::Dynamic) => Ok(Mode::Dynamic),
+        _ => Err(Status::invalid_argument(format!(
+            "processing mode {v} is not supported; use OFF (parallel_epochs) or DYNAMIC \
+             (distributed_epoch)"
+        ))),
+    }
+}
+
+pub fn mode_to_wire(m: Mode) -> pb::ProcessingMode {
+    match m {
+        Mode::Off => pb::ProcessingMode::Off,
+        Mode::Dynamic => pb::ProcessingMode::Dynamic,
+    }
+}
+
+pub fn split_to_wire(a: SplitAnswer) -> pb::GetSplitResponse {
+    match a {
+        SplitAnswer::Split { begin, end } => {
+            pb::GetSplitResponse { split: Some(pb::Split { begin, end }), end_of_splits: false }
+        }
+        SplitAnswer::EndOfSplits => pb::GetSplitResponse { split: None, end_of_splits: true },
+    }
+}
+
+pub fn def_from_wire(d: Option<pb::DatasetDef>) -> Result<DatasetDef, Status> {
+    let d = d.ok_or_else(|| Status::invalid_argument("request has no dataset definition"))?;
+    DatasetDef::try_from(d).map_err(dataset_error)
+}
+
+/// The full definition of a task, as a worker needs it to run.
+pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
+    let it = state.iterations.get(&task.iteration_id)?;
+    let job = state.jobs.get(&it.job_id)?;
+    let ds = state.datasets.get(&job.dataset_id)?;
+    Some(pb::TaskDef {
+        task_id: task.id,
+        iteration_id: it.id,
+        job_id: job.id,
+        dataset_id: ds.id.clone(),
+        dataset: Some(pb::DatasetDef::from(&ds.def)),
+        mode: mode_to_wire(job.mode) as i32,
+        num_split_providers: it.cursors.len() as u32,
+    })
+}

@@ -1,0 +1,93 @@
+//! Serving the Dispatcher service on a bound listener, with an injectable shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use sluice_dataset::FunctionRegistry;
+use sluice_proto::v1::dispatcher_server::DispatcherServer;
+use sluice_proto::MAX_MESSAGE_BYTES;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::DispatcherConfig;
+use crate::core::Core;
+use crate::error::DispatcherError;
+use crate::service::DispatcherService;
+
+/// Serves until `shutdown` resolves. State is in memory: nothing survives a
+/// restart of this process.
+pub async fn run(
+    listener: TcpListener,
+    config: DispatcherConfig,
+    registry: FunctionRegistry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DispatcherError> {
+    config.validate()?;
+    let address = listener.local_addr()?;
+    let service = DispatcherService::new(Arc::new(Core::new()), config, registry);
+    tracing::info!(%address, "dispatcher serving");
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(
+            DispatcherServer::new(service)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await?;
+    tracing::info!(%address, "dispatcher stopped");
+    Ok(())
+}
+
+/// A dispatcher running on the current runtime. Dropping the handle stops it.
+pub struct DispatcherHandle {
+    address: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), DispatcherError>>>,
+}
+
+/// Spawns [`run`] on the current runtime; the address is the listener's.
+pub async fn spawn(
+    listener: TcpListener,
+    config: DispatcherConfig,
+    registry: FunctionRegistry,
+) -> Result<DispatcherHandle, DispatcherError> {
+    config.validate()?;
+    let address = listener.local_addr()?.to_string();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(listener, config, registry, async {
+        let _ = stopped.await;
+    }));
+    Ok(DispatcherHandle { address, stop: Some(stop), task: Some(task) })
+}
+
+impl DispatcherHandle {
+    /// `host:port` the dispatcher serves on.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Stops serving and waits until the server has stopped.
+    pub async fn shutdown(mut self) -> Result<(), DispatcherError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for DispatcherHandle {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

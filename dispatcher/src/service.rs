@@ -1,0 +1,297 @@
+//! The Dispatcher gRPC service: checks a request, turns it into one [`Command`],
+//! proposes it to the [`Core`], and renders the answer.
+//!
+//! Soft state (not replicated, rebuilt after a restart): the time each worker last
+//! heartbeated, shown by `GetStatus`. Nothing decides on it yet.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use sluice_dataset::{DatasetError, FunctionRegistry};
+use sluice_proto::v1 as pb;
+use tonic::{Request, Response, Status};
+use tracing::{info, instrument};
+
+use crate::command::{Command, Response as R};
+use crate::config::DispatcherConfig;
+use crate::convert::*;
+use crate::core::Core;
+use crate::error::StateError;
+use crate::state::{DatasetId, State};
+
+pub struct DispatcherService {
+    core: Arc<Core>,
+    config: DispatcherConfig,
+    /// The functions this dispatcher's binary knows; workers may add more.
+    registry: FunctionRegistry,
+    /// Soft state: last heartbeat per worker address. Short sections, no await.
+    last_heartbeat: Mutex<HashMap<String, Instant>>,
+}
+
+impl DispatcherService {
+    pub fn new(core: Arc<Core>, config: DispatcherConfig, registry: FunctionRegistry) -> Self {
+        DispatcherService { core, config, registry, last_heartbeat: Mutex::new(HashMap::new()) }
+    }
+
+    fn unexpected(cmd: &str, r: R) -> Status {
+        Status::internal(format!("{cmd}: unexpected state machine answer {r:?}"))
+    }
+
+    /// Every function the pipeline calls must be known: to this dispatcher's
+    /// registry (which also checks the argument count) or advertised by a worker.
+    fn check_functions(&self, def: &sluice_dataset::DatasetDef) -> Result<(), Status> {
+        for (i, kind, call) in def.function_calls() {
+            if self.registry.has(kind, &call.name) {
+                self.registry.check_call(kind, call).map_err(|e| {
+                    Status::invalid_argument(format!("stages[{i}].{}: {e}", kind.name()))
+                })?;
+                continue;
+            }
+            let qualified = format!("{}:{}", kind.name(), call.name);
+            if self.core.read(|s| s.any_worker_has_function(&qualified)) {
+                continue;
+            }
+            let mut known: BTreeSet<String> = self.registry.names().into_iter().collect();
+            self.core.read(|s| s.workers.values().for_each(|w| known.extend(w.functions.clone())));
+            let known: Vec<String> = known
+                .into_iter()
+                .filter_map(|n| n.strip_prefix(&format!("{}:", kind.name())).map(String::from))
+                .collect();
+            let e = DatasetError::UnknownFunction {
+                kind: kind.name().to_string(),
+                name: call.name.clone(),
+                known: known.join(", "),
+            };
+            return Err(Status::invalid_argument(format!("stages[{i}]: {e}")));
+        }
+        Ok(())
+    }
+
+    fn task_defs(state: &State, address: &str) -> Vec<pb::TaskDef> {
+        state.worker_tasks(address).into_iter().filter_map(|t| task_def(state, t)).collect()
+    }
+}
+
+#[tonic::async_trait]
+impl pb::dispatcher_server::Dispatcher for DispatcherService {
+    #[instrument(skip_all, fields(dataset_id = %req.get_ref().dataset_id))]
+    async fn register_dataset(
+        &self,
+        req: Request<pb::RegisterDatasetRequest>,
+    ) -> Result<Response<pb::RegisterDatasetResponse>, Status> {
+        let req = req.into_inner();
+        let def = def_from_wire(req.dataset)?;
+        self.check_functions(&def)?;
+        let dataset_id: Option<DatasetId> =
+            Some(req.dataset_id).filter(|id| !id.is_empty());
+        match self.core.propose(Command::RegisterDataset { dataset_id, def }).await? {
+            R::DatasetRegistered { dataset_id } => {
+                info!(%dataset_id, "dataset registered");
+                Ok(Response::new(pb::RegisterDatasetResponse { dataset_id }))
+            }
+            r => Err(Self::unexpected("RegisterDataset", r)),
+        }
+    }
+
+    async fn get_dataset(
+        &self,
+        req: Request<pb::GetDatasetRequest>,
+    ) -> Result<Response<pb::GetDatasetResponse>, Status> {
+        let id = req.into_inner().dataset_id;
+        let found = self.core.read(|s| {
+            s.datasets.get(&id).map(|d| pb::GetDatasetResponse {
+                dataset: Some(pb::DatasetDef::from(&d.def)),
+                source_cardinality: d.source_cardinality,
+            })
+        });
+        found.map(Response::new).ok_or_else(|| {
+            StateError::NotFound {
+                what: "dataset",
+                id,
+                hint: "; register it first (sluice register, or Client::register_dataset)",
+            }
+            .into()
+        })
+    }
+
+    #[instrument(skip_all, fields(dataset_id = %req.get_ref().dataset_id, job_name = %req.get_ref().job_name))]
+    async fn get_or_create_job(
+        &self,
+        req: Request<pb::GetOrCreateJobRequest>,
+    ) -> Result<Response<pb::GetOrCreateJobResponse>, Status> {
+        let req = req.into_inner();
+        let mode = mode_from_wire(req.mode)?;
+        let job_name = Some(req.job_name).filter(|n| !n.is_empty());
+        let cmd = Command::GetOrCreateJob { dataset_id: req.dataset_id, mode, job_name };
+        match self.core.propose(cmd).await? {
+            R::Job { job_id, job_name } => {
+                Ok(Response::new(pb::GetOrCreateJobResponse { job_id, job_name }))
+            }
+            r => Err(Self::unexpected("GetOrCreateJob", r)),
+        }
+    }
+
+    #[instrument(skip_all, fields(job_id = req.get_ref().job_id))]
+    async fn get_or_create_iteration(
+        &self,
+        req: Request<pb::GetOrCreateIterationRequest>,
+    ) -> Result<Response<pb::GetOrCreateIterationResponse>, Status> {
+        let req = req.into_inner();
+        let cmd = Command::GetOrCreateIteration {
+            job_id: req.job_id,
+            repetition: req.repetition,
+            elements_per_split: self.config.elements_per_split,
+        };
+        match self.core.propose(cmd).await? {
+            R::Iteration { iteration_id, client_id } => {
+                info!(iteration_id, client_id, "client joined iteration");
+                Ok(Response::new(pb::GetOrCreateIterationResponse { iteration_id, client_id }))
+            }
+            r => Err(Self::unexpected("GetOrCreateIteration", r)),
+        }
+    }
+
+    async fn release_iteration_client(
+        &self,
+        req: Request<pb::ReleaseIterationClientRequest>,
+    ) -> Result<Response<pb::ReleaseIterationClientResponse>, Status> {
+        let client_id = req.into_inner().client_id;
+        self.core.propose(Command::ReleaseClient { client_id }).await?;
+        Ok(Response::new(pb::ReleaseIterationClientResponse {}))
+    }
+
+    async fn client_heartbeat(
+        &self,
+        req: Request<pb::ClientHeartbeatRequest>,
+    ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
+        let client_id = req.into_inner().client_id;
+        let resp = self.core.read(|s| {
+            let it = s.client_iteration(client_id)?;
+            let tasks = it
+                .tasks
+                .iter()
+                .filter_map(|t| s.tasks.get(t))
+                .map(|t| pb::TaskInfo {
+                    task_id: t.id,
+                    worker_address: t.worker_address.clone(),
+                    finished: t.finished,
+                })
+                .collect();
+            Some(pb::ClientHeartbeatResponse {
+                iteration_id: it.id,
+                tasks,
+                iteration_finished: it.finished,
+            })
+        });
+        resp.map(Response::new).ok_or_else(|| {
+            StateError::NotFound {
+                what: "iteration client",
+                id: client_id.to_string(),
+                hint: "; it was released, or the dispatcher restarted without a work_dir \
+                       (in-memory state is lost on restart)",
+            }
+            .into()
+        })
+    }
+
+    #[instrument(skip_all, fields(worker = %req.get_ref().address))]
+    async fn register_worker(
+        &self,
+        req: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        let req = req.into_inner();
+        let address = req.address.clone();
+        let cmd = Command::RegisterWorker {
+            address: req.address,
+            worker_uid: req.worker_uid,
+            functions: req.functions,
+        };
+        match self.core.propose(cmd).await? {
+            R::WorkerRegistered { tasks } => {
+                info!(tasks = tasks.len(), "worker registered");
+                self.touch(&address);
+                let tasks = self.core.read(|s| Self::task_defs(s, &address));
+                Ok(Response::new(pb::RegisterWorkerResponse { tasks }))
+            }
+            r => Err(Self::unexpected("RegisterWorker", r)),
+        }
+    }
+
+    async fn worker_heartbeat(
+        &self,
+        req: Request<pb::WorkerHeartbeatRequest>,
+    ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
+        let req = req.into_inner();
+        let address = req.address;
+        if !self.core.read(|s| s.workers.contains_key(&address)) {
+            return Err(StateError::NotFound {
+                what: "worker",
+                id: address,
+                hint: "; register it again (the dispatcher may have restarted)",
+            }
+            .into());
+        }
+        if !req.finished_tasks.is_empty() {
+            let cmd = Command::FinishTasks {
+                worker_address: address.clone(),
+                task_ids: req.finished_tasks,
+            };
+            if let R::TasksFinished { finished_iterations } = self.core.propose(cmd).await? {
+                for iteration_id in finished_iterations {
+                    info!(iteration_id, "iteration finished");
+                }
+            }
+        }
+        self.touch(&address);
+        let current: BTreeSet<u64> = req.current_tasks.into_iter().collect();
+        let resp = self.core.read(|s| {
+            let active: BTreeSet<u64> =
+                s.workers.get(&address).map(|w| w.active_tasks.clone()).unwrap_or_default();
+            let new_tasks = s
+                .worker_tasks(&address)
+                .into_iter()
+                .filter(|t| !current.contains(&t.id))
+                .filter_map(|t| task_def(s, t))
+                .collect();
+            let tasks_to_delete = current.difference(&active).copied().collect();
+            pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete }
+        });
+        Ok(Response::new(resp))
+    }
+
+    async fn get_split(
+        &self,
+        req: Request<pb::GetSplitRequest>,
+    ) -> Result<Response<pb::GetSplitResponse>, Status> {
+        let r = req.into_inner();
+        let cmd = Command::GetSplit {
+            task_id: r.task_id,
+            worker_uid: r.worker_uid,
+            sequence: r.sequence,
+            provider: r.split_provider_index,
+            repetition: r.repetition,
+        };
+        match self.core.propose(cmd).await? {
+            R::Split(answer) => Ok(Response::new(split_to_wire(answer))),
+            r => Err(Self::unexpected("GetSplit", r)),
+        }
+    }
+
+    async fn get_status(
+        &self,
+        _req: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        let heartbeats = self.last_heartbeat.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Ok(Response::new(self.core.read(|s| crate::status::render(s, &heartbeats))))
+    }
+}
+
+impl DispatcherService {
+    fn touch(&self, address: &str) {
+        self.last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(address.to_string(), Instant::now());
+    }
+}

@@ -1,0 +1,172 @@
+//! The dispatcher's durable state: everything that must survive a restart and that
+//! every replica must agree on. It changes only through `apply` (see `apply.rs`);
+//! readers get `&State`.
+//!
+//! Ids come from counters kept here and advanced by `apply`, so replaying the same
+//! commands rebuilds the same ids (the counters start in distinct ranges, as in
+//! tf.data, so ids are recognisable in logs).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use sluice_dataset::DatasetDef;
+
+pub type DatasetId = String;
+pub type JobId = u64;
+pub type IterationId = u64;
+pub type TaskId = u64;
+pub type ClientId = u64;
+
+/// How a job's data is divided among workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// Every worker processes the whole dataset ("parallel_epochs").
+    Off,
+    /// Splits of the source are handed out, each to one worker ("distributed_epoch").
+    Dynamic,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "OFF",
+            Mode::Dynamic => "DYNAMIC",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dataset {
+    pub id: DatasetId,
+    pub def: DatasetDef,
+    /// Elements of the source per epoch; what dynamic sharding splits.
+    pub source_cardinality: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub name: String,
+    /// Anonymous jobs are private to the client that created them.
+    pub anonymous: bool,
+    pub dataset_id: DatasetId,
+    pub mode: Mode,
+    /// repetition → iteration.
+    pub iterations: BTreeMap<u64, IterationId>,
+}
+
+/// Where dynamic sharding stands for one source of one iteration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitCursor {
+    /// The epoch being handed out.
+    pub repetition: u64,
+    /// Next source element index of that epoch not yet handed out.
+    pub next: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Iteration {
+    pub id: IterationId,
+    pub job_id: JobId,
+    pub repetition: u64,
+    /// In creation order; clients read them in this order.
+    pub tasks: Vec<TaskId>,
+    pub clients: BTreeSet<ClientId>,
+    /// One per source (split provider); empty unless DYNAMIC.
+    pub cursors: Vec<SplitCursor>,
+    /// Source elements per split, fixed when the iteration is created.
+    pub elements_per_split: u64,
+    /// Every task has reached end of sequence (and there is at least one task).
+    pub finished: bool,
+}
+
+/// A split hand-out as answered to a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SplitAnswer {
+    Split { begin: u64, end: u64 },
+    EndOfSplits,
+}
+
+/// The last GetSplit answered for a task: replaying the same key returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitRecord {
+    pub worker_uid: u64,
+    pub sequence: u64,
+    pub answer: SplitAnswer,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: TaskId,
+    pub iteration_id: IterationId,
+    pub worker_address: String,
+    pub finished: bool,
+    pub last_split: Option<SplitRecord>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Worker {
+    pub address: String,
+    /// Changes when the worker process restarts.
+    pub worker_uid: u64,
+    /// Registry functions it advertised ("map:square", …).
+    pub functions: BTreeSet<String>,
+    /// Its tasks that have not finished.
+    pub active_tasks: BTreeSet<TaskId>,
+}
+
+/// The whole replicated state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    pub datasets: BTreeMap<DatasetId, Dataset>,
+    pub jobs: BTreeMap<JobId, Job>,
+    pub jobs_by_name: BTreeMap<String, JobId>,
+    pub iterations: BTreeMap<IterationId, Iteration>,
+    pub tasks: BTreeMap<TaskId, Task>,
+    pub workers: BTreeMap<String, Worker>,
+    pub clients: BTreeMap<ClientId, IterationId>,
+    pub next_dataset_id: u64,
+    pub next_job_id: JobId,
+    pub next_iteration_id: IterationId,
+    pub next_task_id: TaskId,
+    pub next_client_id: ClientId,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            datasets: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            jobs_by_name: BTreeMap::new(),
+            iterations: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            next_dataset_id: 1000,
+            next_iteration_id: 2000,
+            next_client_id: 3000,
+            next_task_id: 4000,
+            next_job_id: 5000,
+        }
+    }
+}
+
+impl State {
+    /// The iteration a client reads, if the client is known.
+    pub fn client_iteration(&self, client_id: ClientId) -> Option<&Iteration> {
+        self.clients.get(&client_id).and_then(|id| self.iterations.get(id))
+    }
+
+    /// Unfinished tasks assigned to `address`, in id order.
+    pub fn worker_tasks(&self, address: &str) -> Vec<&Task> {
+        self.workers
+            .get(address)
+            .map(|w| w.active_tasks.iter().filter_map(|t| self.tasks.get(t)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether any registered worker advertised `name` (e.g. "map:square").
+    pub fn any_worker_has_function(&self, name: &str) -> bool {
+        self.workers.values().any(|w| w.functions.contains(name))
+    }
+}

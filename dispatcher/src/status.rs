@@ -1,0 +1,61 @@
+//! Renders the state as the `GetStatus` answer that `sluice status` prints.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use sluice_proto::v1 as pb;
+
+use crate::convert::mode_to_wire;
+use crate::state::State;
+
+pub fn render(s: &State, heartbeats: &HashMap<String, Instant>) -> pb::GetStatusResponse {
+    let workers = s
+        .workers
+        .values()
+        .map(|w| pb::WorkerStatus {
+            address: w.address.clone(),
+            active_tasks: w.active_tasks.len() as u32,
+            last_heartbeat_ms_ago: heartbeats
+                .get(&w.address)
+                .map(|t| t.elapsed().as_millis() as u64),
+        })
+        .collect();
+    let datasets = s
+        .datasets
+        .values()
+        .map(|d| pb::DatasetStatus {
+            dataset_id: d.id.clone(),
+            source_cardinality: d.source_cardinality,
+        })
+        .collect();
+    let jobs = s
+        .jobs
+        .values()
+        .map(|j| pb::JobStatus {
+            job_id: j.id,
+            job_name: j.name.clone(),
+            dataset_id: j.dataset_id.clone(),
+            mode: mode_to_wire(j.mode) as i32,
+            iterations: j
+                .iterations
+                .values()
+                .filter_map(|id| s.iterations.get(id))
+                .map(|it| pb::IterationStatus {
+                    iteration_id: it.id,
+                    repetition: it.repetition,
+                    tasks: it.tasks.len() as u32,
+                    finished_tasks: it
+                        .tasks
+                        .iter()
+                        .filter(|t| s.tasks.get(t).is_some_and(|t| t.finished))
+                        .count() as u32,
+                    clients: it.clients.len() as u32,
+                    finished: it.finished,
+                    split_cursor: it.cursors.first().map(|c| c.next),
+                    split_repetition: it.cursors.first().map(|c| c.repetition),
+                })
+                .collect(),
+        })
+        .collect();
+    pb::GetStatusResponse { workers, datasets, jobs }
+}
