@@ -1,15 +1,43 @@
-//! Sluice's client library.
+//! Sluice's client library: register datasets, create or join jobs, read elements.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), sluice_client::ClientError> {
+//! use futures::StreamExt;
+//! use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
+//! use sluice_dataset::DatasetDef;
+//!
+//! let client = Client::new(&["127.0.0.1:5050".to_string()], RetryPolicy::default())?;
+//! let def = DatasetDef::range(10).map("square");
+//! let mut elements = client.distribute(&def, ReadOptions::new(ProcessingMode::Dynamic)).await?;
+//! while let Some(e) = elements.next().await {
+//!     println!("{}", e?.to_json());
+//! }
+//! # Ok(()) }
+//! ```
 //!
 //! # Layout
-//! - [`retry`]: [`RetryPolicy`] — bounded backoff for every remote call.
+//! - [`client`]: [`Client`] — `register_dataset`, `from_dataset_id`, `distribute`.
+//! - [`reader`]: [`ElementStream`] — one iteration's elements; a manager follows the
+//!   dispatcher's task list, one reader per task streams from its worker.
+//! - [`blocking`]: the same as a blocking iterator, for callers without a runtime.
+//! - [`options`]: [`ReadOptions`], [`ProcessingMode`] (`"parallel_epochs"` /
+//!   `"distributed_epoch"` accepted).
 //! - [`dispatcher`]: [`DispatcherClient`] — retrying calls to one or more dispatchers
 //!   (also used by workers).
+//! - [`retry`]: [`RetryPolicy`] — bounded backoff for every remote call.
 //! - [`error`]: [`ClientError`].
 
+pub mod blocking;
+pub mod client;
 pub mod dispatcher;
 pub mod error;
+pub mod options;
+pub mod reader;
 pub mod retry;
 
+pub use client::Client;
 pub use dispatcher::DispatcherClient;
 pub use error::ClientError;
+pub use options::{ProcessingMode, ReadOptions};
+pub use reader::ElementStream;
 pub use retry::RetryPolicy;

@@ -1,0 +1,91 @@
+//! [`Client`]: register datasets, create or join jobs, read elements.
+
+use sluice_dataset::DatasetDef;
+use sluice_proto::v1 as pb;
+
+use crate::dispatcher::DispatcherClient;
+use crate::error::ClientError;
+use crate::options::ReadOptions;
+use crate::reader::ElementStream;
+use crate::retry::RetryPolicy;
+
+/// A cloneable handle to a Sluice service, given the dispatcher addresses.
+#[derive(Clone)]
+pub struct Client {
+    dispatcher: DispatcherClient,
+}
+
+impl Client {
+    /// Connects lazily: the first call reaches the dispatcher, retrying per `policy`.
+    pub fn new(dispatcher_addresses: &[String], policy: RetryPolicy) -> Result<Self, ClientError> {
+        Ok(Client { dispatcher: DispatcherClient::new(dispatcher_addresses, policy)? })
+    }
+
+    pub fn dispatcher(&self) -> &DispatcherClient {
+        &self.dispatcher
+    }
+
+    /// Registers `def` and returns its dataset id: `dataset_id` if given (the same
+    /// definition may be registered under the same id again), else a new one.
+    pub async fn register_dataset(
+        &self,
+        def: &DatasetDef,
+        dataset_id: Option<&str>,
+    ) -> Result<String, ClientError> {
+        def.validate()?;
+        let req = pb::RegisterDatasetRequest {
+            dataset: Some(pb::DatasetDef::from(def)),
+            dataset_id: dataset_id.unwrap_or_default().to_string(),
+        };
+        Ok(self.dispatcher.register_dataset(req).await?.dataset_id)
+    }
+
+    /// Reads a registered dataset: gets or creates the job and its iteration, and
+    /// streams the elements.
+    pub async fn from_dataset_id(
+        &self,
+        dataset_id: &str,
+        opts: ReadOptions,
+    ) -> Result<ElementStream, ClientError> {
+        opts.validate()?;
+        let job = self
+            .dispatcher
+            .get_or_create_job(pb::GetOrCreateJobRequest {
+                dataset_id: dataset_id.to_string(),
+                mode: opts.mode.to_wire() as i32,
+                job_name: opts.job_name.clone().unwrap_or_default(),
+            })
+            .await?;
+        let it = self
+            .dispatcher
+            .get_or_create_iteration(pb::GetOrCreateIterationRequest {
+                job_id: job.job_id,
+                repetition: opts.repetition,
+            })
+            .await?;
+        tracing::debug!(job = %job.job_name, iteration_id = it.iteration_id, "reading");
+        Ok(ElementStream::start(
+            self.dispatcher.clone(),
+            job.job_name,
+            it.iteration_id,
+            it.client_id,
+            opts,
+        ))
+    }
+
+    /// Registers `def` and reads it: `register_dataset` + `from_dataset_id`.
+    pub async fn distribute(
+        &self,
+        def: &DatasetDef,
+        opts: ReadOptions,
+    ) -> Result<ElementStream, ClientError> {
+        opts.validate()?;
+        let id = self.register_dataset(def, None).await?;
+        self.from_dataset_id(&id, opts).await
+    }
+
+    /// Workers, datasets, jobs and their progress.
+    pub async fn status(&self) -> Result<pb::GetStatusResponse, ClientError> {
+        self.dispatcher.get_status().await
+    }
+}

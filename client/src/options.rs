@@ -1,0 +1,120 @@
+//! What a reader asks for: processing mode, job sharing and bounds.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sluice_proto::v1 as pb;
+
+use crate::error::ClientError;
+use crate::retry::RetryPolicy;
+
+/// How a job divides the dataset among workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessingMode {
+    /// Every worker processes the whole dataset; with N workers each element
+    /// arrives N times. tf.data's "parallel_epochs".
+    Off,
+    /// The dispatcher hands out splits of the source, each to one worker; every
+    /// element arrives once. tf.data's "distributed_epoch".
+    Dynamic,
+}
+
+impl ProcessingMode {
+    pub fn to_wire(self) -> pb::ProcessingMode {
+        match self {
+            ProcessingMode::Off => pb::ProcessingMode::Off,
+            ProcessingMode::Dynamic => pb::ProcessingMode::Dynamic,
+        }
+    }
+}
+
+impl FromStr for ProcessingMode {
+    type Err = ClientError;
+    /// Accepts `off`/`parallel_epochs` and `dynamic`/`distributed_epoch`, any case.
+    fn from_str(s: &str) -> Result<Self, ClientError> {
+        match s.to_ascii_lowercase().as_str() {
+            "off" | "parallel_epochs" => Ok(ProcessingMode::Off),
+            "dynamic" | "distributed_epoch" => Ok(ProcessingMode::Dynamic),
+            _ => Err(ClientError::InvalidArgument(format!(
+                "unknown processing mode `{s}`; use `off` (alias `parallel_epochs`) or \
+                 `dynamic` (alias `distributed_epoch`)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for ProcessingMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProcessingMode::Off => "off",
+            ProcessingMode::Dynamic => "dynamic",
+        })
+    }
+}
+
+/// Options of one read (one iteration of a job).
+#[derive(Clone, Debug)]
+pub struct ReadOptions {
+    pub mode: ProcessingMode,
+    /// Readers with the same job name share one job, first come first served;
+    /// `None` makes a private, anonymous job.
+    pub job_name: Option<String>,
+    /// Which pass over the job to read; readers of a named job share a repetition.
+    pub repetition: u64,
+    /// Bounds the client's memory: at most this many element messages buffered,
+    /// and at most this many tasks streamed at once.
+    pub max_outstanding_requests: usize,
+    /// Upper bound of elements per message asked from workers; 0 = worker default.
+    pub max_elements_per_message: u32,
+    /// How often to ask the dispatcher for the task list and end of iteration.
+    pub heartbeat_interval: Duration,
+    /// Retries of an unavailable worker.
+    pub worker_retry: RetryPolicy,
+}
+
+impl ReadOptions {
+    pub fn new(mode: ProcessingMode) -> Self {
+        ReadOptions {
+            mode,
+            job_name: None,
+            repetition: 0,
+            max_outstanding_requests: 16,
+            max_elements_per_message: 0,
+            heartbeat_interval: Duration::from_millis(100),
+            worker_retry: RetryPolicy::default(),
+        }
+    }
+
+    pub fn job_name(mut self, name: impl Into<String>) -> Self {
+        self.job_name = Some(name.into());
+        self
+    }
+
+    pub fn max_outstanding_requests(mut self, n: usize) -> Self {
+        self.max_outstanding_requests = n;
+        self
+    }
+
+    pub fn worker_retry(mut self, policy: RetryPolicy) -> Self {
+        self.worker_retry = policy;
+        self
+    }
+
+    pub fn validate(&self) -> Result<(), ClientError> {
+        if self.max_outstanding_requests == 0 {
+            return Err(ClientError::InvalidArgument(
+                "max_outstanding_requests must be at least 1".into(),
+            ));
+        }
+        if self.job_name.as_deref() == Some("") {
+            return Err(ClientError::InvalidArgument(
+                "job_name must not be empty; leave it unset for an anonymous job".into(),
+            ));
+        }
+        if self.heartbeat_interval.is_zero() {
+            return Err(ClientError::InvalidArgument("heartbeat_interval must be > 0".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+//! Reading one iteration: a manager task that follows the dispatcher's task list,
+//! and one reader per task that streams its elements from the worker.
+//!
+//! ```text
+//!  dispatcher ◄─ClientHeartbeat─ manager ──spawns──► task reader ◄─GetElements stream─ worker
+//!                                   │                     │
+//!                                   └──── end ────►  [bounded channel of element batches] ──► ElementStream
+//! ```
+//! The stream ends only when the dispatcher reports the iteration finished and
+//! every task reader has seen its task's end of sequence. Memory is bounded by
+//! `max_outstanding_requests`: that many batches in the channel, that many task
+//! streams at once.
+
+use std::collections::HashSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use futures::Stream;
+use sluice_dataset::Element;
+use sluice_proto::v1 as pb;
+use sluice_proto::v1::worker_client::WorkerClient;
+use sluice_proto::MAX_MESSAGE_BYTES;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{debug, Instrument};
+
+use crate::dispatcher::{channel, DispatcherClient};
+use crate::error::ClientError;
+use crate::options::ReadOptions;
+use crate::retry::is_retryable;
+
+type Batch = Result<Vec<Element>, ClientError>;
+
+/// The elements of one iteration, as an async [`Stream`]. Dropping it stops the
+/// readers and releases the client from the iteration.
+pub struct ElementStream {
+    rx: mpsc::Receiver<Batch>,
+    current: std::vec::IntoIter<Element>,
+    manager: JoinHandle<()>,
+    dispatcher: DispatcherClient,
+    runtime: tokio::runtime::Handle,
+    iteration_id: u64,
+    client_id: u64,
+    job_name: String,
+}
+
+impl ElementStream {
+    pub(crate) fn start(
+        dispatcher: DispatcherClient,
+        job_name: String,
+        iteration_id: u64,
+        client_id: u64,
+        opts: ReadOptions,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel(opts.max_outstanding_requests);
+        let span = tracing::info_span!("read", iteration_id, client_id, job = %job_name);
+        let manager = tokio::spawn(manage(dispatcher.clone(), client_id, opts, tx).instrument(span));
+        ElementStream {
+            rx,
+            current: Vec::new().into_iter(),
+            manager,
+            dispatcher,
+            runtime: tokio::runtime::Handle::current(),
+            iteration_id,
+            client_id,
+            job_name,
+        }
+    }
+
+    pub fn iteration_id(&self) -> u64 {
+        self.iteration_id
+    }
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+    pub fn job_name(&self) -> &str {
+        &self.job_name
+    }
+}
+
+impl Stream for ElementStream {
+    type Item = Result<Element, ClientError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(e) = self.current.next() {
+                return Poll::Ready(Some(Ok(e)));
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(Ok(batch))) => self.current = batch.into_iter(),
+                Poll::Ready(Some(Err(e))) => {
+                    self.rx.close();
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl Drop for ElementStream {
+    fn drop(&mut self) {
+        self.manager.abort();
+        let (dispatcher, client_id) = (self.dispatcher.clone(), self.client_id);
+        // Best effort: the dispatcher forgets the client either way when it restarts.
+        self.runtime.spawn(async move {
+            if let Err(e) = dispatcher.release_iteration_client(client_id).await {
+                debug!(client_id, error = %e, "releasing the iteration client failed");
+            }
+        });
+    }
+}
+
+async fn manage(
+    dispatcher: DispatcherClient,
+    client_id: u64,
+    opts: ReadOptions,
+    tx: mpsc::Sender<Batch>,
+) {
+    let permits = Arc::new(Semaphore::new(opts.max_outstanding_requests));
+    let mut readers: JoinSet<Result<(), ClientError>> = JoinSet::new();
+    let mut started = HashSet::new();
+    let mut ticker = tokio::time::interval(opts.heartbeat_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut finished = false;
+    loop {
+        tokio::select! {
+            _ = ticker.tick(), if !finished => {
+                let hb = match dispatcher.client_heartbeat(client_id).await {
+                    Ok(hb) => hb,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                for task in hb.tasks {
+                    if task.finished || !started.insert(task.task_id) {
+                        continue;
+                    }
+                    debug!(task_id = task.task_id, worker = %task.worker_address, "reading task");
+                    let span = tracing::debug_span!("task", task_id = task.task_id, worker = %task.worker_address);
+                    readers.spawn(
+                        read_task(task, client_id, opts.clone(), tx.clone(), permits.clone())
+                            .instrument(span),
+                    );
+                }
+                finished = hb.iteration_finished;
+            }
+            Some(joined) = readers.join_next() => {
+                let result = joined.unwrap_or_else(|e| Err(ClientError::Protocol {
+                    address: "client".into(),
+                    message: format!("task reader panicked: {e}"),
+                }));
+                if let Err(e) = result {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+        }
+        if finished && readers.is_empty() {
+            // Dropping `tx` ends the stream.
+            return;
+        }
+    }
+}
+
+/// Whether a failed worker call is worth retrying: the retryable codes, and the
+/// transport failures (connection reset by a killed worker) tonic reports as Unknown.
+fn worker_retryable(status: &tonic::Status) -> bool {
+    if is_retryable(status.code()) {
+        return true;
+    }
+    let m = status.message().to_ascii_lowercase();
+    status.code() == tonic::Code::Unknown
+        && ["transport", "connection", "broken pipe", "reset", "h2 protocol", "stream"]
+            .iter()
+            .any(|w| m.contains(w))
+}
+
+async fn read_task(
+    task: pb::TaskInfo,
+    client_id: u64,
+    opts: ReadOptions,
+    tx: mpsc::Sender<Batch>,
+    permits: Arc<Semaphore>,
+) -> Result<(), ClientError> {
+    let _permit = permits.acquire_owned().await.map_err(|_| ClientError::Protocol {
+        address: task.worker_address.clone(),
+        message: "reader stopped".into(),
+    })?;
+    let address = task.worker_address.clone();
+    let policy = &opts.worker_retry;
+    let mut grpc = WorkerClient::new(channel(&address, policy)?)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let req = pb::GetElementsRequest {
+        task_id: task.task_id,
+        client_id,
+        max_elements_per_message: opts.max_elements_per_message,
+        max_bytes_per_message: 0,
+    };
+    // Time and count of failures since the last message that arrived.
+    let mut failing_since: Option<Instant> = None;
+    let mut attempts = 0u32;
+    loop {
+        let status = match grpc.get_elements(req.clone()).await {
+            Ok(resp) => {
+                let mut stream = resp.into_inner();
+                loop {
+                    match stream.message().await {
+                        Ok(Some(batch)) => {
+                            failing_since = None;
+                            attempts = 0;
+                            let elements = batch
+                                .elements
+                                .into_iter()
+                                .map(Element::try_from)
+                                .collect::<Result<Vec<_>, _>>()
+                                .map_err(|e| ClientError::Protocol {
+                                    address: address.clone(),
+                                    message: format!("malformed element: {e}"),
+                                })?;
+                            if !elements.is_empty() && tx.send(Ok(elements)).await.is_err() {
+                                return Ok(()); // the reader was dropped
+                            }
+                            if batch.end_of_sequence {
+                                return Ok(());
+                            }
+                        }
+                        Ok(None) => {
+                            break tonic::Status::unavailable("stream closed before end of sequence")
+                        }
+                        Err(s) => break s,
+                    }
+                }
+            }
+            Err(s) => s,
+        };
+        if !worker_retryable(&status) {
+            return Err(ClientError::Rpc {
+                peer: "worker",
+                address,
+                call: "GetElements",
+                code: status.code(),
+                message: status.message().to_string(),
+            });
+        }
+        let since = *failing_since.get_or_insert_with(Instant::now);
+        attempts += 1;
+        if since.elapsed() >= policy.deadline {
+            return Err(ClientError::Unavailable {
+                peer: "worker",
+                address,
+                attempts,
+                elapsed: since.elapsed(),
+                last_error: format!("{:?}: {}", status.code(), status.message()),
+            });
+        }
+        debug!(attempts, code = ?status.code(), "worker unavailable, retrying");
+        tokio::time::sleep(policy.backoff(attempts - 1)).await;
+    }
+}
