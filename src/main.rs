@@ -1,1 +1,62 @@
-fn main() {}
+//! `sluice`: one binary for every role. It parses flags and wires the crates
+//! together; all behaviour lives in the crates.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Fault-tolerant input-data service for ML training")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a dispatcher (control plane).
+    Dispatcher(cmd::serve::DispatcherArgs),
+    /// Run a worker: runs pipelines and streams elements to readers.
+    Worker(cmd::serve::WorkerArgs),
+    /// Register a dataset from a JSON spec (file or `-` for stdin); prints its id.
+    Register(cmd::register::RegisterArgs),
+    /// Read a dataset; prints one JSON line per element on stdout.
+    Read(cmd::read::ReadArgs),
+    /// Show workers, datasets, jobs and progress.
+    Status(cmd::status::StatusArgs),
+    /// Dispatcher, workers and a reader in one process over a sample dataset.
+    Local(cmd::local::LocalArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Dispatcher(_) | Command::Worker(_) => "info",
+        _ => "warn",
+    };
+    cmd::init_tracing(default_level);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Dispatcher(a) => cmd::serve::dispatcher(a).await,
+            Command::Worker(a) => cmd::serve::worker(a).await,
+            Command::Register(a) => cmd::register::run(a).await,
+            Command::Read(a) => cmd::read::run(a).await,
+            Command::Status(a) => cmd::status::run(a).await,
+            Command::Local(a) => cmd::local::run(a).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -22,7 +22,8 @@ use crate::retry::{is_retryable, RetryPolicy};
 
 /// Builds a lazily connecting channel to `address` (`host:port` or a URL).
 pub fn channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientError> {
-    let url = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
+    let url =
+        if address.contains("://") { address.to_string() } else { format!("http://{address}") };
     let endpoint = Endpoint::from_shared(url)
         .map_err(|e| ClientError::InvalidArgument(format!("bad address `{address}`: {e}")))?
         .connect_timeout(policy.attempt_timeout)
@@ -148,7 +149,10 @@ impl DispatcherClient {
         .await
     }
 
-    pub async fn get_dataset(&self, dataset_id: &str) -> Result<pb::GetDatasetResponse, ClientError> {
+    pub async fn get_dataset(
+        &self,
+        dataset_id: &str,
+    ) -> Result<pb::GetDatasetResponse, ClientError> {
         let req = pb::GetDatasetRequest { dataset_id: dataset_id.to_string() };
         self.call("GetDataset", |mut c| {
             let req = req.clone();
@@ -172,15 +176,19 @@ impl DispatcherClient {
         &self,
         req: pb::GetOrCreateIterationRequest,
     ) -> Result<pb::GetOrCreateIterationResponse, ClientError> {
-        self.call("GetOrCreateIteration", |mut c| async move { c.get_or_create_iteration(req).await })
-            .await
+        self.call(
+            "GetOrCreateIteration",
+            |mut c| async move { c.get_or_create_iteration(req).await },
+        )
+        .await
     }
 
     pub async fn release_iteration_client(&self, client_id: u64) -> Result<(), ClientError> {
         let req = pb::ReleaseIterationClientRequest { client_id };
-        self.call("ReleaseIterationClient", |mut c| async move {
-            c.release_iteration_client(req).await
-        })
+        self.call(
+            "ReleaseIterationClient",
+            |mut c| async move { c.release_iteration_client(req).await },
+        )
         .await
         .map(|_| ())
     }

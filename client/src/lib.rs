@@ -16,16 +16,16 @@
 //! ```
 //!
 //! # Layout
-//! - [`client`]: [`Client`] — `register_dataset`, `from_dataset_id`, `distribute`.
-//! - [`reader`]: [`ElementStream`] — one iteration's elements; a manager follows the
+//! - [`client`] — [`Client`] — `register_dataset`, `from_dataset_id`, `distribute`.
+//! - [`reader`] — [`ElementStream`] — one iteration's elements; a manager follows the
 //!   dispatcher's task list, one reader per task streams from its worker.
-//! - [`blocking`]: the same as a blocking iterator, for callers without a runtime.
-//! - [`options`]: [`ReadOptions`], [`ProcessingMode`] (`"parallel_epochs"` /
+//! - [`blocking`] — the same as a blocking iterator, for callers without a runtime.
+//! - [`options`] — [`ReadOptions`], [`ProcessingMode`] (`"parallel_epochs"` /
 //!   `"distributed_epoch"` accepted).
-//! - [`dispatcher`]: [`DispatcherClient`] — retrying calls to one or more dispatchers
+//! - [`dispatcher`] — [`DispatcherClient`] — retrying calls to one or more dispatchers
 //!   (also used by workers).
-//! - [`retry`]: [`RetryPolicy`] — bounded backoff for every remote call.
-//! - [`error`]: [`ClientError`].
+//! - [`retry`] — [`RetryPolicy`] — bounded backoff for every remote call.
+//! - [`error`] — [`ClientError`].
 
 pub mod blocking;
 pub mod client;

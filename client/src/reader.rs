@@ -56,7 +56,8 @@ impl ElementStream {
     ) -> Self {
         let (tx, rx) = mpsc::channel(opts.max_outstanding_requests);
         let span = tracing::info_span!("read", iteration_id, client_id, job = %job_name);
-        let manager = tokio::spawn(manage(dispatcher.clone(), client_id, opts, tx).instrument(span));
+        let manager =
+            tokio::spawn(manage(dispatcher.clone(), client_id, opts, tx).instrument(span));
         ElementStream {
             rx,
             current: Vec::new().into_iter(),
@@ -206,7 +207,7 @@ async fn read_task(
     let mut failing_since: Option<Instant> = None;
     let mut attempts = 0u32;
     loop {
-        let status = match grpc.get_elements(req.clone()).await {
+        let status = match grpc.get_elements(req).await {
             Ok(resp) => {
                 let mut stream = resp.into_inner();
                 loop {
@@ -231,7 +232,9 @@ async fn read_task(
                             }
                         }
                         Ok(None) => {
-                            break tonic::Status::unavailable("stream closed before end of sequence")
+                            break tonic::Status::unavailable(
+                                "stream closed before end of sequence",
+                            )
                         }
                         Err(s) => break s,
                     }

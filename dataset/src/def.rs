@@ -66,9 +66,9 @@ fn one() -> i64 {
     1
 }
 
-/// One stage of a pipeline.
+/// One stage of a pipeline. Unknown fields inside a stage are rejected.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Stage {
     /// Source: `start, start+step, …` up to but excluding `stop`, as int64 scalars.
     Range {

@@ -251,9 +251,8 @@ fn nest(flat: &[serde_json::Value], shape: &[u64]) -> serde_json::Value {
         None => flat.first().cloned().unwrap_or(serde_json::Value::Null),
         Some((&d, rest)) => {
             let stride: usize = rest.iter().product::<u64>() as usize;
-            let rows = (0..d as usize)
-                .map(|i| nest(&flat[i * stride..(i + 1) * stride], rest))
-                .collect();
+            let rows =
+                (0..d as usize).map(|i| nest(&flat[i * stride..(i + 1) * stride], rest)).collect();
             serde_json::Value::Array(rows)
         }
     }

@@ -109,7 +109,9 @@ impl From<&DatasetDef> for pb::DatasetDef {
                     Stage::FromTensorSlices(v) => {
                         use pb::from_tensor_slices_op::Values;
                         let values = match v {
-                            SliceValues::Ints(v) => Values::Ints(pb::Int64List { values: v.clone() }),
+                            SliceValues::Ints(v) => {
+                                Values::Ints(pb::Int64List { values: v.clone() })
+                            }
                             SliceValues::Floats(v) => {
                                 Values::Floats(pb::FloatList { values: v.clone() })
                             }

@@ -14,22 +14,48 @@ use crate::state::{ClientId, DatasetId, IterationId, JobId, Mode, SplitAnswer, T
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// `def` was validated (structure and function names) by the handler.
-    RegisterDataset { dataset_id: Option<DatasetId>, def: DatasetDef },
+    RegisterDataset {
+        dataset_id: Option<DatasetId>,
+        def: DatasetDef,
+    },
     /// `job_name: None` creates an anonymous job.
-    GetOrCreateJob { dataset_id: DatasetId, mode: Mode, job_name: Option<String> },
+    GetOrCreateJob {
+        dataset_id: DatasetId,
+        mode: Mode,
+        job_name: Option<String>,
+    },
     /// Gets or creates (job, repetition) with one task per registered worker, and
     /// adds a client to it.
-    GetOrCreateIteration { job_id: JobId, repetition: u64, elements_per_split: u64 },
-    ReleaseClient { client_id: ClientId },
+    GetOrCreateIteration {
+        job_id: JobId,
+        repetition: u64,
+        elements_per_split: u64,
+    },
+    ReleaseClient {
+        client_id: ClientId,
+    },
     /// Registers (or re-registers) a worker and gives it a task in every unfinished
     /// iteration it has none in.
-    RegisterWorker { address: String, worker_uid: u64, functions: Vec<String> },
+    RegisterWorker {
+        address: String,
+        worker_uid: u64,
+        functions: Vec<String>,
+    },
     /// Tasks that reached end of sequence on `worker_address`. Unknown ids are
     /// ignored (one stale id must not block the others' reports).
-    FinishTasks { worker_address: String, task_ids: Vec<TaskId> },
+    FinishTasks {
+        worker_address: String,
+        task_ids: Vec<TaskId>,
+    },
     /// Hands out the next split of a task's source, idempotently per
     /// (task_id, worker_uid, sequence).
-    GetSplit { task_id: TaskId, worker_uid: u64, sequence: u64, provider: u32, repetition: u64 },
+    GetSplit {
+        task_id: TaskId,
+        worker_uid: u64,
+        sequence: u64,
+        provider: u32,
+        repetition: u64,
+    },
 }
 
 impl Command {
@@ -50,12 +76,24 @@ impl Command {
 /// What a successfully applied command answers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Response {
-    DatasetRegistered { dataset_id: DatasetId },
-    Job { job_id: JobId, job_name: String },
-    Iteration { iteration_id: IterationId, client_id: ClientId },
+    DatasetRegistered {
+        dataset_id: DatasetId,
+    },
+    Job {
+        job_id: JobId,
+        job_name: String,
+    },
+    Iteration {
+        iteration_id: IterationId,
+        client_id: ClientId,
+    },
     ClientReleased,
     /// The worker's unfinished tasks after registration.
-    WorkerRegistered { tasks: Vec<TaskId> },
-    TasksFinished { finished_iterations: Vec<IterationId> },
+    WorkerRegistered {
+        tasks: Vec<TaskId>,
+    },
+    TasksFinished {
+        finished_iterations: Vec<IterationId>,
+    },
     Split(SplitAnswer),
 }

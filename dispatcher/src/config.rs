@@ -18,9 +18,7 @@ impl Default for DispatcherConfig {
 impl DispatcherConfig {
     pub fn validate(&self) -> Result<(), DispatcherError> {
         if self.elements_per_split == 0 {
-            return Err(DispatcherError::Config(
-                "elements_per_split must be at least 1".into(),
-            ));
+            return Err(DispatcherError::Config("elements_per_split must be at least 1".into()));
         }
         Ok(())
     }

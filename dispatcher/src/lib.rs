@@ -7,14 +7,14 @@
 //!                     ▲                         │                        (pure: no I/O,
 //!                     └──────(Response)─────────┘                         clock, randomness)
 //! ```
-//! - [`state`]: [`State`], the whole replicated state, and its types.
-//! - [`command`]: [`Command`] / [`Response`], one per whole operation.
-//! - [`apply`]: the pure state machine.
-//! - [`core`]: [`Core`], the single owner of the state (in memory today; the Raft
+//! - [`state`] — [`State`], the whole replicated state, and its types.
+//! - [`command`] — [`Command`] / [`Response`], one per whole operation.
+//! - [`apply`] — the pure state machine.
+//! - [`core`] — [`Core`], the single owner of the state (in memory today; the Raft
 //!   issue puts replication and a journal behind the same `propose`).
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
 //!   `status`: the `GetStatus` rendering.
-//! - [`server`]: `run` / `spawn` on a bound listener with an injectable shutdown.
+//! - [`server`] — `run` / `spawn` on a bound listener with an injectable shutdown.
 //! - [`config`], [`error`].
 
 pub mod apply;

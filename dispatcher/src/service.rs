@@ -83,8 +83,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let req = req.into_inner();
         let def = def_from_wire(req.dataset)?;
         self.check_functions(&def)?;
-        let dataset_id: Option<DatasetId> =
-            Some(req.dataset_id).filter(|id| !id.is_empty());
+        let dataset_id: Option<DatasetId> = Some(req.dataset_id).filter(|id| !id.is_empty());
         match self.core.propose(Command::RegisterDataset { dataset_id, def }).await? {
             R::DatasetRegistered { dataset_id } => {
                 info!(%dataset_id, "dataset registered");

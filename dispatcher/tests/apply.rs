@@ -16,11 +16,8 @@ fn register(s: &mut State, def: DatasetDef) -> String {
 }
 
 fn job(s: &mut State, ds: &str, mode: Mode, name: Option<&str>) -> Result<u64, StateError> {
-    let c = Command::GetOrCreateJob {
-        dataset_id: ds.into(),
-        mode,
-        job_name: name.map(String::from),
-    };
+    let c =
+        Command::GetOrCreateJob { dataset_id: ds.into(), mode, job_name: name.map(String::from) };
     apply(s, c).map(|r| match r {
         Response::Job { job_id, .. } => job_id,
         r => panic!("{r:?}"),
@@ -43,7 +40,13 @@ fn worker(s: &mut State, addr: &str, uid: u64) -> Vec<u64> {
 }
 
 fn split(s: &mut State, task: u64, uid: u64, seq: u64, rep: u64) -> SplitAnswer {
-    let c = Command::GetSplit { task_id: task, worker_uid: uid, sequence: seq, provider: 0, repetition: rep };
+    let c = Command::GetSplit {
+        task_id: task,
+        worker_uid: uid,
+        sequence: seq,
+        provider: 0,
+        repetition: rep,
+    };
     match ok(s, c) {
         Response::Split(a) => a,
         r => panic!("{r:?}"),
@@ -59,13 +62,15 @@ fn dataset_ids_are_fresh_and_explicit_ids_are_idempotent() {
     let c = Command::RegisterDataset { dataset_id: Some("mine".into()), def: DatasetDef::range(5) };
     assert_eq!(ok(&mut s, c.clone()), Response::DatasetRegistered { dataset_id: "mine".into() });
     assert_eq!(ok(&mut s, c), Response::DatasetRegistered { dataset_id: "mine".into() });
-    let clash = Command::RegisterDataset { dataset_id: Some("mine".into()), def: DatasetDef::range(6) };
+    let clash =
+        Command::RegisterDataset { dataset_id: Some("mine".into()), def: DatasetDef::range(6) };
     let before = s.clone();
     assert!(matches!(apply(&mut s, clash), Err(StateError::AlreadyExists(_))));
     assert_eq!(s, before, "a refused command changes nothing");
     // A numeric explicit id pushes the automatic counter past it.
     let next: u64 = b.parse::<u64>().unwrap() + 1;
-    let c = Command::RegisterDataset { dataset_id: Some(next.to_string()), def: DatasetDef::range(1) };
+    let c =
+        Command::RegisterDataset { dataset_id: Some(next.to_string()), def: DatasetDef::range(1) };
     ok(&mut s, c);
     let d = register(&mut s, DatasetDef::range(3));
     assert_ne!(d, next.to_string());
@@ -85,7 +90,10 @@ fn named_jobs_are_shared_and_conflicts_name_both_parameters() {
     let err = job(&mut s, &ds, Mode::Off, Some("train")).unwrap_err().to_string();
     assert!(err.contains("mode=DYNAMIC") && err.contains("mode=OFF"), "{err}");
     let err = job(&mut s, &other, Mode::Dynamic, Some("train")).unwrap_err().to_string();
-    assert!(err.contains(&format!("dataset_id={ds}")) && err.contains(&format!("dataset_id={other}")), "{err}");
+    assert!(
+        err.contains(&format!("dataset_id={ds}")) && err.contains(&format!("dataset_id={other}")),
+        "{err}"
+    );
     let err = job(&mut s, "nope", Mode::Off, None).unwrap_err().to_string();
     assert!(err.contains("dataset `nope` not found"), "{err}");
 }
@@ -147,7 +155,8 @@ fn get_split_is_idempotent_per_key_and_never_hands_a_split_twice() {
     assert_eq!(s.iterations[&it].cursors[0], SplitCursor { repetition: 1, next: 0 });
     // Out-of-order sequences are refused without changing anything.
     let before = s.clone();
-    let c = Command::GetSplit { task_id: t1, worker_uid: 1, sequence: 9, provider: 0, repetition: 0 };
+    let c =
+        Command::GetSplit { task_id: t1, worker_uid: 1, sequence: 9, provider: 0, repetition: 0 };
     assert!(matches!(apply(&mut s, c), Err(StateError::FailedPrecondition(_))));
     assert_eq!(s, before);
     // A restarted worker (new uid) starts its sequence again and gets new splits only.
@@ -162,16 +171,25 @@ fn splits_only_exist_in_dynamic_mode() {
     let j = job(&mut s, &ds, Mode::Off, None).unwrap();
     let (it, _) = iteration(&mut s, j, 1);
     let t = s.iterations[&it].tasks[0];
-    let c = Command::GetSplit { task_id: t, worker_uid: 1, sequence: 0, provider: 0, repetition: 0 };
+    let c =
+        Command::GetSplit { task_id: t, worker_uid: 1, sequence: 0, provider: 0, repetition: 0 };
     assert!(matches!(apply(&mut s, c), Err(StateError::FailedPrecondition(_))));
 }
 
 #[test]
 fn replaying_the_same_commands_rebuilds_the_same_state() {
-    let cmds = vec![
-        Command::RegisterWorker { address: "w:1".into(), worker_uid: 5, functions: vec!["map:x".into()] },
+    let cmds = [
+        Command::RegisterWorker {
+            address: "w:1".into(),
+            worker_uid: 5,
+            functions: vec!["map:x".into()],
+        },
         Command::RegisterDataset { dataset_id: None, def: DatasetDef::range(10).map("square") },
-        Command::GetOrCreateJob { dataset_id: "1000".into(), mode: Mode::Dynamic, job_name: Some("j".into()) },
+        Command::GetOrCreateJob {
+            dataset_id: "1000".into(),
+            mode: Mode::Dynamic,
+            job_name: Some("j".into()),
+        },
         Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 3 },
         Command::GetSplit { task_id: 4000, worker_uid: 5, sequence: 0, provider: 0, repetition: 0 },
         Command::FinishTasks { worker_address: "w:1".into(), task_ids: vec![4000] },

@@ -1,0 +1,174 @@
+//! The simple one-in, at-most-one-out stages: `map`, `filter`, `take`, `skip`, and
+//! the fuse that ends every stage at its first error.
+//!
+//! Registry functions are user code: a panic in one becomes a
+//! `DatasetError::Function` for that element instead of taking the worker's
+//! executor thread down.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::def::{Arg, FnCall};
+use crate::error::DatasetError;
+use crate::registry::{FilterFn, MapFn};
+use crate::tensor::Element;
+
+use super::ElementIter;
+
+type Item = Result<Element, DatasetError>;
+
+/// Yields the inner items up to and including the first error, then nothing.
+/// The inner iterator is dropped as soon as it is done, releasing what it holds
+/// (a prefetch thread, buffered elements).
+pub(super) struct Fuse {
+    inner: Option<ElementIter>,
+}
+
+impl Fuse {
+    pub(super) fn new(inner: ElementIter) -> Self {
+        Fuse { inner: Some(inner) }
+    }
+}
+
+impl Iterator for Fuse {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        let item = self.inner.as_mut()?.next();
+        if !matches!(item, Some(Ok(_))) {
+            self.inner = None;
+        }
+        item
+    }
+}
+
+fn function_error(name: &str, message: String) -> DatasetError {
+    DatasetError::Function { name: name.to_string(), message }
+}
+
+/// Runs a registry function, turning its error or panic into a `Function` error.
+/// `AssertUnwindSafe`: after a panic the stage yields this error and is fused, so
+/// no state the function may have left half-updated is used again by this stage.
+fn call<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, DatasetError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result.map_err(|m| function_error(name, m)),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic".to_string());
+            Err(function_error(name, format!("panicked: {what}")))
+        }
+    }
+}
+
+pub(super) struct Map {
+    input: ElementIter,
+    name: String,
+    args: Vec<Arg>,
+    f: MapFn,
+}
+
+impl Map {
+    pub(super) fn new(input: ElementIter, call: FnCall, f: MapFn) -> Self {
+        Map { input, name: call.name, args: call.args, f }
+    }
+}
+
+impl Iterator for Map {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        let element = match self.input.next()? {
+            Ok(e) => e,
+            Err(e) => return Some(Err(e)),
+        };
+        let (f, args) = (&self.f, &self.args);
+        Some(call(&self.name, || f(element, args)))
+    }
+}
+
+pub(super) struct Filter {
+    input: ElementIter,
+    name: String,
+    args: Vec<Arg>,
+    f: FilterFn,
+}
+
+impl Filter {
+    pub(super) fn new(input: ElementIter, call: FnCall, f: FilterFn) -> Self {
+        Filter { input, name: call.name, args: call.args, f }
+    }
+}
+
+impl Iterator for Filter {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        loop {
+            let element = match self.input.next()? {
+                Ok(e) => e,
+                Err(e) => return Some(Err(e)),
+            };
+            let (f, args) = (&self.f, &self.args);
+            match call(&self.name, || f(&element, args)) {
+                Ok(true) => return Some(Ok(element)),
+                Ok(false) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+/// The first `remaining` elements; the input is dropped once they are out, without
+/// pulling one more.
+pub(super) struct Take {
+    input: Option<ElementIter>,
+    remaining: u64,
+}
+
+impl Take {
+    pub(super) fn new(input: ElementIter, count: u64) -> Self {
+        Take { input: Some(input), remaining: count }
+    }
+}
+
+impl Iterator for Take {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        if self.remaining == 0 {
+            self.input = None;
+            return None;
+        }
+        let item = self.input.as_mut()?.next()?;
+        self.remaining -= 1;
+        Some(item)
+    }
+}
+
+/// Everything after the first `to_skip` elements (errors among those are yielded).
+pub(super) struct Skip {
+    input: ElementIter,
+    to_skip: u64,
+}
+
+impl Skip {
+    pub(super) fn new(input: ElementIter, count: u64) -> Self {
+        Skip { input, to_skip: count }
+    }
+}
+
+impl Iterator for Skip {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        while self.to_skip > 0 {
+            match self.input.next()? {
+                Ok(_) => self.to_skip -= 1,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        self.input.next()
+    }
+}

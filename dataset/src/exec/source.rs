@@ -1,0 +1,112 @@
+//! The source stage: `range` and `from_tensor_slices`.
+//!
+//! Source element `i` is computed straight from its index, which is what makes
+//! dynamic sharding possible: a split is just a range of indices, and the worker
+//! that receives `[begin, end)` produces exactly those elements without touching
+//! the others.
+
+use std::sync::Arc;
+
+use super::{lock, Plan, SplitRange};
+use crate::def::{range_len, SliceValues, Stage};
+use crate::error::DatasetError;
+use crate::tensor::{Element, Tensor};
+
+/// Number of elements a source stage produces per epoch (0 for a non-source).
+pub(super) fn cardinality(stage: &Stage) -> u64 {
+    match stage {
+        Stage::Range { start, stop, step } => range_len(*start, *stop, *step),
+        Stage::FromTensorSlices(v) => v.len() as u64,
+        _ => 0,
+    }
+}
+
+/// Source element `i`; `i` must be below the cardinality.
+fn element_at(stage: &Stage, i: u64) -> Result<Element, DatasetError> {
+    let out_of_range = || DatasetError::Split(format!("source index {i} out of range"));
+    let idx = usize::try_from(i).map_err(|_| out_of_range())?;
+    let t = match stage {
+        Stage::Range { start, step, .. } => {
+            let v = i128::from(*start) + i128::from(i) * i128::from(*step);
+            Tensor::scalar_i64(i64::try_from(v).map_err(|_| out_of_range())?)
+        }
+        Stage::FromTensorSlices(values) => match values {
+            SliceValues::Ints(v) => Tensor::scalar_i64(*v.get(idx).ok_or_else(out_of_range)?),
+            SliceValues::Floats(v) => Tensor::scalar_f32(*v.get(idx).ok_or_else(out_of_range)?),
+            SliceValues::Strings(v) => Tensor::scalar_str(v.get(idx).ok_or_else(out_of_range)?),
+            SliceValues::Bytes(v) => Tensor::scalar_bytes(v.get(idx).ok_or_else(out_of_range)?),
+        },
+        other => {
+            return Err(DatasetError::Unsupported(format!(
+                "`{}` is not a source stage",
+                other.op_name()
+            )))
+        }
+    };
+    Ok(Element::single(t))
+}
+
+/// Produces source elements: all of `[0, cardinality)` locally, or the ranges
+/// handed out by the plan's split provider.
+pub(super) struct Source {
+    plan: Arc<Plan>,
+    cardinality: u64,
+    next: u64,
+    end: u64,
+    /// In split mode: whether the provider said this epoch has no more splits.
+    exhausted: bool,
+}
+
+impl Source {
+    pub(super) fn new(plan: Arc<Plan>) -> Self {
+        let cardinality = plan.source_cardinality();
+        let end = if plan.splits.is_some() { 0 } else { cardinality };
+        Source { plan, cardinality, next: 0, end, exhausted: false }
+    }
+
+    /// Fetches the next split; `Ok(false)` at the end of the epoch.
+    fn next_split(&mut self) -> Result<bool, DatasetError> {
+        let Some(splits) = &self.plan.splits else {
+            return Ok(false);
+        };
+        match lock(splits).next_split()? {
+            None => Ok(false),
+            Some(SplitRange { begin, end }) if begin > end || end > self.cardinality => {
+                Err(DatasetError::Split(format!(
+                    "split [{begin}, {end}) is not within the source's [0, {})",
+                    self.cardinality
+                )))
+            }
+            Some(SplitRange { begin, end }) => {
+                tracing::trace!(begin, end, "source split");
+                self.next = begin;
+                self.end = end;
+                Ok(true)
+            }
+        }
+    }
+}
+
+impl Iterator for Source {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.next >= self.end {
+            if self.exhausted {
+                return None;
+            }
+            match self.next_split() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.exhausted = true;
+                    return None;
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let i = self.next;
+        self.next += 1;
+        let stage = self.plan.stages.first()?;
+        Some(element_at(stage, i))
+    }
+}

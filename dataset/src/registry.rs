@@ -1,0 +1,211 @@
+//! The function registry: the names a pipeline's `map` and `filter` stages may call.
+//!
+//! tf.data traces Python functions into graphs and ships them to workers; Sluice
+//! ships only a function *name* and constant arguments ([`FnCall`]). A worker runs
+//! the functions of its [`FunctionRegistry`], much like TensorFlow custom ops: a
+//! custom worker binary starts from [`FunctionRegistry::builtin`], registers its own
+//! functions and advertises [`FunctionRegistry::names`] to the dispatcher, which can
+//! then refuse a dataset that calls a function no worker has.
+//!
+//! Checking a pipeline ([`FunctionRegistry::check`]) is separate from running it so
+//! that the dispatcher and the client can reject a bad definition before any worker
+//! starts it.
+//!
+//! ```
+//! use sluice_dataset::{Arg, DatasetDef, Element, FunctionRegistry, Tensor};
+//!
+//! let mut registry = FunctionRegistry::builtin();
+//! // `clip(lo, hi)`: limits a scalar int64 to [lo, hi].
+//! registry.register_map("clip", 2, |e: Element, args: &[Arg]| {
+//!     let [Arg::Int(lo), Arg::Int(hi)] = args else {
+//!         return Err(format!("needs two integer bounds, got {args:?}"));
+//!     };
+//!     let x = e.as_i64().map_err(|e| e.to_string())?;
+//!     Ok(Element::single(Tensor::scalar_i64(x.max(*lo).min(*hi))))
+//! });
+//! assert!(registry.names().contains(&"map:clip".to_string()));
+//!
+//! let def = DatasetDef::range(8).map_with("clip", vec![Arg::Int(2), Arg::Int(5)]);
+//! let out: Vec<i64> = def
+//!     .iter_local(&registry)?
+//!     .map(|e| e.and_then(|e| e.as_i64()))
+//!     .collect::<Result<_, _>>()?;
+//! assert_eq!(out, [2, 2, 2, 3, 4, 5, 5, 5]);
+//! # Ok::<(), sluice_dataset::DatasetError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::builtins;
+use crate::def::{Arg, DatasetDef, FnCall, FnKind};
+use crate::error::DatasetError;
+use crate::tensor::Element;
+
+/// A map function: takes an element and the call's constant arguments.
+pub type MapFn = Arc<dyn Fn(Element, &[Arg]) -> Result<Element, String> + Send + Sync>;
+/// A filter predicate: `Ok(true)` keeps the element.
+pub type FilterFn = Arc<dyn Fn(&Element, &[Arg]) -> Result<bool, String> + Send + Sync>;
+/// An optional check of a call's constant arguments, run by `check_call` (used by
+/// built-ins whose arguments can be rejected before any element flows).
+pub(crate) type ArgCheck = fn(&[Arg]) -> Result<(), String>;
+
+/// One registered function with its exact arity.
+#[derive(Clone)]
+struct Entry<F> {
+    arity: usize,
+    f: F,
+    check: Option<ArgCheck>,
+}
+
+/// Named map and filter functions. Cheap to clone (the functions are shared).
+#[derive(Clone)]
+pub struct FunctionRegistry {
+    maps: BTreeMap<String, Entry<MapFn>>,
+    filters: BTreeMap<String, Entry<FilterFn>>,
+}
+
+impl FunctionRegistry {
+    /// A registry with no functions at all.
+    pub fn empty() -> Self {
+        FunctionRegistry { maps: BTreeMap::new(), filters: BTreeMap::new() }
+    }
+
+    /// The built-in functions: maps `identity`, `square`, `negate`, `add`, `mul`,
+    /// `to_string`; filters `mod_eq`, `lt`, `gt`, `eq` (see `docs/dataset-spec.md`).
+    pub fn builtin() -> Self {
+        let mut r = Self::empty();
+        builtins::register_all(&mut r);
+        r
+    }
+
+    /// Registers a map function taking exactly `arity` arguments, replacing any map
+    /// function of the same name.
+    pub fn register_map(
+        &mut self,
+        name: &str,
+        arity: usize,
+        f: impl Fn(Element, &[Arg]) -> Result<Element, String> + Send + Sync + 'static,
+    ) {
+        self.maps.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
+    }
+
+    /// Registers a filter predicate taking exactly `arity` arguments, replacing any
+    /// filter of the same name.
+    pub fn register_filter(
+        &mut self,
+        name: &str,
+        arity: usize,
+        f: impl Fn(&Element, &[Arg]) -> Result<bool, String> + Send + Sync + 'static,
+    ) {
+        self.filters.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
+    }
+
+    /// Attaches an argument check to an already registered function.
+    pub(crate) fn set_arg_check(&mut self, kind: FnKind, name: &str, check: ArgCheck) {
+        match kind {
+            FnKind::Map => {
+                if let Some(e) = self.maps.get_mut(name) {
+                    e.check = Some(check);
+                }
+            }
+            FnKind::Filter => {
+                if let Some(e) = self.filters.get_mut(name) {
+                    e.check = Some(check);
+                }
+            }
+        }
+    }
+
+    pub fn has(&self, kind: FnKind, name: &str) -> bool {
+        match kind {
+            FnKind::Map => self.maps.contains_key(name),
+            FnKind::Filter => self.filters.contains_key(name),
+        }
+    }
+
+    /// Sorted names in the form `map:square`, `filter:mod_eq`: what a worker
+    /// advertises to the dispatcher.
+    pub fn names(&self) -> Vec<String> {
+        let maps = self.maps.keys().map(|n| format!("map:{n}"));
+        let filters = self.filters.keys().map(|n| format!("filter:{n}"));
+        let mut names: Vec<String> = maps.chain(filters).collect();
+        names.sort();
+        names
+    }
+
+    /// The map function `name`, if registered.
+    pub(crate) fn map_fn(&self, name: &str) -> Option<&MapFn> {
+        self.maps.get(name).map(|e| &e.f)
+    }
+
+    /// The filter predicate `name`, if registered.
+    pub(crate) fn filter_fn(&self, name: &str) -> Option<&FilterFn> {
+        self.filters.get(name).map(|e| &e.f)
+    }
+
+    fn lookup(&self, kind: FnKind, name: &str) -> Option<(usize, Option<ArgCheck>)> {
+        match kind {
+            FnKind::Map => self.maps.get(name).map(|e| (e.arity, e.check)),
+            FnKind::Filter => self.filters.get(name).map(|e| (e.arity, e.check)),
+        }
+    }
+
+    fn known(&self, kind: FnKind) -> String {
+        let names: Vec<&str> = match kind {
+            FnKind::Map => self.maps.keys().map(String::as_str).collect(),
+            FnKind::Filter => self.filters.keys().map(String::as_str).collect(),
+        };
+        if names.is_empty() {
+            "(none)".to_string()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    /// Checks one call: the function exists for `kind` and takes `call.args.len()`
+    /// arguments. Argument *types* are checked when the function runs (built-ins
+    /// also reject impossible constants here, e.g. `mod_eq` with modulus 0).
+    pub fn check_call(&self, kind: FnKind, call: &FnCall) -> Result<(), DatasetError> {
+        let Some((arity, check)) = self.lookup(kind, &call.name) else {
+            return Err(DatasetError::UnknownFunction {
+                kind: kind.name().to_string(),
+                name: call.name.clone(),
+                known: self.known(kind),
+            });
+        };
+        if call.args.len() != arity {
+            let plural = if arity == 1 { "" } else { "s" };
+            return Err(DatasetError::BadArguments {
+                name: call.name.clone(),
+                message: format!("expected {arity} argument{plural}, got {}", call.args.len()),
+            });
+        }
+        if let Some(check) = check {
+            check(&call.args).map_err(|message| DatasetError::BadArguments {
+                name: call.name.clone(),
+                message,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// [`DatasetDef::validate`] and then [`Self::check_call`] for every call.
+    pub fn check(&self, def: &DatasetDef) -> Result<(), DatasetError> {
+        def.validate()?;
+        def.function_calls().try_for_each(|(_, kind, call)| self.check_call(kind, call))
+    }
+}
+
+impl Default for FunctionRegistry {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl fmt::Debug for FunctionRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FunctionRegistry").field("functions", &self.names()).finish()
+    }
+}

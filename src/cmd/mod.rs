@@ -1,0 +1,55 @@
+//! The subcommands, one module each.
+
+pub mod local;
+pub mod read;
+pub mod register;
+pub mod serve;
+pub mod status;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use sluice_client::{Client, RetryPolicy};
+use sluice_dataset::DatasetDef;
+
+/// Flags every command that talks to a dispatcher takes.
+#[derive(Args, Clone, Debug)]
+pub struct DispatcherFlags {
+    /// Dispatcher address(es), host:port, comma-separated.
+    #[arg(
+        long = "dispatcher",
+        env = "SLUICE_DISPATCHER",
+        default_value = "127.0.0.1:5050",
+        value_delimiter = ','
+    )]
+    pub dispatchers: Vec<String>,
+    /// Give up on an unreachable dispatcher or worker after this many seconds.
+    #[arg(long, default_value_t = 30)]
+    pub timeout_secs: u64,
+}
+
+impl DispatcherFlags {
+    pub fn retry(&self) -> RetryPolicy {
+        RetryPolicy::default().with_deadline(Duration::from_secs(self.timeout_secs))
+    }
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::new(&self.dispatchers, self.retry())?)
+    }
+}
+
+pub fn init_tracing(default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+/// Reads a JSON dataset spec from a file, or stdin for `-`.
+pub fn read_spec(path: &str) -> anyhow::Result<DatasetDef> {
+    let text = if path == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the spec from stdin")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading the spec file {path}"))?
+    };
+    DatasetDef::from_json(&text).with_context(|| format!("in dataset spec {path}"))
+}

@@ -1,0 +1,109 @@
+//! `sluice read`: reads a dataset and prints one JSON line per element on stdout,
+//! with a progress bar on stderr when stderr is a terminal.
+
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+use anyhow::bail;
+use clap::Args;
+use futures::StreamExt;
+use sluice_client::{ElementStream, ProcessingMode, ReadOptions};
+
+#[derive(Args, Debug)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    pub dispatcher: super::DispatcherFlags,
+    /// Id of a registered dataset.
+    #[arg(long, conflicts_with = "spec")]
+    pub dataset_id: Option<String>,
+    /// Or a JSON spec to register and read in one go.
+    #[arg(long)]
+    pub spec: Option<String>,
+    /// off (parallel_epochs) or dynamic (distributed_epoch).
+    #[arg(long, default_value = "dynamic")]
+    pub mode: String,
+    /// Share a job with other readers of the same name.
+    #[arg(long)]
+    pub job_name: Option<String>,
+    /// Bound on buffered element messages and concurrent task streams.
+    #[arg(long, default_value_t = 16)]
+    pub max_outstanding_requests: usize,
+    /// Print only the summary line, not the elements.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
+    let mode: ProcessingMode = a.mode.parse()?;
+    let mut opts = ReadOptions::new(mode).max_outstanding_requests(a.max_outstanding_requests);
+    opts.job_name = a.job_name.clone();
+    opts.worker_retry = a.dispatcher.retry();
+    let client = a.dispatcher.client()?;
+    let stream = match (&a.dataset_id, &a.spec) {
+        (Some(id), _) => client.from_dataset_id(id, opts).await?,
+        (None, Some(spec)) => client.distribute(&super::read_spec(spec)?, opts).await?,
+        (None, None) => bail!("say what to read: --dataset-id ID or --spec FILE"),
+    };
+    let summary = print_elements(stream, a.quiet).await?;
+    eprintln!("read {}", summary.line());
+    Ok(())
+}
+
+/// What a finished read prints last.
+pub struct Summary {
+    pub elements: u64,
+    pub bytes: u64,
+    pub started: Instant,
+}
+
+impl Summary {
+    pub fn line(&self) -> String {
+        let secs = self.started.elapsed().as_secs_f64();
+        format!(
+            "{} elements, {} payload bytes in {:.3} s ({:.0} elements/s)",
+            self.elements,
+            self.bytes,
+            secs,
+            self.elements as f64 / secs.max(1e-9)
+        )
+    }
+}
+
+/// Prints each element as a JSON line; stops quietly if stdout is closed.
+pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::Result<Summary> {
+    let started = Instant::now();
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {pos} elements ({per_sec})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        Some(bar)
+    } else {
+        None
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut summary = Summary { elements: 0, bytes: 0, started };
+    while let Some(element) = stream.next().await {
+        let element = element?;
+        summary.elements += 1;
+        summary.bytes += element.byte_len() as u64;
+        if !quiet {
+            if let Err(e) = writeln!(out, "{}", element.to_json()) {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    break;
+                }
+                return Err(e.into());
+            }
+        }
+        if let Some(bar) = &bar {
+            bar.inc(1);
+        }
+    }
+    let _ = out.flush();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(summary)
+}

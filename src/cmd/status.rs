@@ -1,0 +1,84 @@
+//! `sluice status`: a readable table of workers, datasets, jobs and progress.
+
+use clap::Args;
+use sluice_proto::v1 as pb;
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub dispatcher: super::DispatcherFlags,
+}
+
+pub async fn run(a: StatusArgs) -> anyhow::Result<()> {
+    let status = a.dispatcher.client()?.status().await?;
+    print!("{}", render(&status));
+    Ok(())
+}
+
+fn mode_name(m: i32) -> &'static str {
+    match pb::ProcessingMode::try_from(m) {
+        Ok(pb::ProcessingMode::Off) => "OFF",
+        Ok(pb::ProcessingMode::Dynamic) => "DYNAMIC",
+        _ => "?",
+    }
+}
+
+pub fn render(s: &pb::GetStatusResponse) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("WORKERS ({})\n", s.workers.len()));
+    out.push_str(&format!("  {:<24} {:>12} {:>16}\n", "ADDRESS", "ACTIVE TASKS", "LAST HEARTBEAT"));
+    for w in &s.workers {
+        let hb = w.last_heartbeat_ms_ago.map(|ms| format!("{ms} ms ago")).unwrap_or("-".into());
+        out.push_str(&format!("  {:<24} {:>12} {:>16}\n", w.address, w.active_tasks, hb));
+    }
+    out.push_str(&format!("DATASETS ({})\n", s.datasets.len()));
+    out.push_str(&format!("  {:<24} {:>18}\n", "ID", "SOURCE ELEMENTS"));
+    for d in &s.datasets {
+        let card = d.source_cardinality.map(|c| c.to_string()).unwrap_or("unknown".into());
+        out.push_str(&format!("  {:<24} {:>18}\n", d.dataset_id, card));
+    }
+    out.push_str(&format!("JOBS ({})\n", s.jobs.len()));
+    out.push_str(&format!(
+        "  {:<8} {:<24} {:<10} {:<8} {:<10} {:>6} {:>11} {:>8} {:>9} {}\n",
+        "JOB",
+        "NAME",
+        "DATASET",
+        "MODE",
+        "ITERATION",
+        "REP",
+        "TASKS DONE",
+        "CLIENTS",
+        "SPLITS",
+        "STATE"
+    ));
+    for j in &s.jobs {
+        let mode = mode_name(j.mode);
+        if j.iterations.is_empty() {
+            out.push_str(&format!(
+                "  {:<8} {:<24} {:<10} {:<8} {:<10}\n",
+                j.job_id, j.job_name, j.dataset_id, mode, "-"
+            ));
+        }
+        for it in &j.iterations {
+            let splits = match (it.split_repetition, it.split_cursor) {
+                (Some(r), Some(c)) => format!("{r}:{c}"),
+                _ => "-".into(),
+            };
+            let state = if it.finished { "finished" } else { "running" };
+            out.push_str(&format!(
+                "  {:<8} {:<24} {:<10} {:<8} {:<10} {:>6} {:>11} {:>8} {:>9} {}\n",
+                j.job_id,
+                j.job_name,
+                j.dataset_id,
+                mode,
+                it.iteration_id,
+                it.repetition,
+                format!("{}/{}", it.finished_tasks, it.tasks),
+                it.clients,
+                splits,
+                state
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,127 @@
+//! The data path end to end, in one process: a dispatcher and workers on
+//! loopback ports, real gRPC, the client library reading.
+
+mod common;
+
+use common::{collect_i64, counts, Cluster};
+use futures::StreamExt;
+use sluice_client::{ProcessingMode, ReadOptions};
+use sluice_dataset::{Arg, DatasetDef, FunctionRegistry};
+
+fn dynamic() -> ReadOptions {
+    ReadOptions::new(ProcessingMode::Dynamic).worker_retry(sluice_client::RetryPolicy::for_tests())
+}
+fn off() -> ReadOptions {
+    ReadOptions::new(ProcessingMode::Off).worker_retry(sluice_client::RetryPolicy::for_tests())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_epoch_yields_each_element_exactly_once() {
+    let cluster = Cluster::start(2).await;
+    let stream = cluster.client().distribute(&DatasetDef::range(10), dynamic()).await.unwrap();
+    let mut got = collect_i64(stream).await;
+    got.sort();
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_epochs_yields_each_element_once_per_worker() {
+    let cluster = Cluster::start(2).await;
+    let stream = cluster.client().distribute(&DatasetDef::range(10), off()).await.unwrap();
+    let got = collect_i64(stream).await;
+    assert_eq!(got.len(), 20);
+    assert!(counts(&got).values().all(|c| *c == 2), "{:?}", counts(&got));
+    assert_eq!(counts(&got).len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn square_on_workers_then_add_one_on_the_client_matches_the_local_oracle() {
+    let cluster = Cluster::start(2).await;
+    let def = DatasetDef::range(5).map("square");
+    // The same pipeline run locally is the oracle.
+    let registry = FunctionRegistry::builtin();
+    let oracle: Vec<i64> = def
+        .clone()
+        .map_with("add", vec![Arg::Int(1)])
+        .iter_local(&registry)
+        .unwrap()
+        .map(|e| e.unwrap().as_i64().unwrap())
+        .collect();
+    assert_eq!(oracle, vec![1, 2, 5, 10, 17]);
+    for (opts, copies) in [(off(), 2), (dynamic(), 1)] {
+        let stream = cluster.client().distribute(&def, opts).await.unwrap();
+        let plus_one: Vec<i64> = collect_i64(stream).await.into_iter().map(|x| x + 1).collect();
+        let c = counts(&plus_one);
+        assert_eq!(c.keys().copied().collect::<Vec<_>>(), oracle);
+        assert!(c.values().all(|n| *n == copies), "{c:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_consumers_of_one_named_dynamic_job_share_the_data_exactly_once() {
+    let cluster = Cluster::start(2).await;
+    let client = cluster.client();
+    let id = client.register_dataset(&DatasetDef::range(1000), None).await.unwrap();
+    let a = client.from_dataset_id(&id, dynamic().job_name("shared")).await.unwrap();
+    let b = client.from_dataset_id(&id, dynamic().job_name("shared")).await.unwrap();
+    assert_eq!(a.iteration_id(), b.iteration_id(), "one job, one iteration");
+    let (ga, gb) = tokio::join!(collect_i64(a), collect_i64(b));
+    let mut all = [ga, gb].concat();
+    all.sort();
+    assert_eq!(all, (0..1000).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_job_names_each_receive_everything() {
+    let cluster = Cluster::start(2).await;
+    let client = cluster.client();
+    let id = client.register_dataset(&DatasetDef::range(1000), None).await.unwrap();
+    let a = client.from_dataset_id(&id, dynamic().job_name("a")).await.unwrap();
+    let b = client.from_dataset_id(&id, dynamic().job_name("b")).await.unwrap();
+    assert_ne!(a.iteration_id(), b.iteration_id());
+    let (mut ga, mut gb) = tokio::join!(collect_i64(a), collect_i64(b));
+    ga.sort();
+    gb.sort();
+    assert_eq!(ga, (0..1000).collect::<Vec<_>>());
+    assert_eq!(gb, ga);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_dataset_yields_three_copies_in_dynamic_mode() {
+    let cluster = Cluster::start(2).await;
+    let def = DatasetDef::range(50).repeat(3);
+    let got = collect_i64(cluster.client().distribute(&def, dynamic()).await.unwrap()).await;
+    let c = counts(&got);
+    assert_eq!(c.len(), 50);
+    assert!(c.values().all(|n| *n == 3), "{c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_joins_mid_iteration_takes_remaining_splits() {
+    let mut cluster = Cluster::start(1).await;
+    let client = cluster.client();
+    let mut stream = client.distribute(&DatasetDef::range(2000), dynamic()).await.unwrap();
+    let first = stream.next().await.unwrap().unwrap().as_i64().unwrap();
+    cluster.add_worker().await;
+    cluster.wait_workers(2).await;
+    let mut got = vec![first];
+    got.extend(collect_i64(stream).await);
+    got.sort();
+    assert_eq!(got, (0..2000).collect::<Vec<_>>(), "still exactly once with a new worker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_shuffled_pipeline_matches_the_oracle_as_a_multiset() {
+    let cluster = Cluster::start(1).await;
+    let def = DatasetDef::range(100).shuffle(16, 7).batch(8, false);
+    let registry = FunctionRegistry::builtin();
+    let oracle: Vec<_> = def.iter_local(&registry).unwrap().map(|e| e.unwrap()).collect();
+    let mut stream = cluster.client().distribute(&def, off()).await.unwrap();
+    let mut got = vec![];
+    while let Some(e) = stream.next().await {
+        got.push(e.unwrap());
+    }
+    // One worker runs the whole pipeline: the same seeded shuffle, the same batches.
+    assert_eq!(got, oracle);
+    assert_eq!(got.last().unwrap().components[0].shape(), &[4]);
+}
