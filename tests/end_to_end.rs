@@ -125,3 +125,35 @@ async fn a_batched_shuffled_pipeline_matches_the_oracle_as_a_multiset() {
     assert_eq!(got, oracle);
     assert_eq!(got.last().unwrap().components[0].shape(), &[4]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_ends_only_when_the_dispatcher_says_the_iteration_finished() {
+    use sluice_proto::v1 as pb;
+    let cluster = Cluster::start(1).await;
+    let d = cluster.client().dispatcher().clone();
+    // A second "worker" that registers but never serves: its task holds the
+    // iteration open, as a slow worker would.
+    let ghost = "127.0.0.1:9".to_string();
+    let reg =
+        pb::RegisterWorkerRequest { address: ghost.clone(), worker_uid: 1, functions: vec![] };
+    d.register_worker(reg).await.unwrap();
+    let mut stream = cluster.client().distribute(&DatasetDef::range(10), dynamic()).await.unwrap();
+    let mut got = vec![];
+    for _ in 0..10 {
+        got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
+    }
+    got.sort();
+    assert_eq!(got, (0..10).collect::<Vec<_>>(), "the real worker took every split");
+    // Every element is here, but the ghost's task is unfinished: no end yet.
+    let early = tokio::time::timeout(std::time::Duration::from_millis(300), stream.next()).await;
+    assert!(early.is_err(), "the stream ended before the iteration finished: {early:?}");
+    tracing::info!("--- the ghost reports its task finished");
+    let hb =
+        pb::WorkerHeartbeatRequest { address: ghost.clone(), worker_uid: 1, ..Default::default() };
+    let task = d.worker_heartbeat(hb.clone()).await.unwrap().new_tasks[0].task_id;
+    d.worker_heartbeat(pb::WorkerHeartbeatRequest { finished_tasks: vec![task], ..hb })
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(common::DEADLINE, stream.next()).await.expect("the stream ends");
+    assert!(end.is_none(), "end of sequence, not an error: {end:?}");
+}

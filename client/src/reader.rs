@@ -11,7 +11,7 @@
 //! `max_outstanding_requests`: that many batches in the channel, that many task
 //! streams at once.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -22,7 +22,7 @@ use sluice_dataset::Element;
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::worker_client::WorkerClient;
 use sluice_proto::MAX_MESSAGE_BYTES;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, Instrument};
 
@@ -123,7 +123,8 @@ async fn manage(
 ) {
     let permits = Arc::new(Semaphore::new(opts.max_outstanding_requests));
     let mut readers: JoinSet<Result<(), ClientError>> = JoinSet::new();
-    let mut started = HashSet::new();
+    // Per started task: tells its reader the dispatcher saw the task finish.
+    let mut started: HashMap<u64, watch::Sender<bool>> = HashMap::new();
     let mut ticker = tokio::time::interval(opts.heartbeat_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut finished = false;
@@ -138,13 +139,21 @@ async fn manage(
                     }
                 };
                 for task in hb.tasks {
-                    if task.finished || !started.insert(task.task_id) {
+                    if let Some(done) = started.get(&task.task_id) {
+                        if task.finished {
+                            let _ = done.send(true);
+                        }
                         continue;
                     }
+                    if task.finished {
+                        continue;
+                    }
+                    let (done, finished_rx) = watch::channel(false);
+                    started.insert(task.task_id, done);
                     debug!(task_id = task.task_id, worker = %task.worker_address, "reading task");
                     let span = tracing::debug_span!("task", task_id = task.task_id, worker = %task.worker_address);
                     readers.spawn(
-                        read_task(task, client_id, opts.clone(), tx.clone(), permits.clone())
+                        read_task(task, client_id, opts.clone(), tx.clone(), permits.clone(), finished_rx)
                             .instrument(span),
                     );
                 }
@@ -187,6 +196,7 @@ async fn read_task(
     opts: ReadOptions,
     tx: mpsc::Sender<Batch>,
     permits: Arc<Semaphore>,
+    mut finished: watch::Receiver<bool>,
 ) -> Result<(), ClientError> {
     let _permit = permits.acquire_owned().await.map_err(|_| ClientError::Protocol {
         address: task.worker_address.clone(),
@@ -251,6 +261,11 @@ async fn read_task(
                 message: status.message().to_string(),
             });
         }
+        // The task ended at the worker (its elements went to this or another
+        // consumer): there is nothing left to fetch, even if the worker is gone.
+        if *finished.borrow() {
+            return Ok(());
+        }
         let since = *failing_since.get_or_insert_with(Instant::now);
         attempts += 1;
         if since.elapsed() >= policy.deadline {
@@ -263,6 +278,9 @@ async fn read_task(
             });
         }
         debug!(attempts, code = ?status.code(), "worker unavailable, retrying");
-        tokio::time::sleep(policy.backoff(attempts - 1)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(policy.backoff(attempts - 1)) => {}
+            _ = finished.wait_for(|f| *f) => return Ok(()),
+        }
     }
 }

@@ -42,7 +42,9 @@ where
 
 /// A dispatcher and workers in this process, each on its own loopback port.
 pub struct Cluster {
-    pub dispatcher: DispatcherHandle,
+    /// `None` only while `restart_dispatcher` swaps it.
+    pub dispatcher: Option<DispatcherHandle>,
+    pub dispatcher_address: String,
     pub workers: Vec<WorkerHandle>,
 }
 
@@ -56,7 +58,9 @@ impl Cluster {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let dispatcher =
             sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap();
-        let mut cluster = Cluster { dispatcher, workers: vec![] };
+        let dispatcher_address = dispatcher.address().to_string();
+        let mut cluster =
+            Cluster { dispatcher: Some(dispatcher), dispatcher_address, workers: vec![] };
         for _ in 0..workers {
             cluster.add_worker().await;
         }
@@ -65,7 +69,19 @@ impl Cluster {
     }
 
     pub fn addresses(&self) -> Vec<String> {
-        vec![self.dispatcher.address().to_string()]
+        vec![self.dispatcher_address.clone()]
+    }
+
+    /// Stops the dispatcher and starts a new one, with empty in-memory state, on
+    /// the same address.
+    pub async fn restart_dispatcher(&mut self) {
+        if let Some(old) = self.dispatcher.take() {
+            old.shutdown().await.unwrap();
+        }
+        let listener = TcpListener::bind(&self.dispatcher_address).await.unwrap();
+        let config = DispatcherConfig::default();
+        let d = sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin()).await;
+        self.dispatcher = Some(d.unwrap());
     }
 
     pub async fn add_worker(&mut self) {

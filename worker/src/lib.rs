@@ -1,1 +1,212 @@
-//! placeholder
+//! Sluice's worker: registers with the dispatcher, runs the pipelines of the tasks
+//! it is given, and streams their elements to clients.
+//!
+//! # Layout
+//! - [`config`]: [`WorkerConfig`] and its checks.
+//! - `state`: the task table shared by the service and the control loop.
+//! - `heartbeat`: the control loop — register, heartbeat, start and delete tasks,
+//!   report finished ones.
+//! - `task`: one task — its pipeline thread and the bounded buffer consumers share.
+//! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
+//! - `service`: the `Worker` gRPC service (`GetElements`).
+//! - [`error`]: [`WorkerError`], what stops a worker.
+//!
+//! ```text
+//!  dispatcher ◀─ RegisterWorker / WorkerHeartbeat ── heartbeat ──▶ state (task table)
+//!      ▲                                                              │ start / delete
+//!      └──────────── GetSplit ◀── splits ◀── pipeline thread ◀── task ┘
+//!                                                │ bounded mpsc
+//!  client ◀── ElementBatch stream ◀── service ◀──┘  (first come, first served)
+//! ```
+//!
+//! # Soft state
+//! The worker is stateless: nothing it holds survives a restart, and nothing needs
+//! to. A restarted process at the same address picks a new `worker_uid`, registers,
+//! and the dispatcher hands back its unfinished tasks, which start again from the
+//! beginning (OFF) or take new splits (DYNAMIC). Clients retry `Unavailable` until
+//! the task is known again.
+
+pub mod config;
+pub mod error;
+mod heartbeat;
+mod service;
+mod splits;
+mod state;
+mod task;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_client::DispatcherClient;
+use sluice_dataset::FunctionRegistry;
+use sluice_proto::v1::worker_server::WorkerServer;
+use sluice_proto::MAX_MESSAGE_BYTES;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+use tracing::Instrument;
+
+pub use config::WorkerConfig;
+pub use error::WorkerError;
+
+use crate::service::WorkerService;
+use crate::state::Worker;
+
+/// HTTP/2 windows large enough that a stream of big batches is not throttled by
+/// flow control on a fast link.
+const STREAM_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
+const CONNECTION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
+
+/// After shutdown, how long open connections get to drain before `run` returns
+/// anyway (a client that stopped reading would otherwise hold it forever).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Serves until `shutdown` resolves: the Worker service starts on `listener` at
+/// once, registration (retried until it succeeds or the worker stops) and
+/// heartbeats run in the background, and tasks run as the dispatcher assigns them.
+pub async fn run(
+    listener: TcpListener,
+    config: WorkerConfig,
+    registry: FunctionRegistry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), WorkerError> {
+    config.validate()?;
+    let address = advertised_address(&config, &listener)?;
+    let dispatcher =
+        DispatcherClient::new(&config.dispatcher_addresses, config.dispatcher_retry.clone())?;
+    // Tells this process from an earlier one at the same address (GetSplit keys).
+    let worker_uid: u64 = rand::random();
+    let span = tracing::info_span!("worker", worker = %address, worker_uid);
+    let worker = Arc::new(Worker::new(
+        address,
+        worker_uid,
+        config,
+        registry,
+        dispatcher,
+        tokio::runtime::Handle::current(),
+    ));
+    serve(worker, listener, shutdown).instrument(span).await
+}
+
+async fn serve(
+    worker: Arc<Worker>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), WorkerError> {
+    tracing::info!(dispatchers = ?worker.config.dispatcher_addresses, "worker serving");
+    let control = tokio::spawn(heartbeat::run(worker.clone()).in_current_span());
+
+    let service = WorkerServer::new(WorkerService::new(worker.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Stopping the tasks first ends their streams, which lets graceful shutdown finish.
+    let signal = {
+        let worker = worker.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("worker shutting down");
+            worker.shut_down();
+        }
+    };
+    // `serve_with_incoming*` ignores the builder's tcp_nodelay; the incoming sets it.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let server = Server::builder()
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, signal);
+    tokio::pin!(server);
+    let mut stopping = worker.shutdown_signal();
+    let result = tokio::select! {
+        result = &mut server => result,
+        _ = async {
+            let _ = stopping.wait_for(|stopping| *stopping).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "connections did not drain; leaving them");
+            Ok(())
+        }
+    };
+    // Also when the server failed on its own: stop tasks and the control loop.
+    worker.shut_down();
+    if let Err(e) = control.await {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+    tracing::info!("worker stopped");
+    result.map_err(WorkerError::from)
+}
+
+fn advertised_address(
+    config: &WorkerConfig,
+    listener: &TcpListener,
+) -> Result<String, WorkerError> {
+    match &config.advertised_address {
+        Some(address) => Ok(address.clone()),
+        None => Ok(format!("127.0.0.1:{}", listener.local_addr()?.port())),
+    }
+}
+
+/// A worker running on the current runtime. Dropping it stops the worker (without
+/// waiting); [`WorkerHandle::shutdown`] stops it and waits.
+pub struct WorkerHandle {
+    address: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), WorkerError>>>,
+}
+
+/// Starts a worker on `listener` in the background; for tests and `sluice local`.
+pub async fn spawn(
+    listener: TcpListener,
+    config: WorkerConfig,
+    registry: FunctionRegistry,
+) -> Result<WorkerHandle, WorkerError> {
+    // Checked here too so a bad config fails the caller, not a background task.
+    config.validate()?;
+    let address = advertised_address(&config, &listener)?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async move {
+        // Err: the handle was dropped, which also means stop.
+        let _ = stopped.await;
+    };
+    let task = tokio::spawn(run(listener, config, registry, shutdown));
+    Ok(WorkerHandle { address, stop: Some(stop), task: Some(task) })
+}
+
+impl WorkerHandle {
+    /// The address clients dial.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Stops the worker and waits until it has stopped.
+    pub async fn shutdown(mut self) -> Result<(), WorkerError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => match task.await {
+                Ok(result) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // Cancelled: the runtime is going away, taking the worker with it.
+                Err(_) => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The worker's configuration: a plain struct, checked by [`WorkerConfig::validate`].
+//! The `sluice` binary fills it from flags; tests use [`WorkerConfig::for_tests`].
+
+use std::time::Duration;
+
+use sluice_client::RetryPolicy;
+use sluice_proto::MAX_MESSAGE_BYTES;
+
+use crate::error::WorkerError;
+
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// `host:port` of the dispatcher(s); at least one.
+    pub dispatcher_addresses: Vec<String>,
+    /// The address clients dial. `None`: `127.0.0.1:<bound port>` of the listener.
+    pub advertised_address: Option<String>,
+    /// Time between heartbeats; a finished task triggers one at once.
+    pub heartbeat_interval: Duration,
+    /// Elements buffered per task between its pipeline and its consumers.
+    pub task_buffer_elements: usize,
+    /// Most elements in one `ElementBatch`; requests may only lower it.
+    pub max_elements_per_message: u32,
+    /// Most encoded element bytes in one `ElementBatch`; requests may only lower it.
+    /// A single larger element is still sent, alone.
+    pub max_bytes_per_message: u64,
+    /// Retries of every dispatcher call (registration, heartbeats, splits).
+    pub dispatcher_retry: RetryPolicy,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            dispatcher_addresses: Vec::new(),
+            advertised_address: None,
+            heartbeat_interval: Duration::from_millis(500),
+            task_buffer_elements: 256,
+            max_elements_per_message: 64,
+            max_bytes_per_message: 4 * 1024 * 1024,
+            dispatcher_retry: RetryPolicy::default(),
+        }
+    }
+}
+
+impl WorkerConfig {
+    pub fn new(dispatchers: Vec<String>) -> Self {
+        WorkerConfig { dispatcher_addresses: dispatchers, ..WorkerConfig::default() }
+    }
+
+    /// Fast heartbeats and short retry deadlines for tests on loopback.
+    pub fn for_tests(dispatchers: Vec<String>) -> Self {
+        WorkerConfig {
+            heartbeat_interval: Duration::from_millis(100),
+            dispatcher_retry: RetryPolicy::for_tests(),
+            ..WorkerConfig::new(dispatchers)
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), WorkerError> {
+        let bad = |m: &str| Err(WorkerError::Config(m.to_string()));
+        if self.dispatcher_addresses.is_empty() {
+            return bad("dispatcher_addresses: at least one dispatcher address is needed");
+        }
+        if self.dispatcher_addresses.iter().any(|a| a.trim().is_empty()) {
+            return bad("dispatcher_addresses: an address is empty");
+        }
+        if matches!(&self.advertised_address, Some(a) if a.trim().is_empty()) {
+            return bad("advertised_address: must not be empty when set");
+        }
+        if self.heartbeat_interval.is_zero() {
+            return bad("heartbeat_interval: must be > 0");
+        }
+        if self.task_buffer_elements == 0 {
+            return bad("task_buffer_elements: must be > 0");
+        }
+        if self.max_elements_per_message == 0 {
+            return bad("max_elements_per_message: must be > 0");
+        }
+        if self.max_bytes_per_message == 0 || self.max_bytes_per_message > MAX_MESSAGE_BYTES as u64
+        {
+            return Err(WorkerError::Config(format!(
+                "max_bytes_per_message: must be in 1..={MAX_MESSAGE_BYTES} (the gRPC message bound)"
+            )));
+        }
+        Ok(())
+    }
+}

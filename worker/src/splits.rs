@@ -1,0 +1,118 @@
+//! [`RemoteSplitProvider`]: the source of a DYNAMIC task's pipeline asks the
+//! dispatcher for its next split instead of reading its own range.
+//!
+//! Exactly-once hand-out rests on the request key (task_id, worker_uid, sequence):
+//! the dispatcher answers a resent key with the same split and never takes a
+//! second one, so `sequence` advances only after an answer arrived. Retries of one
+//! call happen inside `DispatcherClient` with the same request, hence the same key.
+//!
+//! Soft state: `sequence` and `repetition` live only in this process. A restarted
+//! worker has a new `worker_uid`, so its keys start again at 0 without colliding
+//! with the old process's; splits the old process took but never delivered are lost
+//! (the at-most-once side of dynamic sharding).
+
+use sluice_client::DispatcherClient;
+use sluice_dataset::{DatasetError, SplitProvider, SplitRange};
+use sluice_proto::v1 as pb;
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
+
+use crate::task::StopReason;
+
+pub(crate) struct RemoteSplitProvider {
+    dispatcher: DispatcherClient,
+    /// The worker's runtime: calls run there, the pipeline thread waits for them.
+    runtime: Handle,
+    /// Fires when the task is deleted or the worker stops, so a pipeline thread
+    /// waiting for a split is released at once instead of after the retry deadline.
+    stop: watch::Receiver<Option<StopReason>>,
+    task_id: u64,
+    worker_uid: u64,
+    split_provider_index: u32,
+    sequence: u64,
+    repetition: u64,
+}
+
+impl RemoteSplitProvider {
+    pub(crate) fn new(
+        dispatcher: DispatcherClient,
+        runtime: Handle,
+        stop: watch::Receiver<Option<StopReason>>,
+        task_id: u64,
+        worker_uid: u64,
+        split_provider_index: u32,
+    ) -> Self {
+        RemoteSplitProvider {
+            dispatcher,
+            runtime,
+            stop,
+            task_id,
+            worker_uid,
+            split_provider_index,
+            sequence: 0,
+            repetition: 0,
+        }
+    }
+
+    fn request(&self) -> pb::GetSplitRequest {
+        pb::GetSplitRequest {
+            task_id: self.task_id,
+            worker_uid: self.worker_uid,
+            sequence: self.sequence,
+            split_provider_index: self.split_provider_index,
+            repetition: self.repetition,
+        }
+    }
+
+    /// Runs one GetSplit on the runtime and waits for it on this (non-runtime) thread.
+    ///
+    /// Spawning rather than `Handle::block_on`: `block_on` panics on timers once the
+    /// runtime is shut down, while a task spawned on a shut-down runtime is just
+    /// dropped, which closes the oneshot and ends the wait with an error.
+    fn call(&self, req: pb::GetSplitRequest) -> Result<pb::GetSplitResponse, DatasetError> {
+        let dispatcher = self.dispatcher.clone();
+        let mut stop = self.stop.clone();
+        let (tx, rx) = oneshot::channel();
+        let call = async move {
+            let result = tokio::select! {
+                r = dispatcher.get_split(req) => r.map_err(|e| e.to_string()),
+                _ = stop.wait_for(Option::is_some) => Err("the task was stopped".to_string()),
+            };
+            let _ = tx.send(result);
+        };
+        self.runtime.spawn(call.instrument(tracing::Span::current()));
+        match rx.blocking_recv() {
+            Ok(result) => result.map_err(DatasetError::Split),
+            Err(_) => Err(DatasetError::Split("the worker's runtime has shut down".into())),
+        }
+    }
+}
+
+impl SplitProvider for RemoteSplitProvider {
+    fn next_split(&mut self) -> Result<Option<SplitRange>, DatasetError> {
+        let req = self.request();
+        let resp = self.call(req)?;
+        // The dispatcher has answered this key; the next call must take a new split.
+        self.sequence += 1;
+        if resp.end_of_splits {
+            tracing::debug!(repetition = self.repetition, "end of splits");
+            return Ok(None);
+        }
+        match resp.split {
+            Some(s) if s.begin <= s.end => {
+                tracing::debug!(begin = s.begin, end = s.end, "got split");
+                Ok(Some(SplitRange { begin: s.begin, end: s.end }))
+            }
+            other => Err(DatasetError::Split(format!(
+                "dispatcher answered GetSplit for task {} with an invalid split {other:?}",
+                self.task_id
+            ))),
+        }
+    }
+
+    fn reset(&mut self) -> Result<(), DatasetError> {
+        self.repetition += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,252 @@
+//! [`Worker`]: the state shared by the gRPC service (which looks tasks up and marks
+//! them finished) and the heartbeat loop (which starts and deletes them).
+//!
+//! Soft state, all of it: the task table, the finished-but-unreported ids and the
+//! memory of ended tasks are rebuilt after a restart from what the dispatcher hands
+//! back on registration; tasks this process had finished but not yet reported are
+//! run again, which the dispatcher treats like any unfinished task.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sluice_client::DispatcherClient;
+use sluice_dataset::FunctionRegistry;
+use sluice_proto::v1 as pb;
+use tokio::runtime::Handle;
+use tokio::sync::{watch, Notify};
+
+use crate::config::WorkerConfig;
+use crate::task::{RunnerContext, StopReason, Task};
+
+/// Ended tasks remembered (so late requests get end_of_sequence or "deleted"
+/// instead of "not known yet"); the oldest are forgotten past this many.
+const ENDED_MEMORY: usize = 65_536;
+
+pub(crate) struct Worker {
+    pub address: String,
+    pub worker_uid: u64,
+    pub config: WorkerConfig,
+    pub dispatcher: DispatcherClient,
+    runner: RunnerContext,
+    /// A std `Mutex`: every critical section is a few map operations, never an `.await`.
+    table: Mutex<TaskTable>,
+    /// Wakes the heartbeat loop early: a task finished and the dispatcher should know.
+    pub task_finished: Notify,
+    shutdown: watch::Sender<bool>,
+}
+
+/// What a GetElements request finds under its task id.
+pub(crate) enum Lookup {
+    Running(Arc<Task>),
+    Finished,
+    Deleted,
+    ShuttingDown,
+    /// Not assigned yet as far as this process knows: the client should retry.
+    Unknown,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Finished,
+    Deleted,
+}
+
+#[derive(Default)]
+struct TaskTable {
+    running: HashMap<u64, Arc<Task>>,
+    ended: HashMap<u64, Ended>,
+    /// Insertion order of `ended`, for forgetting the oldest.
+    ended_order: VecDeque<u64>,
+    /// Finished tasks no successful heartbeat has carried yet.
+    unreported: BTreeSet<u64>,
+    shutting_down: bool,
+}
+
+impl TaskTable {
+    fn remember(&mut self, task_id: u64, ended: Ended) {
+        if self.ended.insert(task_id, ended).is_none() {
+            self.ended_order.push_back(task_id);
+        }
+        while self.ended_order.len() > ENDED_MEMORY {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended.remove(&old);
+            }
+        }
+    }
+}
+
+impl Worker {
+    pub(crate) fn new(
+        address: String,
+        worker_uid: u64,
+        config: WorkerConfig,
+        registry: FunctionRegistry,
+        dispatcher: DispatcherClient,
+        runtime: Handle,
+    ) -> Self {
+        let runner = RunnerContext {
+            registry,
+            dispatcher: dispatcher.clone(),
+            runtime,
+            worker_uid,
+            worker_address: address.clone(),
+            buffer_elements: config.task_buffer_elements,
+        };
+        Worker {
+            address,
+            worker_uid,
+            config,
+            dispatcher,
+            runner,
+            table: Mutex::new(TaskTable::default()),
+            task_finished: Notify::new(),
+            shutdown: watch::channel(false).0,
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, TaskTable> {
+        // A panic while holding the lock leaves the maps consistent (no section
+        // spans two updates that must go together), so poisoning is ignored.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn lookup(&self, task_id: u64) -> Lookup {
+        let table = self.table();
+        if table.shutting_down {
+            return Lookup::ShuttingDown;
+        }
+        if let Some(task) = table.running.get(&task_id) {
+            return Lookup::Running(task.clone());
+        }
+        match table.ended.get(&task_id) {
+            Some(Ended::Finished) => Lookup::Finished,
+            Some(Ended::Deleted) => Lookup::Deleted,
+            None => Lookup::Unknown,
+        }
+    }
+
+    /// Starts the tasks not running yet (registration answers and `new_tasks`).
+    pub(crate) fn start_tasks(&self, defs: Vec<pb::TaskDef>) {
+        for def in defs {
+            let task_id = def.task_id;
+            {
+                let mut table = self.table();
+                if table.shutting_down || table.running.contains_key(&task_id) {
+                    continue;
+                }
+                // Finished here but the dispatcher has not heard yet: the pending
+                // report will tell it; running it again would repeat its elements.
+                if table.unreported.contains(&task_id) {
+                    continue;
+                }
+                // The dispatcher wants it run (again): forget how it ended before.
+                table.ended.remove(&task_id);
+            }
+            // Outside the lock: starting spawns a thread.
+            let task = Task::start(def, &self.runner);
+            let mut table = self.table();
+            if table.shutting_down {
+                task.stop(StopReason::ShuttingDown);
+                continue;
+            }
+            tracing::info!(task_id, iteration_id = task.iteration_id, "task started");
+            table.running.insert(task_id, task);
+        }
+    }
+
+    /// Called by the stream that saw end of sequence. Only the task object still in
+    /// the table counts, so a stale stream cannot finish a restarted task.
+    pub(crate) fn finish(&self, task: &Arc<Task>) {
+        let mut table = self.table();
+        let current = table.running.get(&task.task_id).is_some_and(|t| Arc::ptr_eq(t, task));
+        if !current {
+            return;
+        }
+        table.running.remove(&task.task_id);
+        table.remember(task.task_id, Ended::Finished);
+        table.unreported.insert(task.task_id);
+        drop(table);
+        tracing::info!(task_id = task.task_id, iteration_id = task.iteration_id, "task finished");
+        self.task_finished.notify_one();
+    }
+
+    /// Stops and forgets the tasks the dispatcher no longer wants (`tasks_to_delete`).
+    pub(crate) fn delete_tasks(&self, task_ids: &[u64]) {
+        for &task_id in task_ids {
+            let removed = {
+                let mut table = self.table();
+                let removed = table.running.remove(&task_id);
+                if removed.is_some() {
+                    table.remember(task_id, Ended::Deleted);
+                }
+                removed
+            };
+            if let Some(task) = removed {
+                tracing::info!(task_id, iteration_id = task.iteration_id, "task deleted");
+                task.stop(StopReason::Deleted);
+            }
+        }
+    }
+
+    pub(crate) fn register_request(&self) -> pb::RegisterWorkerRequest {
+        pb::RegisterWorkerRequest {
+            address: self.address.clone(),
+            worker_uid: self.worker_uid,
+            functions: self.runner.registry.names(),
+        }
+    }
+
+    pub(crate) fn heartbeat_request(&self) -> pb::WorkerHeartbeatRequest {
+        let table = self.table();
+        let mut current_tasks: Vec<u64> = table.running.keys().copied().collect();
+        current_tasks.sort_unstable();
+        pb::WorkerHeartbeatRequest {
+            address: self.address.clone(),
+            worker_uid: self.worker_uid,
+            current_tasks,
+            finished_tasks: table.unreported.iter().copied().collect(),
+        }
+    }
+
+    /// A heartbeat carrying these finished tasks succeeded.
+    pub(crate) fn reported(&self, finished_tasks: &[u64]) {
+        let mut table = self.table();
+        for task_id in finished_tasks {
+            table.unreported.remove(task_id);
+        }
+    }
+
+    /// The dispatcher no longer knows this worker: it lost its state (an in-memory
+    /// dispatcher restarted), so every task id this process knows is meaningless and
+    /// may even be reused for a different task. Stop and forget all of them.
+    pub(crate) fn forget_all_tasks(&self) {
+        let tasks: Vec<Arc<Task>> = {
+            let mut table = self.table();
+            table.ended.clear();
+            table.ended_order.clear();
+            table.unreported.clear();
+            table.running.drain().map(|(_, task)| task).collect()
+        };
+        for task in tasks {
+            tracing::info!(task_id = task.task_id, "task forgotten: the dispatcher lost its state");
+            task.stop(StopReason::Deleted);
+        }
+    }
+
+    /// Stops every task and the heartbeat loop; later requests get Unavailable.
+    pub(crate) fn shut_down(&self) {
+        let tasks: Vec<Arc<Task>> = {
+            let mut table = self.table();
+            table.shutting_down = true;
+            table.running.drain().map(|(_, task)| task).collect()
+        };
+        for task in tasks {
+            task.stop(StopReason::ShuttingDown);
+        }
+        self.shutdown.send_replace(true);
+    }
+
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}

@@ -1,0 +1,311 @@
+//! One task: its pipeline thread and the bounded buffer its consumers take from.
+//!
+//! ```text
+//!  pipeline thread ──blocking_send──▶ mpsc (task_buffer_elements) ──▶ Buffer ──▶ GetElements
+//!  (DatasetDef::iter_*)                bounded: the pipeline waits    (Mutex)    streams, FCFS
+//! ```
+//!
+//! The pipeline runs on its own `std::thread` because the executor is synchronous.
+//! It stops when the receiver is dropped, i.e. when the last `Arc<Task>` goes (task
+//! deleted or worker stopping, and every stream on it ended).
+//!
+//! Soft state: the buffer and the pipeline's position exist only in this process. A
+//! restarted worker gets its unfinished tasks back from the dispatcher and runs them
+//! from the beginning (OFF) or on new splits (DYNAMIC).
+
+use std::sync::Arc;
+
+use prost::Message;
+use sluice_client::DispatcherClient;
+use sluice_dataset::{DatasetDef, DatasetError, Element, FunctionRegistry};
+use sluice_proto::v1 as pb;
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, watch, Mutex};
+use tonic::Status;
+
+use crate::config::WorkerConfig;
+use crate::splits::RemoteSplitProvider;
+
+/// Why a task's streams were cut short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StopReason {
+    /// The dispatcher no longer wants the task run (`tasks_to_delete`).
+    Deleted,
+    ShuttingDown,
+}
+
+impl StopReason {
+    pub(crate) fn status(self, task_id: u64) -> Status {
+        match self {
+            StopReason::Deleted => Status::failed_precondition(format!(
+                "task {task_id} was deleted by the dispatcher before it finished"
+            )),
+            // Retryable: the same address may come back (a restarted worker).
+            StopReason::ShuttingDown => Status::unavailable("the worker is shutting down"),
+        }
+    }
+}
+
+/// Everything a pipeline thread needs besides its task.
+#[derive(Clone)]
+pub(crate) struct RunnerContext {
+    pub registry: FunctionRegistry,
+    pub dispatcher: DispatcherClient,
+    pub runtime: Handle,
+    pub worker_uid: u64,
+    pub worker_address: String,
+    pub buffer_elements: usize,
+}
+
+/// Per-message bounds of one GetElements stream.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    max_elements: usize,
+    max_bytes: u64,
+}
+
+impl Limits {
+    /// 0 in a request means "the worker's default"; a request may only lower it.
+    pub(crate) fn new(config: &WorkerConfig, max_elements: u32, max_bytes: u64) -> Self {
+        let lower = |asked: u64, own: u64| if asked == 0 { own } else { asked.min(own) };
+        let elements = lower(u64::from(max_elements), u64::from(config.max_elements_per_message));
+        Limits {
+            max_elements: usize::try_from(elements).unwrap_or(usize::MAX).max(1),
+            max_bytes: lower(max_bytes, config.max_bytes_per_message).max(1),
+        }
+    }
+}
+
+pub(crate) struct Task {
+    pub task_id: u64,
+    pub iteration_id: u64,
+    pub job_id: u64,
+    buffer: Mutex<Buffer>,
+    stop: watch::Sender<Option<StopReason>>,
+}
+
+struct Buffer {
+    rx: mpsc::Receiver<Result<Element, DatasetError>>,
+    /// An element taken from `rx` that did not fit the previous message's byte bound.
+    carry: Option<pb::Element>,
+    state: State,
+}
+
+enum State {
+    Open,
+    /// The pipeline ended and every element was taken.
+    Ended,
+    /// Sticky: every later request gets this error.
+    Failed(String),
+}
+
+impl Task {
+    /// Creates the task and starts its pipeline thread. A task that cannot start
+    /// (bad definition, unknown mode, no thread) is created failed, so its consumers
+    /// get the reason instead of waiting.
+    pub(crate) fn start(def: pb::TaskDef, ctx: &RunnerContext) -> Arc<Task> {
+        let (tx, rx) = mpsc::channel(ctx.buffer_elements.max(1));
+        let (stop, _) = watch::channel(None);
+        let mut task = Task {
+            task_id: def.task_id,
+            iteration_id: def.iteration_id,
+            job_id: def.job_id,
+            buffer: Mutex::new(Buffer { rx, carry: None, state: State::Open }),
+            stop,
+        };
+        let span = tracing::info_span!(
+            "task",
+            worker = %ctx.worker_address,
+            task_id = task.task_id,
+            iteration_id = task.iteration_id,
+            job_id = task.job_id,
+        );
+        let started = Pipeline::from_def(def).and_then(|pipeline| {
+            let ctx = ctx.clone();
+            let stop = task.stop.subscribe();
+            let task_id = task.task_id;
+            std::thread::Builder::new()
+                .name(format!("sluice-task-{task_id}"))
+                .spawn(move || {
+                    let _entered = span.enter();
+                    pipeline.run(task_id, &ctx, stop, tx);
+                })
+                .map(drop)
+                .map_err(|e| format!("cannot start the pipeline thread: {e}"))
+        });
+        if let Err(message) = started {
+            tracing::warn!(task_id = task.task_id, %message, "task failed to start");
+            task.buffer.get_mut().state = State::Failed(message);
+        }
+        Arc::new(task)
+    }
+
+    /// Cuts the task's streams short and releases a pipeline thread waiting for a split.
+    pub(crate) fn stop(&self, reason: StopReason) {
+        // The first reason wins: a deleted task stays "deleted" when the worker then stops.
+        self.stop.send_if_modified(|r| {
+            let first = r.is_none();
+            if first {
+                *r = Some(reason);
+            }
+            first
+        });
+    }
+
+    /// Resolves once [`Task::stop`] was called.
+    pub(crate) async fn stopped(&self) -> StopReason {
+        let mut rx = self.stop.subscribe();
+        let reason = match rx.wait_for(Option::is_some).await {
+            Ok(reason) => reason.unwrap_or(StopReason::ShuttingDown),
+            // Unreachable while `self` (which owns the sender) is borrowed.
+            Err(_) => StopReason::ShuttingDown,
+        };
+        reason
+    }
+
+    /// Takes the next message's elements, first come first served: waits for one
+    /// element, then adds those already buffered up to the bounds. The returned batch
+    /// has `end_of_sequence` once the pipeline ended and the buffer is empty.
+    ///
+    /// Cancel-safe: the only awaits (the lock and the first `recv`) lose nothing if
+    /// dropped; after the first element no await remains.
+    pub(crate) async fn next_batch(&self, limits: Limits) -> Result<Batch, Status> {
+        let mut buf = self.buffer.lock().await;
+        let first = match buf.carry.take() {
+            Some(element) => element,
+            None => match &buf.state {
+                State::Ended => return Ok(Batch { elements: Vec::new(), end_of_sequence: true }),
+                State::Failed(message) => return Err(self.failure(message)),
+                State::Open => match buf.rx.recv().await {
+                    Some(Ok(element)) => pb::Element::from(element),
+                    Some(Err(e)) => return Err(buf.fail(self, e)),
+                    None => {
+                        buf.state = State::Ended;
+                        return Ok(Batch { elements: Vec::new(), end_of_sequence: true });
+                    }
+                },
+            },
+        };
+        let mut bytes = framed_len(&first);
+        let mut elements = vec![first];
+        while elements.len() < limits.max_elements {
+            match buf.rx.try_recv() {
+                Ok(Ok(element)) => {
+                    let element = pb::Element::from(element);
+                    let len = framed_len(&element);
+                    if bytes.saturating_add(len) > limits.max_bytes {
+                        buf.carry = Some(element);
+                        break;
+                    }
+                    bytes += len;
+                    elements.push(element);
+                }
+                // Deliver what was taken; the next request gets the error.
+                Ok(Err(e)) => {
+                    buf.fail(self, e);
+                    break;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    buf.state = State::Ended;
+                    return Ok(Batch { elements, end_of_sequence: true });
+                }
+            }
+        }
+        Ok(Batch { elements, end_of_sequence: false })
+    }
+
+    fn failure(&self, message: &str) -> Status {
+        Status::internal(format!("task {}: pipeline failed: {message}", self.task_id))
+    }
+}
+
+impl Buffer {
+    fn fail(&mut self, task: &Task, error: DatasetError) -> Status {
+        let message = error.to_string();
+        tracing::warn!(task_id = task.task_id, %message, "pipeline failed");
+        let status = task.failure(&message);
+        self.state = State::Failed(message);
+        status
+    }
+}
+
+/// Bytes an element adds to an `ElementBatch`: its encoding plus field key and length.
+fn framed_len(element: &pb::Element) -> u64 {
+    let len = element.encoded_len();
+    (1 + prost::length_delimiter_len(len) + len) as u64
+}
+
+pub(crate) struct Batch {
+    pub elements: Vec<pb::Element>,
+    pub end_of_sequence: bool,
+}
+
+/// A task's dataset and how its source is read.
+struct Pipeline {
+    def: DatasetDef,
+    mode: pb::ProcessingMode,
+}
+
+impl Pipeline {
+    fn from_def(def: pb::TaskDef) -> Result<Pipeline, String> {
+        let mode = match pb::ProcessingMode::try_from(def.mode) {
+            Ok(m @ (pb::ProcessingMode::Off | pb::ProcessingMode::Dynamic)) => m,
+            _ => return Err(format!("unsupported processing mode {}", def.mode)),
+        };
+        // One source per pipeline, hence at most one split provider.
+        if mode == pb::ProcessingMode::Dynamic && def.num_split_providers > 1 {
+            return Err(format!(
+                "the task needs {} split providers; this worker's pipelines have one source",
+                def.num_split_providers
+            ));
+        }
+        let wire = def.dataset.ok_or("the task definition has no dataset")?;
+        let def = DatasetDef::try_from(wire).map_err(|e| e.to_string())?;
+        Ok(Pipeline { def, mode })
+    }
+
+    /// The body of the pipeline thread.
+    fn run(
+        self,
+        task_id: u64,
+        ctx: &RunnerContext,
+        stop: watch::Receiver<Option<StopReason>>,
+        tx: mpsc::Sender<Result<Element, DatasetError>>,
+    ) {
+        tracing::info!(mode = ?self.mode, "pipeline started");
+        let iter = match self.mode {
+            pb::ProcessingMode::Dynamic => {
+                let splits = RemoteSplitProvider::new(
+                    ctx.dispatcher.clone(),
+                    ctx.runtime.clone(),
+                    stop,
+                    task_id,
+                    ctx.worker_uid,
+                    0,
+                );
+                self.def.iter_with_splits(&ctx.registry, Box::new(splits))
+            }
+            _ => self.def.iter_local(&ctx.registry),
+        };
+        let iter = match iter {
+            Ok(iter) => iter,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        };
+        for item in iter {
+            let failed = item.is_err();
+            if tx.blocking_send(item).is_err() {
+                tracing::info!("pipeline stopped: the task was dropped");
+                return;
+            }
+            if failed {
+                return;
+            }
+        }
+        // Dropping `tx` tells the consumers: end of sequence.
+        tracing::info!("pipeline reached end of sequence");
+    }
+}

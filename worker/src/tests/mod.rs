@@ -1,0 +1,8 @@
+//! Unit tests of the worker against a mock dispatcher (`mock_dispatcher`), read
+//! through a plain tonic Worker client (`fixtures`).
+
+mod fixtures;
+mod lifecycle;
+mod mock_dispatcher;
+mod splits;
+mod streaming;
