@@ -157,3 +157,53 @@ async fn the_stream_ends_only_when_the_dispatcher_says_the_iteration_finished() 
     let end = tokio::time::timeout(common::DEADLINE, stream.next()).await.expect("the stream ends");
     assert!(end.is_none(), "end of sequence, not an error: {end:?}");
 }
+
+#[test]
+fn the_blocking_iterator_reads_without_an_async_caller() {
+    // The servers run on their own runtime; the blocking client owns another.
+    let servers = tokio::runtime::Runtime::new().unwrap();
+    let cluster = servers.block_on(Cluster::start(2));
+    let client = sluice_client::blocking::Client::new(
+        &cluster.addresses(),
+        sluice_client::RetryPolicy::for_tests(),
+    )
+    .unwrap();
+    let id = client.register_dataset(&DatasetDef::range(100), None).unwrap();
+    let mut got: Vec<i64> = client
+        .from_dataset_id(&id, dynamic())
+        .unwrap()
+        .map(|e| e.unwrap().as_i64().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+    drop(client);
+    servers.block_on(async move { drop(cluster) });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_gone_for_good_fails_the_read_after_the_deadline_naming_it() {
+    let mut cluster = Cluster::start(1).await;
+    let address = cluster.workers[0].address().to_string();
+    let retry = sluice_client::RetryPolicy::for_tests()
+        .with_deadline(std::time::Duration::from_millis(500));
+    let opts =
+        ReadOptions::new(ProcessingMode::Off).max_outstanding_requests(1).worker_retry(retry);
+    let mut stream =
+        cluster.client().distribute(&DatasetDef::range(1_000_000), opts).await.unwrap();
+    stream.next().await.unwrap().unwrap();
+    tracing::info!("--- stop the only worker for good");
+    cluster.workers.pop().unwrap().shutdown().await.unwrap();
+    let err = tokio::time::timeout(common::DEADLINE, async {
+        loop {
+            match stream.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return e,
+                None => panic!("the read ended although the worker never finished"),
+            }
+        }
+    })
+    .await
+    .expect("the read fails before the test deadline");
+    assert!(matches!(err, sluice_client::ClientError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains(&address), "names the worker: {err}");
+}
