@@ -23,6 +23,8 @@ fn mode_name(m: i32) -> &'static str {
     }
 }
 
+/// CURSOR is dynamic sharding's split cursor: `eR@N` = epoch R, next source
+/// element N (an epoch that ran out moves the cursor to the next epoch at 0).
 pub fn render(s: &pb::GetStatusResponse) -> String {
     let mut out = String::new();
     out.push_str(&format!("WORKERS ({})\n", s.workers.len()));
@@ -61,7 +63,7 @@ pub fn render(s: &pb::GetStatusResponse) -> String {
         }
         for it in &j.iterations {
             let splits = match (it.split_repetition, it.split_cursor) {
-                (Some(r), Some(c)) => format!("{r}:{c}"),
+                (Some(r), Some(c)) => format!("e{r}@{c}"),
                 _ => "-".into(),
             };
             let state = if it.finished { "finished" } else { "running" };
