@@ -30,8 +30,11 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // openraft logs every unreachable peer at ERROR; servers keep its warnings,
+    // `local` (whose nodes stop one after another) keeps none by default.
     let default_level = match cli.command {
-        Command::Dispatcher(_) | Command::Worker(_) => "info",
+        Command::Dispatcher(_) | Command::Worker(_) => "info,openraft=warn",
+        Command::Local(_) => "warn,openraft=off",
         _ => "warn",
     };
     cmd::init_tracing(default_level);

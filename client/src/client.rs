@@ -84,8 +84,30 @@ impl Client {
         self.from_dataset_id(&id, opts).await
     }
 
-    /// Workers, datasets, jobs and their progress.
+    /// Workers, datasets, jobs and their progress, as the leader sees them (a
+    /// follower's answer, flagged `from_leader = false`, when no leader answers).
     pub async fn status(&self) -> Result<pb::GetStatusResponse, ClientError> {
-        self.dispatcher.get_status().await
+        let answers = self.dispatcher.status_of_each().await;
+        let mut any = None;
+        let mut last_err = None;
+        for (_, r) in answers {
+            match r {
+                Ok(s) if s.from_leader => return Ok(s),
+                Ok(s) => any = any.or(Some(s)),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match (any, last_err) {
+            (Some(s), _) => Ok(s),
+            (None, Some(e)) => Err(e),
+            (None, None) => self.dispatcher.get_status().await,
+        }
+    }
+
+    /// Each dispatcher's own answer (or error), in the order of the addresses.
+    pub async fn status_of_each(
+        &self,
+    ) -> Vec<(String, Result<pb::GetStatusResponse, ClientError>)> {
+        self.dispatcher.status_of_each().await
     }
 }

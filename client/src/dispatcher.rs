@@ -1,11 +1,14 @@
 //! A retrying client of the Dispatcher service, shared by workers and the client
 //! library.
 //!
-//! It holds one lazily connected channel per dispatcher address. A call that fails
-//! with a retryable status moves on to the next address and backs off, until the
-//! [`RetryPolicy`] deadline; then it fails with `ClientError::Unavailable` naming
-//! the address it tried last. Non-retryable statuses are returned at once as
-//! `ClientError::Rpc`.
+//! It holds one lazily connected channel per dispatcher address. A follower
+//! refuses with `Unavailable` and the leader's address in the `sluice-leader`
+//! metadata: the call goes straight there. Any other retryable failure moves on to
+//! the next address and backs off, until the [`RetryPolicy`] deadline; then the
+//! call fails with `ClientError::Unavailable` naming the addresses. Non-retryable
+//! statuses are returned at once as `ClientError::Rpc`. Give clients every
+//! dispatcher's address: a leader hint outside the list is only followed by
+//! rotation.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +21,7 @@ use sluice_proto::MAX_MESSAGE_BYTES;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::ClientError;
-use crate::retry::{is_retryable, RetryPolicy};
+use crate::retry::{is_retryable_status, RetryPolicy};
 
 /// Builds a lazily connecting channel to `address` (`host:port` or a URL).
 pub fn channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientError> {
@@ -88,6 +91,9 @@ impl DispatcherClient {
         let inner = &self.inner;
         let start = Instant::now();
         let mut attempt = 0u32;
+        // Redirects to a named leader skip the backoff, a bounded number of times
+        // (a leader change during the redirect must not make us spin).
+        let mut redirects = 0usize;
         loop {
             let i = inner.current.load(Ordering::Relaxed) % inner.clients.len();
             let result =
@@ -104,7 +110,7 @@ impl DispatcherClient {
                 Err(s) => s,
             };
             let address = inner.addresses[i].clone();
-            if !is_retryable(status.code()) {
+            if !is_retryable_status(&status) {
                 return Err(ClientError::Rpc {
                     peer: "dispatcher",
                     address,
@@ -112,6 +118,14 @@ impl DispatcherClient {
                     code: status.code(),
                     message: status.message().to_string(),
                 });
+            }
+            if let Some(j) = leader_hint(&status, &inner.addresses) {
+                if j != i && redirects < 2 * inner.addresses.len() {
+                    redirects += 1;
+                    inner.current.store(j, Ordering::Relaxed);
+                    tracing::debug!(call = name, from = %address, to = %inner.addresses[j], "following the leader");
+                    continue;
+                }
             }
             attempt += 1;
             let elapsed = start.elapsed();
@@ -136,6 +150,43 @@ impl DispatcherClient {
             let left = inner.policy.deadline.saturating_sub(elapsed);
             tokio::time::sleep(backoff.min(left)).await;
         }
+    }
+
+    /// Asks every dispatcher for its status once each (no retries): one answer per
+    /// address, in order, for `sluice status`.
+    pub async fn status_of_each(
+        &self,
+    ) -> Vec<(String, Result<pb::GetStatusResponse, ClientError>)> {
+        let inner = &self.inner;
+        let calls = inner.clients.iter().zip(&inner.addresses).map(|(c, a)| {
+            let mut c = c.clone();
+            async move {
+                let r = tokio::time::timeout(
+                    inner.policy.attempt_timeout,
+                    c.get_status(pb::GetStatusRequest {}),
+                )
+                .await;
+                let r = match r {
+                    Ok(Ok(resp)) => Ok(resp.into_inner()),
+                    Ok(Err(s)) => Err(ClientError::Rpc {
+                        peer: "dispatcher",
+                        address: a.clone(),
+                        call: "GetStatus",
+                        code: s.code(),
+                        message: s.message().to_string(),
+                    }),
+                    Err(_) => Err(ClientError::Unavailable {
+                        peer: "dispatcher",
+                        address: a.clone(),
+                        attempts: 1,
+                        elapsed: inner.policy.attempt_timeout,
+                        last_error: "no answer".into(),
+                    }),
+                };
+                (a.clone(), r)
+            }
+        });
+        futures::future::join_all(calls).await
     }
 
     pub async fn register_dataset(
@@ -235,3 +286,13 @@ impl DispatcherClient {
             .await
     }
 }
+
+/// The index in `addresses` of the leader a follower named, if any.
+fn leader_hint(status: &tonic::Status, addresses: &[String]) -> Option<usize> {
+    let leader = status.metadata().get(LEADER_METADATA)?.to_str().ok()?;
+    addresses.iter().position(|a| a == leader)
+}
+
+/// Metadata key under which a follower names the leader's address (must match the
+/// dispatcher's `convert::LEADER_METADATA`).
+pub const LEADER_METADATA: &str = "sluice-leader";

@@ -29,7 +29,7 @@ use tracing::{debug, Instrument};
 use crate::dispatcher::{channel, DispatcherClient};
 use crate::error::ClientError;
 use crate::options::ReadOptions;
-use crate::retry::is_retryable;
+use crate::retry::is_retryable_status;
 
 type Batch = Result<Vec<Element>, ClientError>;
 
@@ -177,19 +177,6 @@ async fn manage(
     }
 }
 
-/// Whether a failed worker call is worth retrying: the retryable codes, and the
-/// transport failures (connection reset by a killed worker) tonic reports as Unknown.
-fn worker_retryable(status: &tonic::Status) -> bool {
-    if is_retryable(status.code()) {
-        return true;
-    }
-    let m = status.message().to_ascii_lowercase();
-    status.code() == tonic::Code::Unknown
-        && ["transport", "connection", "broken pipe", "reset", "h2 protocol", "stream"]
-            .iter()
-            .any(|w| m.contains(w))
-}
-
 async fn read_task(
     task: pb::TaskInfo,
     client_id: u64,
@@ -252,7 +239,7 @@ async fn read_task(
             }
             Err(s) => s,
         };
-        if !worker_retryable(&status) {
+        if !is_retryable_status(&status) {
             return Err(ClientError::Rpc {
                 peer: "worker",
                 address,

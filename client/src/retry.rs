@@ -60,3 +60,17 @@ impl RetryPolicy {
 pub fn is_retryable(code: Code) -> bool {
     matches!(code, Code::Unavailable | Code::Aborted | Code::Cancelled | Code::DeadlineExceeded)
 }
+
+/// Whether a failed call is worth retrying: the retryable codes, and the transport
+/// failures (a connection reset by a killed peer mid-call) that tonic reports as
+/// `Unknown`.
+pub fn is_retryable_status(status: &tonic::Status) -> bool {
+    if is_retryable(status.code()) {
+        return true;
+    }
+    let m = status.message().to_ascii_lowercase();
+    status.code() == Code::Unknown
+        && ["transport", "connection", "broken pipe", "reset", "h2 protocol", "stream"]
+            .iter()
+            .any(|w| m.contains(w))
+}

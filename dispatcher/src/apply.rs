@@ -78,11 +78,11 @@ fn get_or_create_job(
     job_name: Option<String>,
 ) -> Result<Response, StateError> {
     if !state.datasets.contains_key(&dataset_id) {
-        return Err(StateError::NotFound {
-            what: "dataset",
-            id: dataset_id,
-            hint: "; register it first (sluice register, or Client::register_dataset)",
-        });
+        return Err(StateError::not_found_hint(
+            "dataset",
+            dataset_id,
+            "; register it first (sluice register, or Client::register_dataset)",
+        ));
     }
     if let Some(name) = &job_name {
         if name.is_empty() {
@@ -196,10 +196,12 @@ fn new_task(state: &mut State, iteration_id: IterationId, address: &str) -> Task
 }
 
 fn release_client(state: &mut State, client_id: ClientId) -> Result<Response, StateError> {
-    let iteration_id = state.clients.remove(&client_id).ok_or_else(|| StateError::NotFound {
-        what: "iteration client",
-        id: client_id.to_string(),
-        hint: "; it was already released",
+    let iteration_id = state.clients.remove(&client_id).ok_or_else(|| {
+        StateError::not_found_hint(
+            "iteration client",
+            client_id.to_string(),
+            "; it was already released",
+        )
     })?;
     if let Some(it) = state.iterations.get_mut(&iteration_id) {
         it.clients.remove(&client_id);
@@ -254,11 +256,11 @@ fn finish_tasks(
     task_ids: &[TaskId],
 ) -> Result<Response, StateError> {
     if !state.workers.contains_key(worker_address) {
-        return Err(StateError::NotFound {
-            what: "worker",
-            id: worker_address.to_string(),
-            hint: "; register the worker again",
-        });
+        return Err(StateError::not_found_hint(
+            "worker",
+            worker_address.to_string(),
+            "; register the worker again",
+        ));
     }
     let mut touched = BTreeSet::new();
     for id in task_ids {

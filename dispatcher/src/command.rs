@@ -16,6 +16,7 @@ pub enum Command {
     /// `def` was validated (structure and function names) by the handler.
     RegisterDataset {
         dataset_id: Option<DatasetId>,
+        #[serde(with = "crate::def_serde")]
         def: DatasetDef,
     },
     /// `job_name: None` creates an anonymous job.

@@ -1,5 +1,8 @@
 //! Dispatcher configuration: a plain struct, validated once at start.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use crate::error::DispatcherError;
 
 #[derive(Clone, Debug)]
@@ -7,19 +10,100 @@ pub struct DispatcherConfig {
     /// Source elements per dynamic-sharding split. 1 matches tf.data for `range`;
     /// larger values trade balance for fewer split requests.
     pub elements_per_split: u64,
+    /// This node's id in the Raft group.
+    pub node_id: u64,
+    /// Every voter of the group: node id → `host:port` it serves on (clients and
+    /// peers alike). Empty: a one-node group at the listener's address.
+    pub peers: BTreeMap<u64, String>,
+    /// Where to journal: `None` keeps everything in memory (nothing survives a
+    /// restart); a path journals to sled there; `file://`, `s3://`, `gs://` and
+    /// `memory://` URLs journal through object storage. Each node uses
+    /// `<work_dir>/node-<id>`.
+    pub work_dir: Option<String>,
+    /// Log entries between snapshots; the log before a snapshot is purged, so a
+    /// restart replays at most about this many entries.
+    pub snapshot_every: u64,
+    pub heartbeat_interval: Duration,
+    pub election_timeout_min: Duration,
+    pub election_timeout_max: Duration,
 }
 
 impl Default for DispatcherConfig {
     fn default() -> Self {
-        DispatcherConfig { elements_per_split: 1 }
+        DispatcherConfig {
+            elements_per_split: 1,
+            node_id: 1,
+            peers: BTreeMap::new(),
+            work_dir: None,
+            snapshot_every: 10_000,
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(400),
+            election_timeout_max: Duration::from_millis(800),
+        }
     }
 }
 
 impl DispatcherConfig {
     pub fn validate(&self) -> Result<(), DispatcherError> {
+        let bad = |m: String| Err(DispatcherError::Config(m));
         if self.elements_per_split == 0 {
-            return Err(DispatcherError::Config("elements_per_split must be at least 1".into()));
+            return bad("elements_per_split must be at least 1".into());
+        }
+        if self.snapshot_every == 0 {
+            return bad("snapshot_every must be at least 1".into());
+        }
+        if !self.peers.is_empty() && !self.peers.contains_key(&self.node_id) {
+            let ids: Vec<String> = self.peers.keys().map(|k| k.to_string()).collect();
+            return bad(format!(
+                "node id {} is not among the peers ({}); give --node-id one of them",
+                self.node_id,
+                ids.join(", ")
+            ));
+        }
+        if let Some((id, _)) = self.peers.iter().find(|(_, a)| a.is_empty()) {
+            return bad(format!("peer {id} has an empty address"));
+        }
+        if self.election_timeout_min <= self.heartbeat_interval
+            || self.election_timeout_max <= self.election_timeout_min
+        {
+            return bad(format!(
+                "need heartbeat_interval ({:?}) < election_timeout_min ({:?}) < \
+                 election_timeout_max ({:?})",
+                self.heartbeat_interval, self.election_timeout_min, self.election_timeout_max
+            ));
         }
         Ok(())
     }
+
+    /// Where node `node_id` journals, from `work_dir`.
+    pub fn journal_location(&self) -> String {
+        let node = format!("node-{}", self.node_id);
+        match &self.work_dir {
+            None => {
+                use std::sync::atomic::{AtomicU64, Ordering};
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                format!("memory://sluice-{}-{n}/{node}", std::process::id())
+            }
+            Some(url) if url.contains("://") => format!("{}/{node}", url.trim_end_matches('/')),
+            Some(path) => std::path::Path::new(path).join(node).to_string_lossy().into_owned(),
+        }
+    }
+}
+
+/// Parses `1=host:port,2=host:port,…`.
+pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, String>, DispatcherError> {
+    let mut peers = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .ok_or_else(|| DispatcherError::Config(format!("peer `{part}` is not ID=HOST:PORT")))?;
+        let id: u64 = id.trim().parse().map_err(|_| {
+            DispatcherError::Config(format!("peer `{part}`: `{id}` is not a numeric node id"))
+        })?;
+        if peers.insert(id, addr.trim().to_string()).is_some() {
+            return Err(DispatcherError::Config(format!("peer id {id} is given twice")));
+        }
+    }
+    Ok(peers)
 }

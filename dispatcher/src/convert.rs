@@ -4,6 +4,7 @@ use sluice_dataset::{DatasetDef, DatasetError};
 use sluice_proto::v1 as pb;
 use tonic::Status;
 
+use crate::core::ProposeError;
 use crate::error::StateError;
 use crate::state::{Mode, SplitAnswer, State, Task};
 
@@ -15,6 +16,34 @@ impl From<StateError> for Status {
             StateError::InvalidArgument(_) => Status::invalid_argument(msg),
             StateError::AlreadyExists(_) => Status::already_exists(msg),
             StateError::FailedPrecondition(_) => Status::failed_precondition(msg),
+        }
+    }
+}
+
+/// The metadata key carrying the leader's address when a follower refuses.
+pub const LEADER_METADATA: &str = "sluice-leader";
+
+impl From<ProposeError> for Status {
+    fn from(e: ProposeError) -> Status {
+        match e {
+            ProposeError::Rejected(e) => e.into(),
+            ProposeError::NotLeader { node_id, leader_id, leader_address } => {
+                let msg = match (&leader_id, &leader_address) {
+                    (Some(l), Some(a)) => format!(
+                        "dispatcher node {node_id} is not the leader; the leader is node {l} at {a}"
+                    ),
+                    _ => format!(
+                        "dispatcher node {node_id} is not the leader and no leader is elected yet; \
+                         retry shortly"
+                    ),
+                };
+                let mut status = Status::unavailable(msg);
+                if let Some(a) = leader_address.and_then(|a| a.parse().ok()) {
+                    status.metadata_mut().insert(LEADER_METADATA, a);
+                }
+                status
+            }
+            ProposeError::Unavailable(m) => Status::unavailable(m),
         }
     }
 }

@@ -10,8 +10,10 @@
 //! - [`state`] — [`State`], the whole replicated state, and its types.
 //! - [`command`] — [`Command`] / [`Response`], one per whole operation.
 //! - [`apply`] — the pure state machine.
-//! - [`core`] — [`Core`], the single owner of the state (in memory today; the Raft
-//!   issue puts replication and a journal behind the same `propose`).
+//! - [`core`] — [`Core`], the single owner of the state: commands go through Raft
+//!   ([`raft`]) and its journal before they are applied and answered.
+//! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
+//!   state machine around `apply`, and the peer RPCs.
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
 //!   `status`: the `GetStatus` rendering.
 //! - [`server`] — `run` / `spawn` on a bound listener with an injectable shutdown.
@@ -22,7 +24,9 @@ pub mod command;
 pub mod config;
 mod convert;
 pub mod core;
+mod def_serde;
 pub mod error;
+pub mod raft;
 pub mod server;
 mod service;
 pub mod state;
@@ -30,8 +34,8 @@ mod status;
 
 pub use apply::apply;
 pub use command::{Command, Response};
-pub use config::DispatcherConfig;
-pub use core::Core;
+pub use config::{parse_peers, DispatcherConfig};
+pub use core::{Core, ProposeError};
 pub use error::{DispatcherError, StateError};
 pub use server::{run, spawn, DispatcherHandle};
 pub use state::{Mode, State};

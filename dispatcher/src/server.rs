@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use sluice_dataset::FunctionRegistry;
 use sluice_proto::v1::dispatcher_server::DispatcherServer;
+use sluice_proto::v1::raft_peer_server::RaftPeerServer;
 use sluice_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -14,10 +15,11 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::config::DispatcherConfig;
 use crate::core::Core;
 use crate::error::DispatcherError;
+use crate::raft::peer_service::PeerService;
 use crate::service::DispatcherService;
 
-/// Serves until `shutdown` resolves. State is in memory: nothing survives a
-/// restart of this process.
+/// Starts this node's Raft member on its journal and serves the Dispatcher and
+/// RaftPeer services on `listener` until `shutdown` resolves; then stops Raft.
 pub async fn run(
     listener: TcpListener,
     config: DispatcherConfig,
@@ -26,22 +28,32 @@ pub async fn run(
 ) -> Result<(), DispatcherError> {
     config.validate()?;
     let address = listener.local_addr()?;
-    let service = DispatcherService::new(Arc::new(Core::new()), config, registry);
-    tracing::info!(%address, "dispatcher serving");
-    tonic::transport::Server::builder()
+    let core = Arc::new(Core::start(&config, &address.to_string()).await?);
+    let peer = PeerService::new(core.raft().clone());
+    let service = DispatcherService::new(core.clone(), config.clone(), registry);
+    tracing::info!(%address, node_id = config.node_id, "dispatcher serving");
+    let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(
             DispatcherServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
+        .add_service(
+            RaftPeerServer::new(peer)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await?;
+        .await;
+    core.shutdown().await;
+    served?;
     tracing::info!(%address, "dispatcher stopped");
     Ok(())
 }
 
-/// A dispatcher running on the current runtime. Dropping the handle stops it.
+/// A dispatcher running on the current runtime. Dropping the handle asks it to
+/// stop (it finishes stopping in the background); `shutdown` waits for it.
 pub struct DispatcherHandle {
     address: String,
     stop: Option<oneshot::Sender<()>>,
@@ -83,11 +95,10 @@ impl DispatcherHandle {
 
 impl Drop for DispatcherHandle {
     fn drop(&mut self) {
+        // No abort: the server must get to stop its Raft node, or that node would
+        // keep running (and writing its journal) in the background.
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
         }
     }
 }

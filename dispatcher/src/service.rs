@@ -40,7 +40,11 @@ impl DispatcherService {
 
     /// Every function the pipeline calls must be known: to this dispatcher's
     /// registry (which also checks the argument count) or advertised by a worker.
-    fn check_functions(&self, def: &sluice_dataset::DatasetDef) -> Result<(), Status> {
+    async fn check_functions(&self, def: &sluice_dataset::DatasetDef) -> Result<(), Status> {
+        let advertised: BTreeSet<String> = self
+            .core
+            .read_leader(|s| s.workers.values().flat_map(|w| w.functions.iter().cloned()).collect())
+            .await?;
         for (i, kind, call) in def.function_calls() {
             if self.registry.has(kind, &call.name) {
                 self.registry.check_call(kind, call).map_err(|e| {
@@ -49,11 +53,11 @@ impl DispatcherService {
                 continue;
             }
             let qualified = format!("{}:{}", kind.name(), call.name);
-            if self.core.read(|s| s.any_worker_has_function(&qualified)) {
+            if advertised.contains(&qualified) {
                 continue;
             }
             let mut known: BTreeSet<String> = self.registry.names().into_iter().collect();
-            self.core.read(|s| s.workers.values().for_each(|w| known.extend(w.functions.clone())));
+            known.extend(advertised.iter().cloned());
             let known: Vec<String> = known
                 .into_iter()
                 .filter_map(|n| n.strip_prefix(&format!("{}:", kind.name())).map(String::from))
@@ -82,7 +86,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
     ) -> Result<Response<pb::RegisterDatasetResponse>, Status> {
         let req = req.into_inner();
         let def = def_from_wire(req.dataset)?;
-        self.check_functions(&def)?;
+        self.check_functions(&def).await?;
         let dataset_id: Option<DatasetId> = Some(req.dataset_id).filter(|id| !id.is_empty());
         match self.core.propose(Command::RegisterDataset { dataset_id, def }).await? {
             R::DatasetRegistered { dataset_id } => {
@@ -98,18 +102,21 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::GetDatasetRequest>,
     ) -> Result<Response<pb::GetDatasetResponse>, Status> {
         let id = req.into_inner().dataset_id;
-        let found = self.core.read(|s| {
-            s.datasets.get(&id).map(|d| pb::GetDatasetResponse {
-                dataset: Some(pb::DatasetDef::from(&d.def)),
-                source_cardinality: d.source_cardinality,
+        let found = self
+            .core
+            .read_leader(|s| {
+                s.datasets.get(&id).map(|d| pb::GetDatasetResponse {
+                    dataset: Some(pb::DatasetDef::from(&d.def)),
+                    source_cardinality: d.source_cardinality,
+                })
             })
-        });
+            .await?;
         found.map(Response::new).ok_or_else(|| {
-            StateError::NotFound {
-                what: "dataset",
+            StateError::not_found_hint(
+                "dataset",
                 id,
-                hint: "; register it first (sluice register, or Client::register_dataset)",
-            }
+                "; register it first (sluice register, or Client::register_dataset)",
+            )
             .into()
         })
     }
@@ -165,7 +172,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::ClientHeartbeatRequest>,
     ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
         let client_id = req.into_inner().client_id;
-        let resp = self.core.read(|s| {
+        let resp = self.core.read_leader(|s| {
             let it = s.client_iteration(client_id)?;
             let tasks = it
                 .tasks
@@ -183,13 +190,14 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                 iteration_finished: it.finished,
             })
         });
+        let resp = resp.await?;
         resp.map(Response::new).ok_or_else(|| {
-            StateError::NotFound {
-                what: "iteration client",
-                id: client_id.to_string(),
-                hint: "; it was released, or the dispatcher restarted without a work_dir \
+            StateError::not_found_hint(
+                "iteration client",
+                client_id.to_string(),
+                "; it was released, or the dispatcher restarted without a work_dir \
                        (in-memory state is lost on restart)",
-            }
+            )
             .into()
         })
     }
@@ -210,7 +218,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             R::WorkerRegistered { tasks } => {
                 info!(tasks = tasks.len(), "worker registered");
                 self.touch(&address);
-                let tasks = self.core.read(|s| Self::task_defs(s, &address));
+                let tasks = self.core.read_leader(|s| Self::task_defs(s, &address)).await?;
                 Ok(Response::new(pb::RegisterWorkerResponse { tasks }))
             }
             r => Err(Self::unexpected("RegisterWorker", r)),
@@ -223,12 +231,12 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
         let req = req.into_inner();
         let address = req.address;
-        if !self.core.read(|s| s.workers.contains_key(&address)) {
-            return Err(StateError::NotFound {
-                what: "worker",
-                id: address,
-                hint: "; register it again (the dispatcher may have restarted)",
-            }
+        if !self.core.read_leader(|s| s.workers.contains_key(&address)).await? {
+            return Err(StateError::not_found_hint(
+                "worker",
+                address,
+                "; register it again (the dispatcher may have restarted)",
+            )
             .into());
         }
         if !req.finished_tasks.is_empty() {
@@ -244,7 +252,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         }
         self.touch(&address);
         let current: BTreeSet<u64> = req.current_tasks.into_iter().collect();
-        let resp = self.core.read(|s| {
+        let resp = self.core.read_leader(|s| {
             let active: BTreeSet<u64> =
                 s.workers.get(&address).map(|w| w.active_tasks.clone()).unwrap_or_default();
             let new_tasks = s
@@ -256,6 +264,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             let tasks_to_delete = current.difference(&active).copied().collect();
             pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete }
         });
+        let resp = resp.await?;
         Ok(Response::new(resp))
     }
 
@@ -282,7 +291,10 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         _req: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         let heartbeats = self.last_heartbeat.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        Ok(Response::new(self.core.read(|s| crate::status::render(s, &heartbeats))))
+        let mut status = self.core.read_local(|s| crate::status::render(s, &heartbeats));
+        status.raft = Some(self.core.raft_status());
+        status.from_leader = self.core.is_leader();
+        Ok(Response::new(status))
     }
 }
 

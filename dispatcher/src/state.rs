@@ -38,6 +38,7 @@ impl Mode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Dataset {
     pub id: DatasetId,
+    #[serde(with = "crate::def_serde")]
     pub def: DatasetDef,
     /// Elements of the source per epoch; what dynamic sharding splits.
     pub source_cardinality: Option<u64>,

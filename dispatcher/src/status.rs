@@ -57,5 +57,5 @@ pub fn render(s: &State, heartbeats: &HashMap<String, Instant>) -> pb::GetStatus
                 .collect(),
         })
         .collect();
-    pb::GetStatusResponse { workers, datasets, jobs }
+    pb::GetStatusResponse { workers, datasets, jobs, raft: None, from_leader: false }
 }

@@ -205,3 +205,20 @@ fn replaying_the_same_commands_rebuilds_the_same_state() {
     assert_eq!(ra, rb);
     assert!(ra.iter().all(|r| r.is_ok()), "{ra:?}");
 }
+
+#[test]
+fn commands_and_state_round_trip_through_the_log_codec() {
+    use sluice_dataset::Arg;
+    let def = DatasetDef::range(10)
+        .map_with("add", vec![Arg::Int(1), Arg::Float(0.5), Arg::Str("x".into())])
+        .filter("identity")
+        .shuffle(4, 2)
+        .repeat_forever();
+    let cmd = Command::RegisterDataset { dataset_id: Some("d".into()), def };
+    let bytes = bincode::serialize(&cmd).unwrap();
+    assert_eq!(bincode::deserialize::<Command>(&bytes).unwrap(), cmd);
+    let mut s = State::default();
+    ok(&mut s, cmd);
+    let bytes = bincode::serialize(&s).unwrap();
+    assert_eq!(bincode::deserialize::<State>(&bytes).unwrap(), s);
+}

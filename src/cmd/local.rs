@@ -1,6 +1,6 @@
-//! `sluice local`: a dispatcher, N workers and a reader in one process, on
-//! loopback, over a sample dataset (or `--spec`). The quickest way to see Sluice
-//! work end to end.
+//! `sluice local`: a dispatcher quorum, N workers and a reader in one process,
+//! on loopback, over a sample dataset (or `--spec`). The quickest way to see
+//! Sluice work end to end. The dispatchers journal in memory unless `--work-dir`.
 
 use std::time::Duration;
 
@@ -16,6 +16,12 @@ pub struct LocalArgs {
     /// Number of workers.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// Number of dispatcher nodes in the Raft group (1 or 3).
+    #[arg(long, default_value_t = 3)]
+    pub dispatchers: u64,
+    /// Journal the dispatchers here (see `sluice dispatcher --work-dir`).
+    #[arg(long)]
+    pub work_dir: Option<String>,
     /// off (parallel_epochs) or dynamic (distributed_epoch).
     #[arg(long, default_value = "dynamic")]
     pub mode: String,
@@ -44,14 +50,30 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
         Some(path) => super::read_spec(path)?,
         None => sample(),
     };
+    if a.dispatchers == 0 {
+        anyhow::bail!("--dispatchers must be at least 1");
+    }
     let registry = FunctionRegistry::builtin();
-    let dispatcher = sluice_dispatcher::spawn(
-        TcpListener::bind("127.0.0.1:0").await?,
-        DispatcherConfig::default(),
-        registry.clone(),
-    )
-    .await?;
-    let addresses = vec![dispatcher.address().to_string()];
+    // Bind every node first, so each knows all peers' addresses.
+    let mut listeners = Vec::new();
+    for _ in 0..a.dispatchers {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+    }
+    let mut peers = std::collections::BTreeMap::new();
+    for (i, l) in listeners.iter().enumerate() {
+        peers.insert(i as u64 + 1, l.local_addr()?.to_string());
+    }
+    let addresses: Vec<String> = peers.values().cloned().collect();
+    let mut dispatchers = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let config = DispatcherConfig {
+            node_id: i as u64 + 1,
+            peers: peers.clone(),
+            work_dir: a.work_dir.clone(),
+            ..DispatcherConfig::default()
+        };
+        dispatchers.push(sluice_dispatcher::spawn(listener, config, registry.clone()).await?);
+    }
     let mut workers = Vec::with_capacity(a.workers);
     for _ in 0..a.workers {
         let mut config = WorkerConfig::new(addresses.clone());
@@ -65,14 +87,17 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
     let job = stream.job_name().to_string();
     let summary = super::read::print_elements(stream, a.quiet).await?;
     println!(
-        "sluice local: {} from {} workers (mode {mode}, job {job}, dispatcher {})",
+        "sluice local: {} from {} workers (mode {mode}, job {job}, {} dispatchers: {})",
         summary.line(),
         a.workers,
-        dispatcher.address()
+        a.dispatchers,
+        addresses.join(" ")
     );
     for w in workers {
         w.shutdown().await?;
     }
-    dispatcher.shutdown().await?;
+    for d in dispatchers {
+        d.shutdown().await?;
+    }
     Ok(())
 }

@@ -20,6 +20,20 @@ pub struct DispatcherArgs {
     /// Source elements per dynamic-sharding split.
     #[arg(long, default_value_t = 1)]
     pub elements_per_split: u64,
+    /// Where to journal state: a directory (sled), or file://, s3://, gs://,
+    /// memory:// URL. Without it, state is in memory and lost when the process stops.
+    #[arg(long)]
+    pub work_dir: Option<String>,
+    /// This node's id in the dispatcher group.
+    #[arg(long, default_value_t = 1)]
+    pub node_id: u64,
+    /// Every dispatcher of the group: 1=host:port,2=host:port,3=host:port. This node
+    /// listens on its own entry (--host/--port are then ignored).
+    #[arg(long)]
+    pub peers: Option<String>,
+    /// Log entries between snapshots (the log before a snapshot is purged).
+    #[arg(long, default_value_t = 10_000)]
+    pub snapshot_every: u64,
 }
 
 #[derive(Args, Debug)]
@@ -63,12 +77,34 @@ async fn stop_signal() {
 }
 
 pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
-    let config = DispatcherConfig { elements_per_split: a.elements_per_split };
+    let peers = match &a.peers {
+        Some(p) => sluice_dispatcher::parse_peers(p)?,
+        None => Default::default(),
+    };
+    let config = DispatcherConfig {
+        elements_per_split: a.elements_per_split,
+        node_id: a.node_id,
+        peers,
+        work_dir: a.work_dir.clone(),
+        snapshot_every: a.snapshot_every,
+        ..DispatcherConfig::default()
+    };
     config.validate()?;
-    tracing::warn!(
-        "no --work-dir: dispatcher state is in memory and is lost when this process stops"
-    );
-    let listener = bind(&a.host, a.port).await?;
+    if config.work_dir.is_none() {
+        tracing::warn!(
+            "no --work-dir: dispatcher state is in memory and is lost when this process stops"
+        );
+    }
+    let listener = match config.peers.get(&config.node_id) {
+        Some(own) => {
+            let (host, port) = own
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+                .with_context(|| format!("peer address `{own}` is not HOST:PORT"))?;
+            bind(&host, port).await?
+        }
+        None => bind(&a.host, a.port).await?,
+    };
     sluice_dispatcher::run(listener, config, FunctionRegistry::builtin(), stop_signal()).await?;
     Ok(())
 }

@@ -10,9 +10,52 @@ pub struct StatusArgs {
 }
 
 pub async fn run(a: StatusArgs) -> anyhow::Result<()> {
-    let status = a.dispatcher.client()?.status().await?;
-    print!("{}", render(&status));
+    let client = a.dispatcher.client()?;
+    let each = client.status_of_each().await;
+    print!("{}", render_nodes(&each));
+    let leader = each.iter().find_map(|(_, r)| r.as_ref().ok().filter(|s| s.from_leader));
+    let any = each.iter().find_map(|(_, r)| r.as_ref().ok());
+    match (leader, any) {
+        (Some(s), _) => print!("{}", render(s)),
+        (None, Some(s)) => {
+            println!("(no leader answered: the registry below is a follower's and may be stale)");
+            print!("{}", render(s))
+        }
+        (None, None) => {
+            anyhow::bail!("no dispatcher answered: {}", a.dispatcher.dispatchers.join(", "))
+        }
+    }
     Ok(())
+}
+
+/// One line per dispatcher node: its Raft role and log positions.
+pub fn render_nodes(
+    each: &[(String, Result<pb::GetStatusResponse, sluice_client::ClientError>)],
+) -> String {
+    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    let mut out = format!("DISPATCHERS ({})\n", each.len());
+    out.push_str(&format!(
+        "  {:<22} {:>5} {:<10} {:>6} {:>9} {:>9} {:>9}  {}\n",
+        "ADDRESS", "NODE", "ROLE", "TERM", "LAST LOG", "APPLIED", "SNAPSHOT", "JOURNAL"
+    ));
+    for (address, r) in each {
+        match r.as_ref().map(|s| s.raft.clone()) {
+            Ok(Some(n)) => out.push_str(&format!(
+                "  {:<22} {:>5} {:<10} {:>6} {:>9} {:>9} {:>9}  {}\n",
+                address,
+                n.node_id,
+                n.role,
+                n.term,
+                opt(n.last_log_index),
+                opt(n.applied_index),
+                opt(n.snapshot_index),
+                n.journal
+            )),
+            Ok(None) => out.push_str(&format!("  {address:<22} (no raft status)\n")),
+            Err(e) => out.push_str(&format!("  {address:<22} unreachable: {e}\n")),
+        }
+    }
+    out
 }
 
 fn mode_name(m: i32) -> &'static str {

@@ -138,7 +138,13 @@ pub struct Proc {
 impl Proc {
     /// Starts `sluice ARGS`; for servers, waits for the `listening on` line.
     pub fn server(args: &[&str]) -> Proc {
+        Self::server_env(args, &[])
+    }
+
+    /// Like [`Proc::server`], with extra environment variables.
+    pub fn server_env(args: &[&str], envs: &[(String, String)]) -> Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .envs(envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .args(args)
             .env("SLUICE_LOG", std::env::var("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
@@ -212,4 +218,10 @@ pub fn wait_blocking(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(start.elapsed() < DEADLINE, "timed out after {DEADLINE:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A port nothing listens on right now (bound and released; the small race with
+/// other processes is acceptable on loopback).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }

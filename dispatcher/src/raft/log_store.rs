@@ -1,0 +1,192 @@
+//! openraft's log storage on a [`Journal`].
+//!
+//! Durability: `append` acknowledges (`LogFlushed`) only after the journal's append
+//! returned, which is after the fsync (sled, `file://`) or the completed PUT
+//! (`s3://`, `gs://`). openraft hands several entries to one `append` when
+//! proposals queue up while a write is in flight, so concurrent proposals share one
+//! fsync or PUT (group commit). Votes are durable before they are acknowledged.
+//!
+//! Soft state: `last_log_id` and `last_purged` are caches of what the journal holds,
+//! rebuilt at open.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{
+    AnyError, Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
+};
+use sluice_journal::Journal;
+
+use super::codec::{decode, encode};
+use super::{NodeId, TypeConfig};
+
+#[derive(Clone)]
+pub struct LogStore {
+    journal: Arc<dyn Journal>,
+    // A std Mutex: two small fields, never held across an await.
+    marks: Arc<Mutex<Marks>>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Marks {
+    last_log_id: Option<LogId<NodeId>>,
+    last_purged: Option<LogId<NodeId>>,
+}
+
+fn io_read(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::read_logs(AnyError::new(&e)).into()
+}
+fn io_write(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write_logs(AnyError::new(&e)).into()
+}
+
+impl LogStore {
+    /// Reads the journal's marks: the last entry's log id and the purge marker.
+    pub async fn open(journal: Arc<dyn Journal>) -> Result<Self, StorageError<NodeId>> {
+        let state = journal.state().await.map_err(io_read)?;
+        let last_purged: Option<LogId<NodeId>> = match &state.purged_marker {
+            Some(m) => Some(decode(m).map_err(io_read)?),
+            None => None,
+        };
+        let last_log_id = match state.last_index {
+            Some(i) => {
+                let entries = journal.read(i, i + 1).await.map_err(io_read)?;
+                let (_, bytes) = entries.first().ok_or_else(|| {
+                    io_read(std::io::Error::other(format!(
+                        "journal {} says its last entry is {i} but has none there",
+                        journal.location()
+                    )))
+                })?;
+                let entry: Entry<TypeConfig> = decode(bytes).map_err(io_read)?;
+                Some(entry.log_id)
+            }
+            None => last_purged,
+        };
+        let marks = Marks { last_log_id, last_purged };
+        Ok(LogStore { journal, marks: Arc::new(Mutex::new(marks)) })
+    }
+
+    fn marks(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        let from = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i + 1,
+            Bound::Unbounded => 0,
+        };
+        let to = match range.end_bound() {
+            Bound::Included(i) => i + 1,
+            Bound::Excluded(i) => *i,
+            Bound::Unbounded => u64::MAX,
+        };
+        let raw = self.journal.read(from, to).await.map_err(io_read)?;
+        raw.iter().map(|(_, b)| decode(b).map_err(io_read)).collect()
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let m = *self.marks();
+        Ok(LogState { last_purged_log_id: m.last_purged, last_log_id: m.last_log_id })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
+        self.journal
+            .save_vote(Bytes::from(bytes))
+            .await
+            .map_err(|e| StorageIOError::write_vote(AnyError::new(&e)).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        let vote = self
+            .journal
+            .read_vote()
+            .await
+            .map_err(|e| StorageIOError::read_vote(AnyError::new(&e)))?;
+        match vote {
+            Some(b) => {
+                Ok(Some(decode(&b).map_err(|e| StorageIOError::read_vote(AnyError::new(&e)))?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = Vec::new();
+        let mut last = None;
+        for entry in entries {
+            last = Some(entry.log_id);
+            batch.push((entry.log_id.index, Bytes::from(encode(&entry).map_err(io_write)?)));
+        }
+        if batch.is_empty() {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        }
+        // One durable write for the whole batch: the group commit.
+        let result = self.journal.append(batch).await;
+        match result {
+            Ok(()) => {
+                self.marks().last_log_id = last;
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                callback.log_io_completed(Err(std::io::Error::other(msg)));
+                Err(io_write(e))
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.journal.truncate(log_id.index).await.map_err(io_write)?;
+        let previous = if log_id.index == 0 {
+            None
+        } else {
+            let raw = self.journal.read(log_id.index - 1, log_id.index).await.map_err(io_read)?;
+            match raw.first() {
+                Some((_, b)) => Some(decode::<Entry<TypeConfig>>(b).map_err(io_read)?.log_id),
+                None => None,
+            }
+        };
+        let mut m = self.marks();
+        m.last_log_id = previous.or(m.last_purged);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let marker = Bytes::from(encode(&log_id).map_err(io_write)?);
+        self.journal.purge(log_id.index, marker).await.map_err(io_write)?;
+        let mut m = self.marks();
+        m.last_purged = Some(log_id);
+        if m.last_log_id < Some(log_id) {
+            m.last_log_id = Some(log_id);
+        }
+        Ok(())
+    }
+}

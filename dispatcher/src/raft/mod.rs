@@ -1,0 +1,50 @@
+//! Replication: the dispatcher's commands go through an openraft group whose log
+//! and snapshots live in a [`sluice_journal::Journal`].
+//!
+//! ```text
+//!  Core::propose(cmd) ──► Raft::client_write ──► LogStore::append ──► Journal (fsync / PUT)
+//!                               │ committed on a quorum
+//!                               ▼
+//!                       StateMachine::apply ──► crate::apply(&mut State, cmd) ──► Response
+//!
+//!  peers: network::PeerNetwork ──RaftPeer gRPC──► peer_service::PeerService ──► Raft::{append_entries, vote, install_snapshot}
+//! ```
+//! - [`TypeConfig`]: openraft's types for Sluice (`D = Command`, `R = CommandResult`).
+//! - `codec`: the one place that encodes openraft and state types (bincode).
+//! - `log_store`: `RaftLogStorage` on the journal.
+//! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
+//!   whole `State`, saved to the journal; the log before a snapshot is purged.
+//! - `network` / `peer_service`: Raft RPCs over tonic, both directions.
+
+// openraft's StorageError is large by design and is what its traits return.
+#![allow(clippy::result_large_err)]
+
+pub(crate) mod codec;
+pub(crate) mod log_store;
+pub(crate) mod network;
+pub(crate) mod peer_service;
+pub(crate) mod state_machine;
+
+use std::io::Cursor;
+
+use crate::command::{Command, Response};
+use crate::error::StateError;
+
+/// What applying one command answers; carried back to the proposer through Raft.
+/// `None` for Raft's own entries (blank, membership).
+pub type CommandResult = Option<Result<Response, StateError>>;
+
+openraft::declare_raft_types!(
+    /// openraft's type configuration for the dispatcher group.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type NodeId = u64;
+pub type Raft = openraft::Raft<TypeConfig>;

@@ -1,0 +1,174 @@
+//! openraft's state machine around the pure [`crate::apply`].
+//!
+//! The state itself lives in memory; what makes it durable is the log plus the
+//! latest snapshot in the journal. A snapshot is the whole [`State`] with the last
+//! applied log id and membership; openraft takes one every `snapshot_every`
+//! entries and then purges the log before it, so a restart replays at most that
+//! many entries after loading the snapshot, however long the history.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use bytes::Bytes;
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    AnyError, BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, Snapshot,
+    SnapshotMeta, StorageError, StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use sluice_journal::Journal;
+
+use super::codec::{decode, encode};
+use super::{CommandResult, NodeId, TypeConfig};
+use crate::state::State;
+
+/// What the state machine holds: the dispatcher's state and where it stands in the log.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Applied {
+    pub last_applied: Option<LogId<NodeId>>,
+    pub membership: StoredMembership<NodeId, BasicNode>,
+    pub state: State,
+}
+
+/// Shared by the state machine (writer) and the RPC handlers (readers). A std
+/// RwLock: `apply` and reads are short and synchronous, never across an await.
+#[derive(Clone, Default)]
+pub struct Shared(Arc<RwLock<Applied>>);
+
+impl Shared {
+    pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, Applied> {
+        self.0.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Clone)]
+pub struct StateMachine {
+    data: Shared,
+    journal: Arc<dyn Journal>,
+    snapshots_built: Arc<AtomicU64>,
+}
+
+fn sm_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::read_state_machine(AnyError::new(&e)).into()
+}
+fn snap_write_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write_snapshot(None, AnyError::new(&e)).into()
+}
+fn snap_read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::read_snapshot(None, AnyError::new(&e)).into()
+}
+
+impl StateMachine {
+    /// Loads the latest snapshot from the journal, if any.
+    pub async fn open(journal: Arc<dyn Journal>) -> Result<Self, StorageError<NodeId>> {
+        let data = Shared::default();
+        if let Some((_meta, body)) = journal.read_snapshot().await.map_err(snap_read_err)? {
+            *data.write() = decode(&body).map_err(snap_read_err)?;
+        }
+        Ok(StateMachine { data, journal, snapshots_built: Arc::new(AtomicU64::new(0)) })
+    }
+
+    pub fn shared(&self) -> Shared {
+        self.data.clone()
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let (body, last_applied, membership) = {
+            let d = self.data.read();
+            (encode(&*d).map_err(snap_write_err)?, d.last_applied, d.membership.clone())
+        };
+        let n = self.snapshots_built.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match last_applied {
+            Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
+            None => format!("empty-{n}"),
+        };
+        let meta =
+            SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
+        let meta_bytes = encode(&meta).map_err(snap_write_err)?;
+        self.journal
+            .save_snapshot(Bytes::from(meta_bytes), Bytes::from(body.clone()))
+            .await
+            .map_err(snap_write_err)?;
+        tracing::info!(index = ?last_applied.map(|l| l.index), bytes = body.len(), "snapshot saved");
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(body)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>>
+    {
+        let d = self.data.read();
+        Ok((d.last_applied, d.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut d = self.data.write();
+        let mut out = Vec::new();
+        for entry in entries {
+            d.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => out.push(None),
+                EntryPayload::Membership(m) => {
+                    d.membership = StoredMembership::new(Some(entry.log_id), m);
+                    out.push(None);
+                }
+                EntryPayload::Normal(cmd) => out.push(Some(crate::apply::apply(&mut d.state, cmd))),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let body = snapshot.into_inner();
+        let applied: Applied = decode(&body).map_err(sm_err)?;
+        // Durable first: a crash after this keeps the snapshot the log was cut at.
+        let meta_bytes = encode(meta).map_err(snap_write_err)?;
+        self.journal
+            .save_snapshot(Bytes::from(meta_bytes), Bytes::from(body))
+            .await
+            .map_err(snap_write_err)?;
+        *self.data.write() = applied;
+        tracing::info!(index = ?meta.last_log_id.map(|l| l.index), "snapshot installed from the leader");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        match self.journal.read_snapshot().await.map_err(snap_read_err)? {
+            Some((meta, body)) => {
+                let meta: SnapshotMeta<NodeId, BasicNode> = decode(&meta).map_err(snap_read_err)?;
+                Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(body.to_vec())) }))
+            }
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The sled backend: the journal in a local sled database.
+//!
+//! Why sled: a crash-safe embedded store with atomic batches, so this module only has to
+//! order its writes and flush before acknowledging. sled's own periodic flusher is off
+//! (`flush_every_ms(None)`): nothing is durable until we `flush_async().await`, which every
+//! mutating call does before returning `Ok`.
+//!
+//! Layout (format version [`FORMAT_VERSION`]):
+//! - tree `log`: key = big-endian `u64` index (so sled's order is index order), value = entry.
+//! - tree `meta`: `format_version` (u32 LE), `vote`, `purged` (`[u64 LE upto][marker]`),
+//!   `snapshot` (`[u64 LE meta_len][meta][data]`: one value, so meta and data are replaced
+//!   together, atomically).
+//!
+//! Every value is framed `[u32 crc32c][payload]` (`frame`). Recovery at open verifies every
+//! value: a bad checksum on the highest log key is a torn tail (removed and reported); any
+//! other bad value is corruption and refuses to start, naming the path and the key.
+//! A purge writes its marker before deleting entries, and recovery deletes entries at or below
+//! the marker, so a crash between the two steps only leaves garbage that recovery removes.
+
+mod recover;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex as StdMutex;
+
+use bytes::Bytes;
+use tokio::sync::Mutex;
+
+use self::recover::{key_index, open_blocking, sled_err, split_snapshot};
+use crate::frame::{seal, unseal};
+use crate::{Journal, JournalError, LogState, Recovery};
+
+/// The on-disk format this build writes and reads.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const KEY_FORMAT: &[u8] = b"format_version";
+pub(crate) const KEY_VOTE: &[u8] = b"vote";
+pub(crate) const KEY_PURGED: &[u8] = b"purged";
+pub(crate) const KEY_SNAPSHOT: &[u8] = b"snapshot";
+
+pub(crate) struct SledJournal {
+    location: String,
+    db: sled::Db,
+    log: sled::Tree,
+    meta: sled::Tree,
+    /// Cache of the durable marks. A std mutex: held only for short sections, never across
+    /// an `.await`.
+    state: StdMutex<LogState>,
+    /// Serializes writes. Holds why this handle refuses writes after a failed one (a failed
+    /// flush leaves the durable state unknown; reopening recovers it).
+    writer: Mutex<Option<String>>,
+    /// Declared last so it is dropped after the database.
+    _open: OpenGuard,
+}
+
+impl SledJournal {
+    pub(crate) async fn open(path: PathBuf) -> Result<(SledJournal, Recovery), JournalError> {
+        let display = format!("sled:{}", path.display());
+        std::fs::create_dir_all(&path).map_err(|e| JournalError::io(&display, false, e))?;
+        let path = path.canonicalize().map_err(|e| JournalError::io(&display, false, e))?;
+        let location = format!("sled:{}", path.display());
+        let guard = OpenGuard::register(&path, &location)?;
+        let loc = location.clone();
+        let opened = tokio::task::spawn_blocking(move || open_blocking(&path, &loc))
+            .await
+            .map_err(|e| JournalError::io(&location, false, e))??;
+        let (db, log, meta, state, recovery) = opened;
+        db.flush_async().await.map_err(|e| sled_err(&location, e))?;
+        if let Some(cut) = &recovery.truncated_tail {
+            tracing::warn!(journal = %location, "{cut}");
+        }
+        tracing::info!(journal = %location, entries = recovery.entries, ?state, "journal opened");
+        let journal = SledJournal {
+            location,
+            db,
+            log,
+            meta,
+            state: StdMutex::new(state),
+            writer: Mutex::new(None),
+            _open: guard,
+        };
+        Ok((journal, recovery))
+    }
+
+    fn marks(&self) -> LogState {
+        self.state.lock().expect("state lock").clone()
+    }
+
+    /// Runs a write under the writer lock: refuses if poisoned; `op` validates against the
+    /// current marks, applies its sled operations and returns the new marks (`None`: nothing to
+    /// do); then flushes, and only then publishes the new marks. A failed sled call or flush
+    /// poisons the handle.
+    async fn write<F>(&self, op: F) -> Result<(), JournalError>
+    where
+        F: FnOnce(&LogState) -> Result<Option<LogState>, Step>,
+    {
+        let mut poisoned = self.writer.lock().await;
+        if let Some(why) = poisoned.as_ref() {
+            return Err(JournalError::io(&self.location, false, why.clone()));
+        }
+        let current = self.marks();
+        let result = match op(&current) {
+            Ok(None) => return Ok(()),
+            Err(Step::Refuse(e)) => return Err(e),
+            Err(Step::Sled(e)) => Err(e),
+            Ok(Some(next)) => self.db.flush_async().await.map(|_| next),
+        };
+        match result {
+            Ok(next) => {
+                *self.state.lock().expect("state lock") = next;
+                Ok(())
+            }
+            Err(e) => {
+                let err = sled_err(&self.location, e);
+                *poisoned = Some(format!(
+                    "an earlier write failed ({err}); its outcome is unknown: reopen the journal"
+                ));
+                Err(err)
+            }
+        }
+    }
+
+    fn corrupt(&self, what: String, offset: u64, reason: String) -> JournalError {
+        JournalError::Corrupt { location: format!("{} ({what})", self.location), offset, reason }
+    }
+
+    fn get_meta(&self, key: &[u8]) -> Result<Option<Bytes>, JournalError> {
+        match self.meta.get(key).map_err(|e| sled_err(&self.location, e))? {
+            None => Ok(None),
+            Some(v) => unseal(&v).map(|p| Some(Bytes::copy_from_slice(p))).map_err(|reason| {
+                self.corrupt(
+                    format!("tree `meta`, key `{}`", String::from_utf8_lossy(key)),
+                    0,
+                    reason,
+                )
+            }),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Journal for SledJournal {
+    async fn state(&self) -> Result<LogState, JournalError> {
+        Ok(self.marks())
+    }
+
+    async fn append(&self, entries: Vec<(u64, Bytes)>) -> Result<(), JournalError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.write(|state| {
+            let last = state.check_append(&entries)?;
+            let mut batch = sled::Batch::default();
+            for (index, payload) in &entries {
+                batch.insert(&index.to_be_bytes(), seal(payload));
+            }
+            self.log.apply_batch(batch)?;
+            let mut next = state.clone();
+            next.first_index = next.first_index.or(Some(entries[0].0));
+            next.last_index = Some(last);
+            Ok(Some(next))
+        })
+        .await
+    }
+
+    async fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, Bytes)>, JournalError> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for item in self.log.range(from.to_be_bytes()..to.to_be_bytes()) {
+            let (key, value) = item.map_err(|e| sled_err(&self.location, e))?;
+            let index = key_index(&key).map_err(|r| self.corrupt("tree `log`".into(), 0, r))?;
+            let payload = unseal(&value).map_err(|reason| {
+                self.corrupt(format!("tree `log`, entry {index}; offset = index"), index, reason)
+            })?;
+            out.push((index, Bytes::copy_from_slice(payload)));
+        }
+        Ok(out)
+    }
+
+    async fn truncate(&self, from: u64) -> Result<(), JournalError> {
+        self.write(|state| {
+            state.check_truncate(from)?;
+            let (Some(first), Some(last)) = (state.first_index, state.last_index) else {
+                return Ok(None);
+            };
+            if from > last {
+                return Ok(None);
+            }
+            let mut batch = sled::Batch::default();
+            for index in from.max(first)..=last {
+                batch.remove(&index.to_be_bytes());
+            }
+            self.log.apply_batch(batch)?;
+            let mut next = state.clone();
+            if from <= first {
+                (next.first_index, next.last_index) = (None, None);
+            } else {
+                next.last_index = Some(from - 1);
+            }
+            Ok(Some(next))
+        })
+        .await
+    }
+
+    async fn purge(&self, upto: u64, marker: Bytes) -> Result<(), JournalError> {
+        self.write(|state| {
+            state.check_purge(upto)?;
+            let mut value = upto.to_le_bytes().to_vec();
+            value.extend_from_slice(&marker);
+            // Marker first: recovery removes entries at or below it if we crash in between.
+            self.meta.insert(KEY_PURGED, seal(&value))?;
+            let mut next = state.clone();
+            if let (Some(first), Some(last)) = (state.first_index, state.last_index) {
+                let mut batch = sled::Batch::default();
+                for index in first..=upto.min(last) {
+                    batch.remove(&index.to_be_bytes());
+                }
+                self.log.apply_batch(batch)?;
+                if last > upto {
+                    next.first_index = Some(first.max(upto + 1));
+                } else {
+                    (next.first_index, next.last_index) = (None, None);
+                }
+            }
+            next.purged_index = Some(upto);
+            next.purged_marker = Some(marker);
+            Ok(Some(next))
+        })
+        .await
+    }
+
+    async fn save_vote(&self, vote: Bytes) -> Result<(), JournalError> {
+        self.write(|state| {
+            self.meta.insert(KEY_VOTE, seal(&vote))?;
+            Ok(Some(state.clone()))
+        })
+        .await
+    }
+
+    async fn read_vote(&self) -> Result<Option<Bytes>, JournalError> {
+        self.get_meta(KEY_VOTE)
+    }
+
+    async fn save_snapshot(&self, meta: Bytes, data: Bytes) -> Result<(), JournalError> {
+        let mut value = Vec::with_capacity(8 + meta.len() + data.len());
+        value.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+        value.extend_from_slice(&meta);
+        value.extend_from_slice(&data);
+        self.write(|state| {
+            self.meta.insert(KEY_SNAPSHOT, seal(&value))?;
+            Ok(Some(state.clone()))
+        })
+        .await
+    }
+
+    async fn read_snapshot(&self) -> Result<Option<(Bytes, Bytes)>, JournalError> {
+        let Some(value) = self.get_meta(KEY_SNAPSHOT)? else { return Ok(None) };
+        split_snapshot(&value)
+            .map(Some)
+            .map_err(|reason| self.corrupt("tree `meta`, key `snapshot`".into(), 0, reason))
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+}
+
+/// Why a write step stopped: refused before touching the database, or a sled failure.
+enum Step {
+    Refuse(JournalError),
+    Sled(sled::Error),
+}
+
+impl From<JournalError> for Step {
+    fn from(e: JournalError) -> Self {
+        Step::Refuse(e)
+    }
+}
+
+impl From<sled::Error> for Step {
+    fn from(e: sled::Error) -> Self {
+        Step::Sled(e)
+    }
+}
+
+/// Paths open in this process: sled's file lock is per open file description, and a second
+/// `open` of the same directory in one process must fail clearly rather than wait or share.
+static OPEN: StdMutex<Option<HashSet<PathBuf>>> = StdMutex::new(None);
+
+struct OpenGuard(PathBuf);
+
+impl OpenGuard {
+    fn register(path: &Path, location: &str) -> Result<OpenGuard, JournalError> {
+        let mut open = OPEN.lock().expect("open registry");
+        if !open.get_or_insert_with(HashSet::new).insert(path.to_path_buf()) {
+            return Err(JournalError::Fenced {
+                location: location.to_string(),
+                detail: "this directory is already open in this process (drop the other \
+                         handle first)"
+                    .to_string(),
+            });
+        }
+        Ok(OpenGuard(path.to_path_buf()))
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        if let Some(open) = OPEN.lock().expect("open registry").as_mut() {
+            open.remove(&self.0);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Opening a sled journal: sled's own open, then verification of every value.
+//!
+//! Why verify everything at open: sled checksums its own pages, but a value we wrote and a
+//! crash tore (or a disk that rotted it) would otherwise be handed to Raft as a valid entry.
+//! Scanning is proportional to the unpurged log, which the glue bounds by snapshotting.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{FORMAT_VERSION, KEY_FORMAT, KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE};
+use crate::frame::{seal, unseal};
+use crate::{JournalError, LogState, Recovery};
+
+/// How long `open` waits for sled's file lock.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+
+pub(super) type Opened = (sled::Db, sled::Tree, sled::Tree, LogState, Recovery);
+
+/// Opens the database and recovers; blocking (sled reads its log at open).
+///
+/// No live handle in this process has `path` open (the caller registered it), so a held lock
+/// is either a dropped handle of ours whose sled threads are still finishing (milliseconds)
+/// or another process: poll for up to [`LOCK_WAIT`] before calling it fenced.
+pub(super) fn open_blocking(path: &Path, location: &str) -> Result<Opened, JournalError> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    let db = loop {
+        let config = sled::Config::new().path(path).mode(sled::Mode::LowSpace).flush_every_ms(None);
+        match config.open().map_err(|e| sled_err(location, e)) {
+            Ok(db) => break db,
+            Err(JournalError::Fenced { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let log = db.open_tree("log").map_err(|e| sled_err(location, e))?;
+    let meta = db.open_tree("meta").map_err(|e| sled_err(location, e))?;
+    let (state, recovery) = recover(location, &log, &meta)?;
+    Ok((db, log, meta, state, recovery))
+}
+
+/// Verifies every value, cuts a torn tail, finishes an interrupted purge; returns the marks.
+fn recover(
+    location: &str,
+    log: &sled::Tree,
+    meta: &sled::Tree,
+) -> Result<(LogState, Recovery), JournalError> {
+    let sled = |e| sled_err(location, e);
+    let corrupt = |what: &str, offset: u64, reason: String| JournalError::Corrupt {
+        location: format!("{location} ({what})"),
+        offset,
+        reason,
+    };
+    let meta_value = |key: &[u8]| -> Result<Option<Vec<u8>>, JournalError> {
+        match meta.get(key).map_err(sled)? {
+            None => Ok(None),
+            Some(v) => unseal(&v).map(|p| Some(p.to_vec())).map_err(|reason| {
+                corrupt(&format!("tree `meta`, key `{}`", String::from_utf8_lossy(key)), 0, reason)
+            }),
+        }
+    };
+
+    match meta_value(KEY_FORMAT)? {
+        Some(v) => {
+            let found = u32::from_le_bytes(v.as_slice().try_into().map_err(|_| {
+                corrupt("tree `meta`, key `format_version`", 0, format!("{} bytes", v.len()))
+            })?);
+            if found != FORMAT_VERSION {
+                return Err(JournalError::UnsupportedVersion {
+                    location: location.to_string(),
+                    found,
+                    supported: FORMAT_VERSION,
+                });
+            }
+        }
+        None if log.is_empty() && meta.is_empty() => {
+            meta.insert(KEY_FORMAT, seal(&FORMAT_VERSION.to_le_bytes())).map_err(sled)?;
+        }
+        None => {
+            let why = "the format-version key is missing from a non-empty journal".to_string();
+            return Err(corrupt("tree `meta`", 0, why));
+        }
+    }
+    meta_value(KEY_VOTE)?;
+    if let Some(v) = meta_value(KEY_SNAPSHOT)? {
+        split_snapshot(&v).map_err(|r| corrupt("tree `meta`, key `snapshot`", 0, r))?;
+    }
+    let mut state = LogState::default();
+    if let Some(v) = meta_value(KEY_PURGED)? {
+        if v.len() < 8 {
+            return Err(corrupt("tree `meta`, key `purged`", 0, format!("{} bytes", v.len())));
+        }
+        let upto = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+        state.purged_index = Some(upto);
+        state.purged_marker = Some(Bytes::copy_from_slice(&v[8..]));
+        // Finish a purge that crashed between writing its marker and deleting entries.
+        let mut batch = sled::Batch::default();
+        for item in log.range(..=upto.to_be_bytes()) {
+            batch.remove(item.map_err(sled)?.0);
+        }
+        log.apply_batch(batch).map_err(sled)?;
+    }
+
+    let mut recovery = Recovery::default();
+    let mut bad: Option<(u64, String)> = None;
+    for item in log.iter() {
+        let (key, value) = item.map_err(sled)?;
+        let index = key_index(&key).map_err(|r| corrupt("tree `log`", 0, r))?;
+        let what = format!("tree `log`, entry {index}; offset = index");
+        if let Some((bad_index, reason)) = bad.take() {
+            // A bad value with entries after it is not a torn tail.
+            let what = format!("tree `log`, entry {bad_index}; offset = index");
+            return Err(corrupt(&what, bad_index, reason));
+        }
+        if let Some(last) = state.last_index {
+            if index != last + 1 {
+                return Err(corrupt(&what, index, format!("entry {index} follows {last}")));
+            }
+        }
+        if let Err(reason) = unseal(&value) {
+            bad = Some((index, reason));
+            continue;
+        }
+        state.first_index = state.first_index.or(Some(index));
+        state.last_index = Some(index);
+        recovery.entries += 1;
+    }
+    if let Some((index, reason)) = bad {
+        log.remove(index.to_be_bytes()).map_err(sled)?;
+        recovery.truncated_tail = Some(format!(
+            "{location}: the last log entry ({index}) failed its checksum ({reason}); \
+             removed it as a torn tail (it was never acknowledged)"
+        ));
+    }
+    Ok((state, recovery))
+}
+
+pub(super) fn key_index(key: &[u8]) -> Result<u64, String> {
+    let bytes: [u8; 8] = key.try_into().map_err(|_| format!("log key is {} bytes", key.len()))?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+pub(super) fn split_snapshot(value: &[u8]) -> Result<(Bytes, Bytes), String> {
+    if value.len() < 8 {
+        return Err(format!("snapshot value is {} bytes", value.len()));
+    }
+    let meta_len = u64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
+    let rest = &value[8..];
+    if meta_len > rest.len() as u64 {
+        return Err(format!("snapshot meta length {meta_len} exceeds value ({})", rest.len()));
+    }
+    let (meta, data) = rest.split_at(meta_len as usize);
+    Ok((Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data)))
+}
+
+/// Maps a sled error: a held lock means another process owns the journal (`Fenced`);
+/// sled's own `Corruption` (e.g. after a hard kill, sled #1533) is a permanent `Io` error.
+pub(super) fn sled_err(location: &str, e: sled::Error) -> JournalError {
+    match e {
+        sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+            JournalError::Fenced {
+                location: location.to_string(),
+                detail: format!("another process holds the database lock: {io}"),
+            }
+        }
+        other => JournalError::io(location, false, other),
+    }
+}

@@ -1,0 +1,86 @@
+//! One dispatcher node with a work_dir (local disk, and a real S3-compatible
+//! server) SIGKILLed mid-epoch and restarted: datasets, jobs and the split cursor
+//! survive, and the epoch completes with every element exactly once.
+
+mod common;
+
+use common::{collect_i64, counts, free_port, wait_until, Proc};
+use futures::StreamExt;
+use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_dataset::{DatasetDef, FunctionRegistry};
+use sluice_worker::WorkerConfig;
+use tokio::net::TcpListener;
+
+const N: i64 = 400;
+
+async fn kill_and_restart_mid_epoch(work_dir: &str, envs: &[(String, String)]) {
+    common::init_tracing();
+    let port = free_port().to_string();
+    let address = format!("127.0.0.1:{port}");
+    let args = ["dispatcher", "--port", &port, "--work-dir", work_dir, "--snapshot-every", "50"];
+    let mut dispatcher = Proc::server_env(&args, envs);
+    let mut workers = vec![];
+    for _ in 0..2 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = WorkerConfig::for_tests(vec![address.clone()]);
+        workers.push(
+            sluice_worker::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap(),
+        );
+    }
+    let client = Client::new(std::slice::from_ref(&address), RetryPolicy::for_tests()).unwrap();
+    wait_until("two workers registered", || {
+        let c = client.clone();
+        async move { c.status().await.map(|s| s.workers.len() == 2).unwrap_or(false) }
+    })
+    .await;
+    let id = client.register_dataset(&DatasetDef::range(N), Some("train-data")).await.unwrap();
+    let other = client.register_dataset(&DatasetDef::range(7).map("square"), None).await.unwrap();
+    let opts = ReadOptions::new(ProcessingMode::Dynamic)
+        .job_name("epoch")
+        .worker_retry(RetryPolicy::for_tests());
+    let mut stream = client.from_dataset_id(&id, opts).await.unwrap();
+    let mut got = vec![];
+    for _ in 0..N / 2 {
+        got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
+    }
+    let before = client.status().await.unwrap();
+
+    tracing::info!("--- SIGKILL the dispatcher mid-epoch and restart it on the same work_dir");
+    dispatcher.kill();
+    let _dispatcher = Proc::server_env(&args, envs);
+
+    got.extend(collect_i64(stream).await);
+    let c = counts(&got);
+    assert_eq!(c.len() as i64, N, "no element lost");
+    assert!(c.values().all(|n| *n == 1), "no element twice: {c:?}");
+
+    let after = client.status().await.unwrap();
+    let ids = |s: &sluice_proto::v1::GetStatusResponse| -> Vec<String> {
+        s.datasets.iter().map(|d| d.dataset_id.clone()).collect()
+    };
+    assert_eq!(ids(&after), ids(&before), "datasets survive");
+    assert!(ids(&after).contains(&other));
+    let job = after.jobs.iter().find(|j| j.job_name == "epoch").expect("the job survives");
+    let it = &job.iterations[0];
+    assert!(it.finished, "{it:?}");
+    assert_eq!(it.split_cursor, Some(0), "cursor closed the epoch: {it:?}");
+    assert_eq!(it.split_repetition, Some(1), "{it:?}");
+    let raft = after.raft.expect("raft status");
+    assert!(raft.snapshot_index.is_some(), "snapshots were taken: {raft:?}");
+    for w in workers {
+        w.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_on_local_disk_survives_sigkill_mid_epoch_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    kill_and_restart_mid_epoch(dir.path().to_str().unwrap(), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_on_s3_survives_sigkill_mid_epoch_exactly_once() {
+    let s3 = sluice_journal::testing::MotoServer::start();
+    let work_dir = format!("s3://{}/one-node", s3.bucket());
+    kill_and_restart_mid_epoch(&work_dir, &s3.env()).await;
+}

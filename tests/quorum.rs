@@ -1,0 +1,251 @@
+//! Three dispatcher processes in a Raft group: leader kills mid-epoch, quorum
+//! loss and recovery, a wiped node rebuilt from a snapshot, and a whole-cluster
+//! restart from a work_dir on a real S3-compatible server.
+
+mod common;
+
+use common::{collect_i64, counts, free_port, wait_until, Proc};
+use futures::StreamExt;
+use sluice_client::{Client, ClientError, ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_dataset::{DatasetDef, FunctionRegistry};
+use sluice_proto::v1 as pb;
+use sluice_worker::{WorkerConfig, WorkerHandle};
+use tokio::net::TcpListener;
+
+/// Three `sluice dispatcher` processes sharing a work_dir (each in `node-<id>/`).
+struct Quorum {
+    addresses: Vec<String>,
+    peers: String,
+    work_dir: String,
+    envs: Vec<(String, String)>,
+    snapshot_every: u64,
+    nodes: Vec<Option<Proc>>,
+}
+
+impl Quorum {
+    fn start(work_dir: &str, envs: Vec<(String, String)>, snapshot_every: u64) -> Quorum {
+        common::init_tracing();
+        let addresses: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let peers =
+            addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>();
+        let mut q = Quorum {
+            addresses,
+            peers: peers.join(","),
+            work_dir: work_dir.to_string(),
+            envs,
+            snapshot_every,
+            nodes: vec![None, None, None],
+        };
+        for id in 1..=3 {
+            q.start_node(id);
+        }
+        q
+    }
+
+    fn start_node(&mut self, id: u64) {
+        let (id_s, every) = (id.to_string(), self.snapshot_every.to_string());
+        let args = [
+            "dispatcher",
+            "--node-id",
+            &id_s,
+            "--peers",
+            &self.peers,
+            "--work-dir",
+            &self.work_dir,
+            "--snapshot-every",
+            &every,
+        ];
+        self.nodes[id as usize - 1] = Some(Proc::server_env(&args, &self.envs));
+    }
+
+    fn kill(&mut self, id: u64) {
+        if let Some(mut p) = self.nodes[id as usize - 1].take() {
+            p.kill();
+        }
+    }
+
+    fn address(&self, id: u64) -> &str {
+        &self.addresses[id as usize - 1]
+    }
+
+    fn client(&self, retry: RetryPolicy) -> Client {
+        Client::new(&self.addresses, retry).unwrap()
+    }
+
+    /// Waits until some node reports itself leader; returns its id.
+    async fn leader(&self) -> u64 {
+        let client = self.client(RetryPolicy::for_tests());
+        let start = std::time::Instant::now();
+        loop {
+            for (_, r) in client.status_of_each().await {
+                if let Some(raft) = r.ok().and_then(|s| s.raft) {
+                    if raft.role == "leader" {
+                        return raft.node_id;
+                    }
+                }
+            }
+            assert!(start.elapsed() < common::DEADLINE, "no leader within {:?}", common::DEADLINE);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// This node's own view, asked of it alone.
+    async fn node_status(&self, id: u64) -> Option<pb::GetStatusResponse> {
+        let c = Client::new(&[self.address(id).to_string()], RetryPolicy::for_tests()).unwrap();
+        c.status_of_each().await.pop().and_then(|(_, r)| r.ok())
+    }
+}
+
+async fn workers(q: &Quorum, n: usize) -> Vec<WorkerHandle> {
+    let mut out = vec![];
+    for _ in 0..n {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = WorkerConfig::for_tests(q.addresses.clone());
+        out.push(
+            sluice_worker::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap(),
+        );
+    }
+    let client = q.client(RetryPolicy::for_tests());
+    wait_until(&format!("{n} workers registered"), || {
+        let c = client.clone();
+        async move { c.status().await.map(|s| s.from_leader && s.workers.len() == n).unwrap_or(false) }
+    })
+    .await;
+    out
+}
+
+fn dynamic(job: &str) -> ReadOptions {
+    ReadOptions::new(ProcessingMode::Dynamic).job_name(job).worker_retry(RetryPolicy::for_tests())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kill_mid_epoch_loses_no_split_and_the_dead_node_catches_up() {
+    const N: i64 = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let mut q = Quorum::start(dir.path().to_str().unwrap(), vec![], 100);
+    let leader = q.leader().await;
+    let ws = workers(&q, 2).await;
+    let client = q.client(RetryPolicy::for_tests());
+    let id = client.register_dataset(&DatasetDef::range(N), None).await.unwrap();
+    let mut stream = client.from_dataset_id(&id, dynamic("epoch")).await.unwrap();
+    let mut got = vec![];
+    for _ in 0..N / 3 {
+        got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
+    }
+
+    tracing::info!("--- SIGKILL the leader (node {leader}) mid-epoch");
+    q.kill(leader);
+    got.extend(collect_i64(stream).await);
+    let c = counts(&got);
+    assert_eq!(c.len() as i64, N, "no split lost");
+    assert!(c.values().all(|n| *n == 1), "no split doubled: {c:?}");
+    let new_leader = q.leader().await;
+    assert_ne!(new_leader, leader);
+
+    tracing::info!("--- restart node {leader}: it catches up");
+    q.start_node(leader);
+    let target = q.node_status(new_leader).await.unwrap().raft.unwrap().applied_index;
+    wait_until("the restarted node to catch up", || async {
+        let applied =
+            q.node_status(leader).await.and_then(|s| s.raft).and_then(|r| r.applied_index);
+        applied >= target
+    })
+    .await;
+    for w in ws {
+        w.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_three_down_stops_progress_with_a_clear_error_and_one_back_resumes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut q = Quorum::start(dir.path().to_str().unwrap(), vec![], 100);
+    let leader = q.leader().await;
+    let client = q.client(RetryPolicy::for_tests());
+    let first = client.register_dataset(&DatasetDef::range(3), Some("before")).await.unwrap();
+
+    let down: Vec<u64> = (1..=3).filter(|i| *i != leader).take(1).chain([leader]).collect();
+    tracing::info!("--- kill nodes {down:?}: no quorum");
+    for id in &down {
+        q.kill(*id);
+    }
+    let short = q.client(RetryPolicy::for_tests().with_deadline(std::time::Duration::from_secs(2)));
+    let err = short.register_dataset(&DatasetDef::range(4), Some("during")).await.unwrap_err();
+    assert!(matches!(err, ClientError::Unavailable { .. }), "{err}");
+
+    tracing::info!("--- restore node {}: progress resumes", down[0]);
+    q.start_node(down[0]);
+    let again = client.register_dataset(&DatasetDef::range(4), Some("after")).await.unwrap();
+    assert_eq!(again, "after");
+    let status = client.status().await.unwrap();
+    let ids: Vec<&str> = status.datasets.iter().map(|d| d.dataset_id.as_str()).collect();
+    assert!(ids.contains(&first.as_str()) && ids.contains(&"after"), "{ids:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_node_is_rebuilt_from_the_leaders_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut q = Quorum::start(dir.path().to_str().unwrap(), vec![], 20);
+    let leader = q.leader().await;
+    let client = q.client(RetryPolicy::for_tests());
+    for i in 0..80 {
+        client.register_dataset(&DatasetDef::range(i + 1), Some(&format!("d{i}"))).await.unwrap();
+    }
+    let follower = (1..=3).find(|i| *i != leader).unwrap();
+    tracing::info!("--- wipe follower {follower}'s work_dir and restart it");
+    q.kill(follower);
+    std::fs::remove_dir_all(dir.path().join(format!("node-{follower}"))).unwrap();
+    q.start_node(follower);
+    let target = q.node_status(leader).await.unwrap().raft.unwrap().applied_index;
+    wait_until("the wiped node to be rebuilt", || async {
+        match q.node_status(follower).await {
+            Some(s) => {
+                let raft = s.raft.unwrap();
+                raft.applied_index >= target && s.datasets.len() == 80
+            }
+            None => false,
+        }
+    })
+    .await;
+    let raft = q.node_status(follower).await.unwrap().raft.unwrap();
+    assert!(raft.snapshot_index.is_some(), "rebuilt from a snapshot: {raft:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_cluster_restarts_from_a_work_dir_on_s3_with_all_state() {
+    const N: i64 = 50;
+    let s3 = sluice_journal::testing::MotoServer::start();
+    let work_dir = format!("s3://{}/cluster", s3.bucket());
+    let mut q = Quorum::start(&work_dir, s3.env(), 30);
+    q.leader().await;
+    let ws = workers(&q, 2).await;
+    let client = q.client(RetryPolicy::for_tests());
+    let id = client.register_dataset(&DatasetDef::range(N), Some("kept")).await.unwrap();
+    let mut got = collect_i64(client.from_dataset_id(&id, dynamic("whole")).await.unwrap()).await;
+    got.sort();
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    let before = client.status().await.unwrap();
+
+    tracing::info!("--- stop every node, then start them all again");
+    for id in 1..=3 {
+        q.kill(id);
+    }
+    for id in 1..=3 {
+        q.start_node(id);
+    }
+    q.leader().await;
+    let after = client.status().await.unwrap();
+    assert!(after.from_leader);
+    assert_eq!(after.datasets, before.datasets);
+    // Client counts may change as readers release; everything else must match.
+    let durable = |s: &pb::GetStatusResponse| {
+        let mut jobs = s.jobs.clone();
+        jobs.iter_mut().flat_map(|j| j.iterations.iter_mut()).for_each(|it| it.clients = 0);
+        jobs
+    };
+    assert_eq!(durable(&after), durable(&before), "jobs, iterations and cursors as before");
+    assert!(after.jobs[0].iterations[0].finished);
+    for w in ws {
+        w.shutdown().await.unwrap();
+    }
+}
