@@ -207,3 +207,23 @@ async fn a_worker_gone_for_good_fails_the_read_after_the_deadline_naming_it() {
     assert!(matches!(err, sluice_client::ClientError::Unavailable { .. }), "{err}");
     assert!(err.to_string().contains(&address), "names the worker: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_of_several_splits_per_request_still_deliver_each_element_once() {
+    const N: i64 = 1000;
+    let mut cluster = Cluster::start(0).await;
+    for _ in 0..2 {
+        let mut config = sluice_worker::WorkerConfig::for_tests(cluster.addresses());
+        config.splits_per_request = 16;
+        cluster.add_worker_with(config).await;
+    }
+    cluster.wait_workers(2).await;
+    let client = cluster.client();
+    let mut got =
+        collect_i64(client.distribute(&DatasetDef::range(N), dynamic()).await.unwrap()).await;
+    got.sort();
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    // One log entry per grant, not per split: far fewer than N entries in all.
+    let log = client.status().await.unwrap().raft.unwrap().last_log_index.unwrap();
+    assert!(log < (N as u64) / 4, "{log} log entries for {N} one-element splits");
+}

@@ -51,6 +51,7 @@ async fn a_replayed_get_split_returns_the_same_split_and_none_is_lost_or_doubled
                 sequence,
                 split_provider_index: 0,
                 repetition: 0,
+                max_splits: 1,
             };
             d.get_split(req).await.unwrap()
         }

@@ -12,6 +12,9 @@ use crate::command::{Command, Response};
 use crate::error::StateError;
 use crate::state::*;
 
+/// The most splits one GetSplit may take at once.
+pub const MAX_SPLITS_PER_GRANT: u32 = 1024;
+
 pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
     match cmd {
         Command::RegisterDataset { dataset_id, def } => register_dataset(state, dataset_id, def),
@@ -28,8 +31,8 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         Command::FinishTasks { worker_address, task_ids } => {
             finish_tasks(state, &worker_address, &task_ids)
         }
-        Command::GetSplit { task_id, worker_uid, sequence, provider, repetition } => {
-            get_split(state, task_id, worker_uid, sequence, provider, repetition)
+        Command::GetSplit { task_id, worker_uid, sequence, provider, repetition, max_splits } => {
+            get_split(state, task_id, worker_uid, sequence, provider, repetition, max_splits)
         }
     }
 }
@@ -297,6 +300,7 @@ fn get_split(
     sequence: u64,
     provider: u32,
     repetition: u64,
+    max_splits: u32,
 ) -> Result<Response, StateError> {
     let task = state.tasks.get(&task_id).ok_or_else(|| StateError::not_found("task", task_id))?;
     if let Some(last) = task.last_split.filter(|l| l.worker_uid == worker_uid) {
@@ -329,7 +333,10 @@ fn get_split(
         .and_then(|j| state.datasets.get(&j.dataset_id))
         .and_then(|d| d.source_cardinality)
         .unwrap_or(0);
-    let step = iteration.elements_per_split;
+    // A grant of k splits is the range of k consecutive splits.
+    let step = iteration
+        .elements_per_split
+        .saturating_mul(u64::from(max_splits.clamp(1, MAX_SPLITS_PER_GRANT)));
     let iteration_id = iteration.id;
 
     let (answer, new_cursor) = next_split(cursor, repetition, cardinality, step);

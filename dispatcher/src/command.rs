@@ -56,6 +56,9 @@ pub enum Command {
         sequence: u64,
         provider: u32,
         repetition: u64,
+        /// Up to this many consecutive splits in one grant (clamped to
+        /// 1..=`MAX_SPLITS_PER_GRANT`), answered as one range.
+        max_splits: u32,
     },
 }
 

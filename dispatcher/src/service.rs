@@ -279,6 +279,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             sequence: r.sequence,
             provider: r.split_provider_index,
             repetition: r.repetition,
+            max_splits: r.max_splits,
         };
         match self.core.propose(cmd).await? {
             R::Split(answer) => Ok(Response::new(split_to_wire(answer))),

@@ -40,12 +40,17 @@ fn worker(s: &mut State, addr: &str, uid: u64) -> Vec<u64> {
 }
 
 fn split(s: &mut State, task: u64, uid: u64, seq: u64, rep: u64) -> SplitAnswer {
+    grant(s, task, uid, seq, rep, 1)
+}
+
+fn grant(s: &mut State, task: u64, uid: u64, seq: u64, rep: u64, max_splits: u32) -> SplitAnswer {
     let c = Command::GetSplit {
         task_id: task,
         worker_uid: uid,
         sequence: seq,
         provider: 0,
         repetition: rep,
+        max_splits,
     };
     match ok(s, c) {
         Response::Split(a) => a,
@@ -155,8 +160,14 @@ fn get_split_is_idempotent_per_key_and_never_hands_a_split_twice() {
     assert_eq!(s.iterations[&it].cursors[0], SplitCursor { repetition: 1, next: 0 });
     // Out-of-order sequences are refused without changing anything.
     let before = s.clone();
-    let c =
-        Command::GetSplit { task_id: t1, worker_uid: 1, sequence: 9, provider: 0, repetition: 0 };
+    let c = Command::GetSplit {
+        task_id: t1,
+        worker_uid: 1,
+        sequence: 9,
+        provider: 0,
+        repetition: 0,
+        max_splits: 1,
+    };
     assert!(matches!(apply(&mut s, c), Err(StateError::FailedPrecondition(_))));
     assert_eq!(s, before);
     // A restarted worker (new uid) starts its sequence again and gets new splits only.
@@ -171,8 +182,14 @@ fn splits_only_exist_in_dynamic_mode() {
     let j = job(&mut s, &ds, Mode::Off, None).unwrap();
     let (it, _) = iteration(&mut s, j, 1);
     let t = s.iterations[&it].tasks[0];
-    let c =
-        Command::GetSplit { task_id: t, worker_uid: 1, sequence: 0, provider: 0, repetition: 0 };
+    let c = Command::GetSplit {
+        task_id: t,
+        worker_uid: 1,
+        sequence: 0,
+        provider: 0,
+        repetition: 0,
+        max_splits: 1,
+    };
     assert!(matches!(apply(&mut s, c), Err(StateError::FailedPrecondition(_))));
 }
 
@@ -191,7 +208,14 @@ fn replaying_the_same_commands_rebuilds_the_same_state() {
             job_name: Some("j".into()),
         },
         Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 3 },
-        Command::GetSplit { task_id: 4000, worker_uid: 5, sequence: 0, provider: 0, repetition: 0 },
+        Command::GetSplit {
+            task_id: 4000,
+            worker_uid: 5,
+            sequence: 0,
+            provider: 0,
+            repetition: 0,
+            max_splits: 1,
+        },
         Command::FinishTasks { worker_address: "w:1".into(), task_ids: vec![4000] },
     ];
     let run = || {
@@ -221,4 +245,23 @@ fn commands_and_state_round_trip_through_the_log_codec() {
     ok(&mut s, cmd);
     let bytes = bincode::serialize(&s).unwrap();
     assert_eq!(bincode::deserialize::<State>(&bytes).unwrap(), s);
+}
+
+#[test]
+fn a_grant_of_several_splits_is_one_range_and_replays_the_same() {
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    let ds = register(&mut s, DatasetDef::range(100));
+    let j = job(&mut s, &ds, Mode::Dynamic, None).unwrap();
+    let (it, _) = iteration(&mut s, j, 2);
+    let t = s.iterations[&it].tasks[0];
+    assert_eq!(grant(&mut s, t, 1, 0, 0, 8), SplitAnswer::Split { begin: 0, end: 16 });
+    assert_eq!(grant(&mut s, t, 1, 0, 0, 8), SplitAnswer::Split { begin: 0, end: 16 }, "replay");
+    assert_eq!(
+        grant(&mut s, t, 1, 1, 0, 0),
+        SplitAnswer::Split { begin: 16, end: 18 },
+        "0 means 1"
+    );
+    assert_eq!(grant(&mut s, t, 1, 2, 0, 1000), SplitAnswer::Split { begin: 18, end: 100 });
+    assert_eq!(grant(&mut s, t, 1, 3, 0, 8), SplitAnswer::EndOfSplits);
 }

@@ -11,7 +11,7 @@ use std::error::Error as StdError;
 pub enum JournalError {
     /// A record failed its checksum or framing away from the tail: refuse to start.
     #[error(
-        "journal {location} is corrupt at byte offset {offset}: {reason}; refusing to start. \
+        "journal {location} is corrupt at offset {offset}: {reason}; refusing to start. \
          Restore this node's journal from a backup, or delete it and let the node rejoin \
          and catch up from its peers"
     )]

@@ -37,8 +37,8 @@ pub trait Journal: Send + Sync + 'static {
     /// **Durable** (fsync'd / PUT completed) when it returns `Ok`. One call = one durable write:
     /// the caller batches (group commit).
     ///
-    /// **A crash during the call** may lose the whole batch (object store: the PUT is atomic)
-    /// or its tail (sled: the batch is applied atomically, so in practice all or nothing).
+    /// **A crash during the call** may lose the whole batch (both backends write it
+    /// atomically: one sled batch, one PUT) or, if the write was torn anyway, a tail of it.
     /// Safe for Raft because none of it was acknowledged: a follower re-requests missing
     /// entries, a leader re-replicates them.
     ///

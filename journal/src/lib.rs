@@ -10,11 +10,14 @@
 //! - [`JournalError`] (`error`) — the one error type; variants carry the caller's decision.
 //! - `location` — parses `path`, `sled:PATH`, `file://`, `memory://`, `s3://`, `gs://`.
 //! - `frame` — `[crc32c][payload]` framing for sled values.
-//! - `sled_store` — the sled backend: a `log` tree keyed by big-endian index, a `meta` tree.
+//! - `sled_store` — the sled backend: a `log` tree keyed by big-endian index, a `meta` tree;
+//!   `sled_store::recover` verifies every value at open.
 //! - `object` — the object-store backend: immutable, create-if-absent segments under `log/`
 //!   (the log is the fold of all segments), `vote/` and `snapshot/` objects, fencing by
-//!   claiming sequence numbers, recovery and compaction.
-//! - [`testing`] (feature `testing`) — the moto S3 server fixture for tests.
+//!   claiming sequence numbers. `object::segment` is the byte format, `object::recover` the
+//!   fold and the torn-tail/corruption rules, `object::compact` what a purge lets us delete,
+//!   `object::remote` timeouts, retries and error classes around object_store.
+//! - `testing` (feature `testing`) — the moto S3 server fixture for tests.
 //!
 //! Data flow: [`open`] parses the location, opens the backend, which recovers (verifying every
 //! checksum, cutting a torn tail, refusing corruption in the middle) and returns the handle

@@ -51,6 +51,9 @@ pub struct WorkerArgs {
     /// Elements buffered per task.
     #[arg(long, default_value_t = 256)]
     pub buffer: usize,
+    /// DYNAMIC mode: splits taken per request to the dispatcher (1..=1024).
+    #[arg(long, default_value_t = 1)]
+    pub splits_per_request: u32,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -113,6 +116,7 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     let mut config = WorkerConfig::new(a.dispatcher.dispatchers.clone());
     config.advertised_address = a.advertise;
     config.task_buffer_elements = a.buffer;
+    config.splits_per_request = a.splits_per_request;
     config.dispatcher_retry = a.dispatcher.retry();
     config.validate()?;
     let listener = bind(&a.host, a.port).await?;

@@ -85,8 +85,11 @@ impl Cluster {
     }
 
     pub async fn add_worker(&mut self) {
+        self.add_worker_with(WorkerConfig::for_tests(self.addresses())).await;
+    }
+
+    pub async fn add_worker_with(&mut self, config: WorkerConfig) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = WorkerConfig::for_tests(self.addresses());
         let w = sluice_worker::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap();
         self.workers.push(w);
     }

@@ -25,6 +25,9 @@ pub struct WorkerConfig {
     pub max_bytes_per_message: u64,
     /// Retries of every dispatcher call (registration, heartbeats, splits).
     pub dispatcher_retry: RetryPolicy,
+    /// DYNAMIC mode: splits taken per GetSplit (1..=1024). More means fewer round
+    /// trips and log entries per element, and coarser balance at the end of an epoch.
+    pub splits_per_request: u32,
 }
 
 impl Default for WorkerConfig {
@@ -37,6 +40,7 @@ impl Default for WorkerConfig {
             max_elements_per_message: 64,
             max_bytes_per_message: 4 * 1024 * 1024,
             dispatcher_retry: RetryPolicy::default(),
+            splits_per_request: 1,
         }
     }
 }
@@ -65,6 +69,9 @@ impl WorkerConfig {
         }
         if matches!(&self.advertised_address, Some(a) if a.trim().is_empty()) {
             return bad("advertised_address: must not be empty when set");
+        }
+        if !(1..=1024).contains(&self.splits_per_request) {
+            return bad("splits_per_request: must be between 1 and 1024");
         }
         if self.heartbeat_interval.is_zero() {
             return bad("heartbeat_interval: must be > 0");

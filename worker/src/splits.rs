@@ -32,6 +32,8 @@ pub(crate) struct RemoteSplitProvider {
     split_provider_index: u32,
     sequence: u64,
     repetition: u64,
+    /// Splits asked for per request (one grant, answered as one range).
+    max_splits: u32,
 }
 
 impl RemoteSplitProvider {
@@ -42,6 +44,7 @@ impl RemoteSplitProvider {
         task_id: u64,
         worker_uid: u64,
         split_provider_index: u32,
+        max_splits: u32,
     ) -> Self {
         RemoteSplitProvider {
             dispatcher,
@@ -52,6 +55,7 @@ impl RemoteSplitProvider {
             split_provider_index,
             sequence: 0,
             repetition: 0,
+            max_splits,
         }
     }
 
@@ -62,6 +66,7 @@ impl RemoteSplitProvider {
             sequence: self.sequence,
             split_provider_index: self.split_provider_index,
             repetition: self.repetition,
+            max_splits: self.max_splits,
         }
     }
 

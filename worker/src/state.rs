@@ -91,6 +91,7 @@ impl Worker {
             worker_uid,
             worker_address: address.clone(),
             buffer_elements: config.task_buffer_elements,
+            splits_per_request: config.splits_per_request,
         };
         Worker {
             address,

@@ -55,6 +55,8 @@ pub(crate) struct RunnerContext {
     pub worker_uid: u64,
     pub worker_address: String,
     pub buffer_elements: usize,
+    /// Splits asked for per GetSplit (one grant, one range).
+    pub splits_per_request: u32,
 }
 
 /// Per-message bounds of one GetElements stream.
@@ -283,6 +285,7 @@ impl Pipeline {
                     task_id,
                     ctx.worker_uid,
                     0,
+                    ctx.splits_per_request,
                 );
                 self.def.iter_with_splits(&ctx.registry, Box::new(splits))
             }

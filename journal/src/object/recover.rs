@@ -135,7 +135,7 @@ pub(crate) async fn load(remote: &Remote) -> Result<Loaded, JournalError> {
     seqs.sort_unstable();
     let fetched: Vec<(u64, Option<Bytes>)> = futures::stream::iter(seqs.iter().copied())
         .map(|seq| async move { remote.get(&log_name(seq)).await.map(|b| (seq, b)) })
-        .buffered(8)
+        .buffered(16)
         .try_collect()
         .await?;
 
@@ -177,7 +177,8 @@ pub(crate) async fn load(remote: &Remote) -> Result<Loaded, JournalError> {
                     ),
                 });
             } else {
-                let reason = format!("{reason} (not the last segment, so not a torn tail)");
+                let reason =
+                    format!("{reason} at byte {offset} (not the last segment, so not a torn tail)");
                 return Err(JournalError::Corrupt { location: url, offset: *offset, reason });
             }
         }

@@ -171,7 +171,11 @@ impl Journal for SledJournal {
             let (key, value) = item.map_err(|e| sled_err(&self.location, e))?;
             let index = key_index(&key).map_err(|r| self.corrupt("tree `log`".into(), 0, r))?;
             let payload = unseal(&value).map_err(|reason| {
-                self.corrupt(format!("tree `log`, entry {index}; offset = index"), index, reason)
+                self.corrupt(
+                    format!("tree `log`, key = entry {index}; offset = that index"),
+                    index,
+                    reason,
+                )
             })?;
             out.push((index, Bytes::copy_from_slice(payload)));
         }

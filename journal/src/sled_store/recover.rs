@@ -108,10 +108,10 @@ fn recover(
     for item in log.iter() {
         let (key, value) = item.map_err(sled)?;
         let index = key_index(&key).map_err(|r| corrupt("tree `log`", 0, r))?;
-        let what = format!("tree `log`, entry {index}; offset = index");
+        let what = format!("tree `log`, key = entry {index}; offset = that index");
         if let Some((bad_index, reason)) = bad.take() {
             // A bad value with entries after it is not a torn tail.
-            let what = format!("tree `log`, entry {bad_index}; offset = index");
+            let what = format!("tree `log`, key = entry {bad_index}; offset = that index");
             return Err(corrupt(&what, bad_index, reason));
         }
         if let Some(last) = state.last_index {

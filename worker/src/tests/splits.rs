@@ -18,7 +18,7 @@ fn provider(
 ) -> (RemoteSplitProvider, watch::Sender<Option<StopReason>>) {
     let client = DispatcherClient::new(&[dispatcher.address()], policy).expect("client");
     let (stop, stopped) = watch::channel(None);
-    (RemoteSplitProvider::new(client, Handle::current(), stopped, 7, 42, 0), stop)
+    (RemoteSplitProvider::new(client, Handle::current(), stopped, 7, 42, 0, 1), stop)
 }
 
 #[tokio::test]
