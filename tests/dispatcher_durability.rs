@@ -84,3 +84,37 @@ async fn one_node_on_s3_survives_sigkill_mid_epoch_exactly_once() {
     let work_dir = format!("s3://{}/one-node", s3.bucket());
     kill_and_restart_mid_epoch(&work_dir, &s3.env()).await;
 }
+
+#[test]
+fn a_corrupted_journal_refuses_to_start_naming_the_object_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let work_dir = format!("file://{}", dir.path().display());
+    let port = free_port().to_string();
+    let args = ["dispatcher", "--port", &port, "--work-dir", &work_dir];
+    let mut dispatcher = Proc::server(&args);
+    let address = format!("127.0.0.1:{port}");
+    for i in 0..5 {
+        let spec = format!(r#"{{"stages": [{{"range": {{"stop": {}}}}}]}}"#, i + 1);
+        let (ok, _, err) =
+            common::run_sluice(&["register", "--dispatcher", &address, "-"], Some(&spec));
+        assert!(ok, "{err}");
+    }
+    dispatcher.kill();
+
+    tracing::info!("--- flip a byte inside an early log segment");
+    let log = dir.path().join("node-1").join("log");
+    let mut segments: Vec<_> =
+        std::fs::read_dir(&log).unwrap().map(|e| e.unwrap().path()).collect();
+    segments.sort();
+    assert!(segments.len() >= 4, "expected several segments, got {segments:?}");
+    let victim = &segments[1];
+    let mut bytes = std::fs::read(victim).unwrap();
+    let at = bytes.len() - 3;
+    bytes[at] ^= 0xff;
+    std::fs::write(victim, &bytes).unwrap();
+
+    let (ok, out, err) = common::run_sluice(&args, None);
+    assert!(!ok, "started on a corrupt journal: {out}");
+    let name = victim.file_name().unwrap().to_string_lossy().to_string();
+    assert!(err.contains(&name) && err.contains("offset"), "names the object and offset: {err}");
+}

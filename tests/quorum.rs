@@ -163,6 +163,16 @@ async fn two_of_three_down_stops_progress_with_a_clear_error_and_one_back_resume
     let leader = q.leader().await;
     let client = q.client(RetryPolicy::for_tests());
     let first = client.register_dataset(&DatasetDef::range(3), Some("before")).await.unwrap();
+    let all = q.addresses.join(",");
+    let mut out = String::new();
+    // The third node may still be settling into its role: wait for it.
+    common::wait_blocking("`sluice status` to show one leader and two followers", || {
+        let (ok, o, _) = common::run_sluice(&["status", "--dispatcher", &all], None);
+        out = o;
+        ok && out.matches(" leader ").count() == 1 && out.matches(" follower ").count() == 2
+    });
+    assert!(out.contains("DATASETS (1)") && out.contains("before"), "{out}");
+    assert!(out.contains("TERM") && out.contains("APPLIED") && out.contains("SNAPSHOT"), "{out}");
 
     let down: Vec<u64> = (1..=3).filter(|i| *i != leader).take(1).chain([leader]).collect();
     tracing::info!("--- kill nodes {down:?}: no quorum");

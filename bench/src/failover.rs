@@ -1,0 +1,73 @@
+//! Leader failover under load: the split loops run against a three-node group, the
+//! leader process is SIGKILLed, and the loops' `DispatcherClient`s find the new
+//! leader (a lost reply is retried with the same sequence, so it gets the same split).
+//!
+//! ```text
+//!  lanes ──GetSplit──► leader ✕ (SIGKILL at `kill`)      … election …  new leader
+//!  answered: ││││││││││││                                            │││││││││
+//!                       └── gap across the kill ─────────────────────┘
+//! ```
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::driver::{check_runs, drive, lane_policy, Fleet, RunSummary, Shared};
+use crate::procs::Group;
+use crate::report::Failover;
+use crate::BenchConfig;
+
+/// The loops run this long before the kill…
+const BEFORE_KILL: Duration = Duration::from_secs(2);
+/// …and this long after the first split answered after it.
+const AFTER_RECOVERY: Duration = Duration::from_secs(2);
+/// Give up waiting for a split after the kill after this long (the lanes' own retry
+/// deadline is 30 s).
+const RECOVERY_LIMIT: Duration = Duration::from_secs(40);
+
+pub async fn run(group: &mut Group, fleet: &mut Fleet, cfg: &BenchConfig) -> anyhow::Result<Failover> {
+    let lanes = fleet.new_iteration(cfg.elements).await?;
+    let shared = Shared::new(u64::MAX, BEFORE_KILL + RECOVERY_LIMIT + AFTER_RECOVERY);
+    let driver = tokio::spawn(drive(lanes, shared.clone()));
+
+    tokio::time::sleep(BEFORE_KILL).await;
+    let leader = group.leader().await?;
+    tracing::info!(leader, "--- SIGKILL the leader");
+    let killed_at = group.kill(leader).context("the leader is not running")?;
+    let kill_us = killed_at.duration_since(shared.t0).as_micros() as u64;
+    let waited = Instant::now();
+    while shared.last_answer_us.load(Ordering::Relaxed) <= kill_us
+        && waited.elapsed() < RECOVERY_LIMIT
+        && !driver.is_finished()
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shared.stop_in(AFTER_RECOVERY);
+    let runs = driver.await.context("the split loops panicked")??;
+    let summary = RunSummary::of(&runs, shared.t0.elapsed());
+    let new_leader = group.leader().await.ok();
+
+    let mut done: Vec<u64> = runs.iter().flat_map(|r| r.done_us.iter().copied()).collect();
+    done.sort_unstable();
+    let before = done.iter().rev().find(|t| **t <= kill_us).copied();
+    let after = done.iter().find(|t| **t > kill_us).copied();
+    let longest_gap = done.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    let ms = |us: u64| us as f64 / 1e3;
+    let policy = lane_policy();
+    Ok(Failover {
+        killed_node: leader,
+        new_leader,
+        killed_after_s: kill_us as f64 / 1e6,
+        first_split_after_kill_ms: after.map(|a| ms(a - kill_us)),
+        gap_across_kill_ms: before.zip(after).map(|(b, a)| ms(a - b)),
+        longest_gap_ms: ms(longest_gap),
+        splits_after_kill: done.iter().filter(|t| **t > kill_us).count() as u64,
+        run: summary,
+        retry_policy: format!(
+            "backoff {:?} ×1.5 up to {:?}, attempt timeout {:?}, deadline {:?} (a worker's default)",
+            policy.initial_backoff, policy.max_backoff, policy.attempt_timeout, policy.deadline
+        ),
+        exactly_once: check_runs(&runs),
+    })
+}

@@ -1,0 +1,321 @@
+//! The figures of one run ([`Report`]), rendered as one table for stdout and as JSON.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::driver::{ExactlyOnce, RunSummary};
+
+/// Median, p99 and max of a set of durations, in milliseconds.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Latency {
+    pub samples: usize,
+    pub median_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Latency {
+    pub fn of(mut v: Vec<Duration>) -> Option<Latency> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let at = |q: f64| ms(v[((v.len() - 1) as f64 * q).round() as usize]);
+        Some(Latency { samples: v.len(), median_ms: at(0.5), p99_ms: at(0.99), max_ms: at(1.0) })
+    }
+
+    fn show(&self) -> String {
+        format!("median {}  p99 {}", ms(self.median_ms), ms(self.p99_ms))
+    }
+}
+
+/// A section's result: measured, skipped (loudly, with the reason), or failed.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome<T> {
+    Measured(T),
+    Skipped { reason: String },
+    Failed { error: String },
+}
+
+impl<T> Outcome<T> {
+    pub fn from_result(r: anyhow::Result<T>) -> Outcome<T> {
+        match r {
+            Ok(v) => Outcome::Measured(v),
+            Err(e) => Outcome::Failed { error: format!("{e:#}") },
+        }
+    }
+
+    pub fn measured(&self) -> Option<&T> {
+        match self {
+            Outcome::Measured(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub date_utc: String,
+    pub nproc: usize,
+    pub cpu: String,
+    pub kernel: String,
+    /// `release` or `debug` (debug figures are not representative).
+    pub build: String,
+    /// Where the work dirs and the fsync file go, and its filesystem.
+    pub bench_dir: String,
+    pub bench_dir_fs: String,
+    pub workers: usize,
+    pub elements: u64,
+    pub budget_s: f64,
+}
+
+/// One row of the get-split table.
+#[derive(Clone, Debug, Serialize)]
+pub struct SplitCase {
+    pub name: String,
+    pub journal: String,
+    pub run: RunSummary,
+    /// The physical limit this case's commits wait on ("fsync" or "S3 PUT"), if any.
+    pub limit: Option<String>,
+    /// splits/s × the limit's median latency: splits committed per durable write.
+    pub splits_per_limit: Option<f64>,
+    pub exactly_once: ExactlyOnce,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Failover {
+    pub killed_node: u64,
+    pub new_leader: Option<u64>,
+    pub killed_after_s: f64,
+    /// From the SIGKILL to the first split answered after it.
+    pub first_split_after_kill_ms: Option<f64>,
+    /// Between the last split answered before the kill and the first after it.
+    pub gap_across_kill_ms: Option<f64>,
+    /// The longest gap between consecutive answered splits in the whole run.
+    pub longest_gap_ms: f64,
+    pub splits_after_kill: u64,
+    pub run: RunSummary,
+    pub retry_policy: String,
+    pub exactly_once: ExactlyOnce,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Restart {
+    pub splits_requested: u64,
+    pub fill: RunSummary,
+    /// False when the fill hit `--restart-timeout-secs` before handing out them all.
+    pub fill_complete: bool,
+    pub journal_bytes_on_disk: u64,
+    pub journal_bytes_apparent: u64,
+    pub last_log_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub listening_ms: f64,
+    pub first_split_ms: f64,
+    pub next_split_begin: u64,
+    pub handed_out_before_kill: u64,
+    pub exactly_once: ExactlyOnce,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub machine: Machine,
+    pub fsync: Outcome<Latency>,
+    pub s3_put: Outcome<Latency>,
+    pub splits: Vec<Outcome<SplitCase>>,
+    /// Names of the rows of `splits`, in order (also for skipped and failed rows).
+    pub split_rows: Vec<String>,
+    pub failover: Outcome<Failover>,
+    pub restart: Outcome<Restart>,
+}
+
+impl Report {
+    /// What went wrong, for the exit status: failed sections and exactly-once violations.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = vec![];
+        let mut failed = |name: &str, error: Option<&String>| {
+            if let Some(e) = error {
+                out.push(format!("{name}: {e}"));
+            }
+        };
+        failed("fsync", failed_error(&self.fsync));
+        failed("S3 PUT", failed_error(&self.s3_put));
+        for (name, row) in self.split_rows.iter().zip(&self.splits) {
+            failed(name, failed_error(row));
+        }
+        failed("failover", failed_error(&self.failover));
+        failed("restart", failed_error(&self.restart));
+        let checks = self
+            .splits
+            .iter()
+            .filter_map(|r| r.measured().map(|c| (c.name.clone(), &c.exactly_once)))
+            .chain(self.failover.measured().map(|f| ("failover".to_string(), &f.exactly_once)))
+            .chain(self.restart.measured().map(|r| ("restart".to_string(), &r.exactly_once)));
+        for (name, check) in checks {
+            if !check.is_ok() {
+                out.push(format!("{name}: exactly-once {}", check.describe()));
+            }
+        }
+        if let Some(r) = self.restart.measured() {
+            if r.next_split_begin != r.handed_out_before_kill {
+                out.push(format!(
+                    "restart: the first split after the restart began at {}, not at {}",
+                    r.next_split_begin, r.handed_out_before_kill
+                ));
+            }
+        }
+        out
+    }
+
+    pub fn render(&self) -> String {
+        let m = &self.machine;
+        let mut o = String::new();
+        let mut line = |s: String| {
+            o.push_str(&s);
+            o.push('\n');
+        };
+        line(format!("sluice bench  {}  ({} build)", m.date_utc, m.build));
+        line(format!("machine: {} cores, {}, Linux {}", m.nproc, m.cpu, m.kernel));
+        line(format!("bench dir: {} ({})", m.bench_dir, m.bench_dir_fs));
+        line(String::new());
+        line("PHYSICAL LIMITS".into());
+        line(format!("  {:<44} {}", "fsync (append 4 KiB + sync_all)", show_latency(&self.fsync)));
+        line(format!("  {:<44} {}", "S3 PUT (4 KiB, create-if-absent, moto)", show_latency(&self.s3_put)));
+        line(String::new());
+        line(format!(
+            "COMMITTED GET-SPLIT RATE  (elements_per_split = 1, range({}), DYNAMIC, {} lanes, {} s budget)",
+            m.elements, m.workers, m.budget_s
+        ));
+        line(format!(
+            "  {:<30} {:>8} {:>9} {:>22}   {:<16} {:>12}  {}",
+            "case", "splits", "splits/s", "call latency", "limit", "splits/write", "exactly-once"
+        ));
+        for (name, row) in self.split_rows.iter().zip(&self.splits) {
+            match row {
+                Outcome::Measured(c) => line(format!(
+                    "  {:<30} {:>8} {:>9.0} {:>22}   {:<16} {:>12}  {}",
+                    c.name,
+                    c.run.splits,
+                    c.run.splits_per_s,
+                    c.run.call.map(|l| l.show()).unwrap_or_else(|| "-".into()),
+                    c.limit.clone().unwrap_or_else(|| "none (memory)".into()),
+                    c.splits_per_limit.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
+                    c.exactly_once.describe()
+                )),
+                other => line(format!("  {name:<30} {}", not_measured(other))),
+            }
+        }
+        for c in self.splits.iter().filter_map(Outcome::measured) {
+            if !c.run.errors.is_empty() {
+                line(format!("  {}: errors: {}", c.name, c.run.errors.join("; ")));
+            }
+        }
+        line(String::new());
+        line("LEADER FAILOVER  (3 nodes, sled, processes; SIGKILL the leader under load)".into());
+        match &self.failover {
+            Outcome::Measured(f) => {
+                let opt = |v: Option<f64>| v.map(ms).unwrap_or_else(|| "none".into());
+                line(format!(
+                    "  killed leader node {} after {:.1} s; new leader: {}",
+                    f.killed_node,
+                    f.killed_after_s,
+                    f.new_leader.map(|l| format!("node {l}")).unwrap_or_else(|| "none".into())
+                ));
+                line(format!(
+                    "  kill -> first split answered: {}   gap across the kill: {}   longest gap: {}",
+                    opt(f.first_split_after_kill_ms),
+                    opt(f.gap_across_kill_ms),
+                    ms(f.longest_gap_ms)
+                ));
+                line(format!(
+                    "  splits: {} ({} after the kill)   exactly-once across the kill: {}",
+                    f.run.splits,
+                    f.splits_after_kill,
+                    f.exactly_once.describe()
+                ));
+                line(format!("  lanes retry with {}", f.retry_policy));
+            }
+            other => line(format!("  {}", not_measured(other))),
+        }
+        line(String::new());
+        line("RESTART  (1 node, sled, process; SIGKILL, restart on the same work_dir and port)".into());
+        match &self.restart {
+            Outcome::Measured(r) => {
+                let done = if r.fill_complete {
+                    String::new()
+                } else {
+                    format!(
+                        "  -- ONLY {} OF {} within --restart-timeout-secs",
+                        r.fill.splits, r.splits_requested
+                    )
+                };
+                line(format!(
+                    "  handed out {} splits in {:.1} s ({:.0} splits/s, call {}){}",
+                    r.fill.splits,
+                    r.fill.elapsed_s,
+                    r.fill.splits_per_s,
+                    r.fill.call.map(|l| l.show()).unwrap_or_else(|| "-".into()),
+                    done
+                ));
+                let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+                line(format!(
+                    "  journal: {:.1} MiB on disk ({:.1} MiB apparent); last log index {}, snapshot at {}",
+                    r.journal_bytes_on_disk as f64 / 1048576.0,
+                    r.journal_bytes_apparent as f64 / 1048576.0,
+                    opt(r.last_log_index),
+                    opt(r.snapshot_index)
+                ));
+                line(format!(
+                    "  spawn -> listening: {}   spawn -> first split answered: {}",
+                    ms(r.listening_ms),
+                    ms(r.first_split_ms)
+                ));
+                let cursor = if r.next_split_begin == r.handed_out_before_kill { "ok" } else { "WRONG" };
+                line(format!(
+                    "  next split began at {} (handed out before the kill: {}): {}   exactly-once: {}",
+                    r.next_split_begin,
+                    r.handed_out_before_kill,
+                    cursor,
+                    r.exactly_once.describe()
+                ));
+            }
+            other => line(format!("  {}", not_measured(other))),
+        }
+        o
+    }
+}
+
+fn failed_error<T>(o: &Outcome<T>) -> Option<&String> {
+    match o {
+        Outcome::Failed { error } => Some(error),
+        _ => None,
+    }
+}
+
+fn show_latency(o: &Outcome<Latency>) -> String {
+    match o {
+        Outcome::Measured(l) => format!("{}  ({} samples)", l.show(), l.samples),
+        other => not_measured(other),
+    }
+}
+
+fn not_measured<T>(o: &Outcome<T>) -> String {
+    match o {
+        Outcome::Measured(_) => String::new(),
+        Outcome::Skipped { reason } => format!("skipped: {reason}"),
+        Outcome::Failed { error } => format!("FAILED: {error}"),
+    }
+}
+
+/// Milliseconds with a precision that suits the size.
+fn ms(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.2} ms")
+    } else if v < 1000.0 {
+        format!("{v:.0} ms")
+    } else {
+        format!("{:.2} s", v / 1000.0)
+    }
+}

@@ -1,0 +1,93 @@
+//! Committed get-split rate: one measurement per journal set-up.
+//!
+//! (a) one node in memory and (b) one node on sled run in this process
+//! (`sluice_dispatcher::spawn`); (c) three nodes on sled and (d) three nodes on the
+//! moto S3 server run as `sluice dispatcher` processes ([`Group`]). Each case drives
+//! a fresh iteration with [`drive`] until end of splits or the time budget.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use sluice_dataset::FunctionRegistry;
+use sluice_dispatcher::DispatcherConfig;
+use tokio::net::TcpListener;
+
+use crate::driver::{check_runs, drive, ExactlyOnce, Fleet, RunSummary, Shared};
+use crate::procs::Group;
+use crate::report::{Latency, SplitCase};
+use crate::BenchConfig;
+
+/// One rate measurement on a new iteration of `fleet`'s dispatcher.
+pub async fn rate(
+    fleet: &mut Fleet,
+    elements: u64,
+    budget: Duration,
+) -> anyhow::Result<(RunSummary, ExactlyOnce)> {
+    let lanes = fleet.new_iteration(elements).await?;
+    let shared = Shared::new(u64::MAX, budget);
+    let runs = drive(lanes, shared.clone()).await?;
+    let summary = RunSummary::of(&runs, shared.t0.elapsed());
+    Ok((summary, check_runs(&runs)))
+}
+
+/// Builds a row; `limit`: the name and latency of what each commit waits on.
+pub fn row(
+    name: &str,
+    journal: &str,
+    (run, exactly_once): (RunSummary, ExactlyOnce),
+    limit: Option<(&str, Latency)>,
+) -> SplitCase {
+    SplitCase {
+        name: name.into(),
+        journal: journal.into(),
+        splits_per_limit: limit.map(|(_, l)| run.splits_per_s * l.median_ms / 1e3),
+        limit: limit.map(|(what, l)| format!("{what} {:.2} ms", l.median_ms)),
+        run,
+        exactly_once,
+    }
+}
+
+/// A one-node dispatcher in this process: in memory (`work_dir: None`) or on sled.
+pub async fn in_process(
+    cfg: &BenchConfig,
+    work_dir: Option<&Path>,
+) -> anyhow::Result<(RunSummary, ExactlyOnce)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let config = DispatcherConfig {
+        elements_per_split: 1,
+        work_dir: work_dir.map(|p| p.to_string_lossy().into_owned()),
+        snapshot_every: cfg.snapshot_every,
+        ..DispatcherConfig::default()
+    };
+    let handle = sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin())
+        .await
+        .context("starting the in-process dispatcher")?;
+    let addresses = vec![handle.address().to_string()];
+    let measured = async {
+        let mut fleet = Fleet::register(&addresses, cfg.workers).await?;
+        rate(&mut fleet, cfg.elements, cfg.duration).await
+    }
+    .await;
+    match tokio::time::timeout(Duration::from_secs(10), handle.shutdown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "in-process dispatcher stopped with an error"),
+        Err(_) => tracing::warn!("in-process dispatcher did not stop within 10 s"),
+    }
+    measured
+}
+
+/// Starts a group of `n` processes on `work_dir` and waits for its leader.
+pub async fn start_group(
+    cfg: &BenchConfig,
+    n: usize,
+    work_dir: &str,
+    envs: &[(String, String)],
+    logs: &Path,
+) -> anyhow::Result<Group> {
+    let group =
+        Group::start(&cfg.sluice_exe, n, work_dir, envs, cfg.snapshot_every, logs).await?;
+    let leader = group.leader().await?;
+    tracing::info!(leader, nodes = n, work_dir, "group started");
+    Ok(group)
+}
