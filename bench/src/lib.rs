@@ -1,0 +1,306 @@
+//! `sluice bench`: how fast the dispatcher commits splits, how long a leader failover
+//! and a restart take, each printed next to the physical limit measured in the same
+//! run (the local disk's fsync, an S3 PUT). Figures are reported, never asserted; the
+//! run fails only when a section fails or a split is handed out twice (or lost).
+//!
+//! # Layout
+//! ```text
+//!  run ─► fsync ───────────── fsync and S3 PUT latency (the limits)
+//!      ─► splits ─► driver ── (a) memory, (b) sled: in process; (c) 3×sled, (d) 3×S3: procs
+//!      ─► failover ─► driver  SIGKILL the leader of (c) under load
+//!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
+//!      ─► report ─────────── one table on stdout, the same figures as JSON
+//! ```
+//! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
+//!   ([`driver::drive`]), the exactly-once check.
+//! - [`procs`] — `sluice dispatcher` child processes, killed and reaped on drop.
+//! - [`fsync`], [`splits`], [`failover`], [`restart`] — one measurement each.
+//! - [`report`] — [`report::Report`], rendering; [`machine`] — the header.
+//!
+//! Every process started here is killed and reaped when its guard drops (also on an
+//! error, a panic, or Ctrl-C, which drops the whole run); every loop is bounded in
+//! count and in time; only 127.0.0.1 is used.
+
+pub mod driver;
+pub mod failover;
+pub mod fsync;
+pub mod machine;
+pub mod procs;
+pub mod report;
+pub mod restart;
+pub mod splits;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use sluice_journal::testing::MotoServer;
+
+use crate::driver::Fleet;
+use crate::report::{Machine, Outcome, Report};
+
+/// The parts of a run, for `--skip`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    Fsync,
+    Memory,
+    Sled,
+    Cluster,
+    Failover,
+    S3,
+    Restart,
+}
+
+impl FromStr for Section {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "fsync" => Section::Fsync,
+            "memory" => Section::Memory,
+            "sled" => Section::Sled,
+            "cluster" => Section::Cluster,
+            "failover" => Section::Failover,
+            "s3" => Section::S3,
+            "restart" => Section::Restart,
+            other => {
+                return Err(format!(
+                    "unknown section `{other}`; one of fsync, memory, sled, cluster, failover, s3, \
+                     restart"
+                ))
+            }
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// The `sluice` executable, started as `sluice dispatcher` for process cases.
+    pub sluice_exe: PathBuf,
+    /// Concurrent split loops (fake workers).
+    pub workers: usize,
+    /// Source elements (= splits) of each rate case's dataset.
+    pub elements: u64,
+    /// Time budget of each rate case.
+    pub duration: Duration,
+    pub restart_splits: u64,
+    /// Time bound of handing out `restart_splits`.
+    pub restart_timeout: Duration,
+    pub fsync_samples: usize,
+    pub put_samples: usize,
+    pub snapshot_every: u64,
+    /// Parent of the bench's temp dir (work dirs, the fsync probe); default: the
+    /// system temp dir.
+    pub dir: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+    pub skip: Vec<Section>,
+}
+
+impl BenchConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.workers == 0 || self.workers > 1000 {
+            bail!("--workers must be 1..=1000, got {}", self.workers);
+        }
+        if self.elements == 0 || self.elements > i64::MAX as u64 {
+            bail!("--elements must be at least 1");
+        }
+        if self.duration.is_zero() {
+            bail!("--secs must be positive");
+        }
+        if self.restart_splits == 0 || self.restart_splits > 1_000_000_000 {
+            bail!("--restart-splits must be 1..=1e9, got {}", self.restart_splits);
+        }
+        if self.fsync_samples == 0 || self.put_samples == 0 || self.snapshot_every == 0 {
+            bail!("--fsync-samples, --put-samples and --snapshot-every must be at least 1");
+        }
+        Ok(())
+    }
+
+    fn runs(&self, s: Section) -> bool {
+        !self.skip.contains(&s)
+    }
+}
+
+/// Runs every section not skipped, prints the table on stdout, writes the JSON if asked;
+/// fails if a section failed or an exactly-once check found a violation.
+pub async fn run(config: BenchConfig) -> anyhow::Result<()> {
+    config.validate()?;
+    let report = tokio::select! {
+        r = measure(&config) => r?,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted: every process started was stopped"),
+    };
+    print!("{}", report.render());
+    if let Some(path) = &config.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    let problems = report.problems();
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\n"));
+    }
+    Ok(())
+}
+
+const NOT_RUN: &str = "--skip";
+
+async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
+    let parent = cfg.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let temp = tempfile::Builder::new()
+        .prefix("sluice-bench-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
+    let dir = temp.path().to_path_buf();
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let machine = Machine {
+        date_utc: machine::utc_now(),
+        nproc: machine::nproc(),
+        cpu: machine::cpu(),
+        kernel: machine::kernel(),
+        build: if cfg!(debug_assertions) { "debug" } else { "release" }.into(),
+        bench_dir: dir.display().to_string(),
+        bench_dir_fs: machine::filesystem(&dir),
+        workers: cfg.workers,
+        elements: cfg.elements,
+        budget_s: cfg.duration.as_secs_f64(),
+    };
+    if cfg!(debug_assertions) {
+        tracing::warn!("debug build: figures are not representative (cargo run --release -- bench)");
+    }
+    let skipped = || Outcome::Skipped { reason: NOT_RUN.into() };
+
+    let fsync = if cfg.runs(Section::Fsync) {
+        tracing::info!("--- fsync latency");
+        let (d, n) = (dir.clone(), cfg.fsync_samples);
+        let r = tokio::task::spawn_blocking(move || fsync::fsync_latency(&d, n)).await?;
+        Outcome::from_result(r)
+    } else {
+        skipped()
+    };
+    let limit = |o: &Outcome<report::Latency>, what: &'static str| o.measured().map(|l| (what, *l));
+
+    let mut split_rows = vec![];
+    let mut splits = vec![];
+    let mut add = |name: &str, o| {
+        split_rows.push(name.to_string());
+        splits.push(o);
+    };
+
+    let name = "1 node, memory (in-process)";
+    add(name, if cfg.runs(Section::Memory) {
+        tracing::info!("--- (a) {name}");
+        Outcome::from_result(
+            splits::in_process(cfg, None).await.map(|r| splits::row(name, "memory://", r, None)),
+        )
+    } else {
+        skipped()
+    });
+
+    let name = "1 node, sled (in-process)";
+    add(name, if cfg.runs(Section::Sled) {
+        tracing::info!("--- (b) {name}");
+        let work_dir = dir.join("sled-one");
+        Outcome::from_result(splits::in_process(cfg, Some(&work_dir)).await.map(|r| {
+            splits::row(name, "sled", r, limit(&fsync, "fsync"))
+        }))
+    } else {
+        skipped()
+    });
+
+    let name = "3 nodes, sled (processes)";
+    let (cluster_row, failover) = if cfg.runs(Section::Cluster) || cfg.runs(Section::Failover) {
+        tracing::info!("--- (c) {name}");
+        cluster_and_failover(cfg, &dir, &logs, name, limit(&fsync, "fsync")).await
+    } else {
+        (skipped(), skipped())
+    };
+    add(name, cluster_row);
+
+    let name = "3 nodes, S3/moto (processes)";
+    let (s3_put, s3_row) = if cfg.runs(Section::S3) {
+        tracing::info!("--- S3 PUT latency and (d) {name}");
+        s3(cfg, &logs, name).await
+    } else {
+        (skipped(), skipped())
+    };
+    add(name, s3_row);
+
+    let restart = if cfg.runs(Section::Restart) {
+        tracing::info!("--- restart with {} splits journaled", cfg.restart_splits);
+        Outcome::from_result(restart::run(cfg, &dir, &logs).await)
+    } else {
+        skipped()
+    };
+
+    Ok(Report { machine, fsync, s3_put, splits, split_rows, failover, restart })
+}
+
+type Row = Outcome<report::SplitCase>;
+
+/// (c) and the failover on the same three sled processes.
+async fn cluster_and_failover(
+    cfg: &BenchConfig,
+    dir: &Path,
+    logs: &Path,
+    name: &str,
+    limit: Option<(&str, report::Latency)>,
+) -> (Row, Outcome<report::Failover>) {
+    let work_dir = dir.join("cluster");
+    let started = async {
+        let work_dir = work_dir.to_str().context("bench dir is not UTF-8")?;
+        let group = splits::start_group(cfg, 3, work_dir, &[], logs).await?;
+        let fleet = Fleet::register(&group.addresses, cfg.workers).await?;
+        anyhow::Ok((group, fleet))
+    };
+    let (mut group, mut fleet) = match started.await {
+        Ok(v) => v,
+        Err(e) => {
+            let error = format!("{e:#}");
+            return (Outcome::Failed { error: error.clone() }, Outcome::Failed { error });
+        }
+    };
+    let row = if cfg.runs(Section::Cluster) {
+        let r = splits::rate(&mut fleet, cfg.elements, cfg.duration).await;
+        Outcome::from_result(r.map(|r| splits::row(name, "sled", r, limit)))
+    } else {
+        Outcome::Skipped { reason: NOT_RUN.into() }
+    };
+    let failover = if cfg.runs(Section::Failover) {
+        tracing::info!("--- leader failover");
+        Outcome::from_result(failover::run(&mut group, &mut fleet, cfg).await)
+    } else {
+        Outcome::Skipped { reason: NOT_RUN.into() }
+    };
+    group.stop();
+    (row, failover)
+}
+
+/// The S3 PUT latency and (d), on one moto server; skipped loudly without moto.
+async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<report::Latency>, Row) {
+    let moto = match tokio::task::spawn_blocking(MotoServer::try_start).await {
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => {
+            tracing::warn!("no S3 server: {e}");
+            let reason = "run scripts/install-s3-test-server.sh".to_string();
+            return (Outcome::Skipped { reason: reason.clone() }, Outcome::Skipped { reason });
+        }
+        Err(e) => {
+            let error = format!("starting moto: {e}");
+            return (Outcome::Failed { error: error.clone() }, Outcome::Failed { error });
+        }
+    };
+    let put = Outcome::from_result(fsync::s3_put_latency(&moto, cfg.put_samples).await);
+    let limit = put.measured().map(|l| ("S3 PUT", *l));
+    let row = async {
+        let work_dir = format!("s3://{}/bench-cluster", moto.bucket());
+        let mut group = splits::start_group(cfg, 3, &work_dir, &moto.env(), logs).await?;
+        let mut fleet = Fleet::register(&group.addresses, cfg.workers).await?;
+        let r = splits::rate(&mut fleet, cfg.elements, cfg.duration).await;
+        group.stop();
+        r
+    };
+    let row = Outcome::from_result(row.await.map(|r| splits::row(name, "s3 (moto)", r, limit)));
+    // Stop moto off the runtime threads (its drop waits for the process).
+    let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
+    (put, row)
+}
