@@ -26,6 +26,8 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// Dispatcher, workers and a reader in one process over a sample dataset.
     Local(cmd::local::LocalArgs),
+    /// Measure committed split rate, failover and restart time (docs/performance.md).
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +37,7 @@ fn main() -> std::process::ExitCode {
     let default_level = match cli.command {
         Command::Dispatcher(_) | Command::Worker(_) => "info,openraft=warn",
         Command::Local(_) => "warn,openraft=off",
+        Command::Bench(_) => "warn,openraft=off,sluice_bench=info",
         _ => "warn",
     };
     cmd::init_tracing(default_level);
@@ -53,6 +56,7 @@ fn main() -> std::process::ExitCode {
             Command::Read(a) => cmd::read::run(a).await,
             Command::Status(a) => cmd::status::run(a).await,
             Command::Local(a) => cmd::local::run(a).await,
+            Command::Bench(a) => cmd::bench::run(a).await,
         }
     });
     match result {

@@ -152,6 +152,10 @@ pub struct Shared {
     /// Completion time (µs since `t0`) of the latest answered split, and the count.
     pub last_answer_us: AtomicU64,
     pub answered: AtomicU64,
+    /// Set by the controller (µs since `t0`; `u64::MAX` until then): answers to
+    /// requests sent after it are counted in `answered_after_mark`.
+    mark_us: AtomicU64,
+    pub answered_after_mark: AtomicU64,
 }
 
 impl Shared {
@@ -163,11 +167,20 @@ impl Shared {
             stop_at_us: AtomicU64::new(stop_after.as_micros() as u64),
             last_answer_us: AtomicU64::new(0),
             answered: AtomicU64::new(0),
+            mark_us: AtomicU64::new(u64::MAX),
+            answered_after_mark: AtomicU64::new(0),
         })
     }
 
     pub fn now_us(&self) -> u64 {
         self.t0.elapsed().as_micros() as u64
+    }
+
+    /// Sets the mark to now; returns it.
+    pub fn mark(&self) -> u64 {
+        let now = self.now_us();
+        self.mark_us.store(now, Ordering::Relaxed);
+        now
     }
 
     /// Moves the stop time to `after` from now.
@@ -190,8 +203,8 @@ pub enum Ending {
 pub struct LaneRun {
     pub lane: Lane,
     pub ranges: Vec<(u64, u64)>,
-    /// Completion times (µs since `t0`) of answered splits.
-    pub done_us: Vec<u64>,
+    /// (sent, answered) times of answered splits, in µs since `t0`.
+    pub times_us: Vec<(u64, u64)>,
     /// Duration of each successful call (µs), retries included.
     pub call_us: Vec<u64>,
     pub ending: Ending,
@@ -200,10 +213,8 @@ pub struct LaneRun {
 
 /// Runs one loop per lane until each ends; returns the lanes' records.
 pub async fn drive(lanes: Vec<Lane>, shared: Arc<Shared>) -> anyhow::Result<Vec<LaneRun>> {
-    let tasks: Vec<_> = lanes
-        .into_iter()
-        .map(|lane| tokio::spawn(run_lane(lane, shared.clone())))
-        .collect();
+    let tasks: Vec<_> =
+        lanes.into_iter().map(|lane| tokio::spawn(run_lane(lane, shared.clone()))).collect();
     let mut out = vec![];
     for t in tasks {
         out.push(t.await.context("a split loop panicked")?);
@@ -212,7 +223,7 @@ pub async fn drive(lanes: Vec<Lane>, shared: Arc<Shared>) -> anyhow::Result<Vec<
 }
 
 async fn run_lane(mut lane: Lane, shared: Arc<Shared>) -> LaneRun {
-    let (mut ranges, mut done_us, mut call_us) = (vec![], vec![], vec![]);
+    let (mut ranges, mut times_us, mut call_us) = (vec![], vec![], vec![]);
     let mut error = None;
     let ending = loop {
         if shared.now_us() >= shared.stop_at_us.load(Ordering::Relaxed) {
@@ -222,6 +233,7 @@ async fn run_lane(mut lane: Lane, shared: Arc<Shared>) -> LaneRun {
             break Ending::CountBound;
         }
         let started = Instant::now();
+        let sent_us = shared.now_us();
         match lane.client.get_split(lane.request()).await {
             Ok(resp) => {
                 lane.next_sequence += 1;
@@ -231,10 +243,13 @@ async fn run_lane(mut lane: Lane, shared: Arc<Shared>) -> LaneRun {
                 let split = resp.split.unwrap_or_default();
                 let now = shared.now_us();
                 ranges.push((split.begin, split.end));
-                done_us.push(now);
+                times_us.push((sent_us, now));
                 call_us.push(started.elapsed().as_micros() as u64);
                 shared.last_answer_us.fetch_max(now, Ordering::Relaxed);
                 shared.answered.fetch_add(1, Ordering::Relaxed);
+                if sent_us > shared.mark_us.load(Ordering::Relaxed) {
+                    shared.answered_after_mark.fetch_add(1, Ordering::Relaxed);
+                }
             }
             Err(e) => {
                 error = Some(format!("task {}: {e}", lane.task_id));
@@ -242,7 +257,7 @@ async fn run_lane(mut lane: Lane, shared: Arc<Shared>) -> LaneRun {
             }
         }
     };
-    LaneRun { lane, ranges, done_us, call_us, ending, error }
+    LaneRun { lane, ranges, times_us, call_us, ending, error }
 }
 
 /// The figures of one [`drive`].
@@ -334,7 +349,10 @@ impl ExactlyOnce {
         }
         let mut parts = vec![];
         if self.twice > 0 {
-            parts.push(format!("{} indices handed out twice (e.g. {:?})", self.twice, self.first_twice));
+            parts.push(format!(
+                "{} indices handed out twice (e.g. {:?})",
+                self.twice, self.first_twice
+            ));
         }
         if self.missing > 0 {
             parts.push(format!(

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{PutMode, PutOptions, PutPayload};
 use sluice_journal::testing::MotoServer;
 
 use crate::report::Latency;
@@ -49,7 +49,7 @@ pub async fn s3_put_latency(moto: &MotoServer, samples: usize) -> anyhow::Result
     let payload = PutPayload::from(vec![0xa5u8; BLOCK]);
     let mut times = Vec::with_capacity(samples);
     for i in 0..samples + WARMUP {
-        let path = root.child(format!("{i:06}"));
+        let path = root.clone().join(format!("{i:06}"));
         let start = Instant::now();
         let put = store.put_opts(&path, payload.clone(), PutOptions::from(PutMode::Create));
         tokio::time::timeout(Duration::from_secs(30), put)

@@ -143,6 +143,10 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<()> {
 
 const NOT_RUN: &str = "--skip";
 
+fn skipped<T>() -> Outcome<T> {
+    Outcome::Skipped { reason: NOT_RUN.into() }
+}
+
 async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     let parent = cfg.dir.clone().unwrap_or_else(std::env::temp_dir);
     let temp = tempfile::Builder::new()
@@ -165,9 +169,10 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         budget_s: cfg.duration.as_secs_f64(),
     };
     if cfg!(debug_assertions) {
-        tracing::warn!("debug build: figures are not representative (cargo run --release -- bench)");
+        tracing::warn!(
+            "debug build: figures are not representative (cargo run --release -- bench)"
+        );
     }
-    let skipped = || Outcome::Skipped { reason: NOT_RUN.into() };
 
     let fsync = if cfg.runs(Section::Fsync) {
         tracing::info!("--- fsync latency");
@@ -187,25 +192,35 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     };
 
     let name = "1 node, memory (in-process)";
-    add(name, if cfg.runs(Section::Memory) {
-        tracing::info!("--- (a) {name}");
-        Outcome::from_result(
-            splits::in_process(cfg, None).await.map(|r| splits::row(name, "memory://", r, None)),
-        )
-    } else {
-        skipped()
-    });
+    add(
+        name,
+        if cfg.runs(Section::Memory) {
+            tracing::info!("--- (a) {name}");
+            Outcome::from_result(
+                splits::in_process(cfg, None)
+                    .await
+                    .map(|r| splits::row(name, "memory://", r, None)),
+            )
+        } else {
+            skipped()
+        },
+    );
 
     let name = "1 node, sled (in-process)";
-    add(name, if cfg.runs(Section::Sled) {
-        tracing::info!("--- (b) {name}");
-        let work_dir = dir.join("sled-one");
-        Outcome::from_result(splits::in_process(cfg, Some(&work_dir)).await.map(|r| {
-            splits::row(name, "sled", r, limit(&fsync, "fsync"))
-        }))
-    } else {
-        skipped()
-    });
+    add(
+        name,
+        if cfg.runs(Section::Sled) {
+            tracing::info!("--- (b) {name}");
+            let work_dir = dir.join("sled-one");
+            Outcome::from_result(
+                splits::in_process(cfg, Some(&work_dir))
+                    .await
+                    .map(|r| splits::row(name, "sled", r, limit(&fsync, "fsync"))),
+            )
+        } else {
+            skipped()
+        },
+    );
 
     let name = "3 nodes, sled (processes)";
     let (cluster_row, failover) = if cfg.runs(Section::Cluster) || cfg.runs(Section::Failover) {
@@ -263,13 +278,13 @@ async fn cluster_and_failover(
         let r = splits::rate(&mut fleet, cfg.elements, cfg.duration).await;
         Outcome::from_result(r.map(|r| splits::row(name, "sled", r, limit)))
     } else {
-        Outcome::Skipped { reason: NOT_RUN.into() }
+        skipped()
     };
     let failover = if cfg.runs(Section::Failover) {
         tracing::info!("--- leader failover");
         Outcome::from_result(failover::run(&mut group, &mut fleet, cfg).await)
     } else {
-        Outcome::Skipped { reason: NOT_RUN.into() }
+        skipped()
     };
     group.stop();
     (row, failover)

@@ -57,7 +57,8 @@ pub fn filesystem(path: &Path) -> String {
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 3 && path.starts_with(f[1])).then(|| (f[1].len(), format!("{} on {}", f[2], f[0])))
+            (f.len() >= 3 && path.starts_with(f[1]))
+                .then(|| (f[1].len(), format!("{} on {}", f[2], f[0])))
         })
         .max_by_key(|(len, _)| *len)
         .map(|(_, fs)| fs)

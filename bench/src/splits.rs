@@ -85,8 +85,7 @@ pub async fn start_group(
     envs: &[(String, String)],
     logs: &Path,
 ) -> anyhow::Result<Group> {
-    let group =
-        Group::start(&cfg.sluice_exe, n, work_dir, envs, cfg.snapshot_every, logs).await?;
+    let group = Group::start(&cfg.sluice_exe, n, work_dir, envs, cfg.snapshot_every, logs).await?;
     let leader = group.leader().await?;
     tracing::info!(leader, nodes = n, work_dir, "group started");
     Ok(group)

@@ -1,5 +1,6 @@
 //! The subcommands, one module each.
 
+pub mod bench;
 pub mod local;
 pub mod read;
 pub mod register;

@@ -139,7 +139,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = Vec::new();
         let mut last = None;
+        let purged = self.marks().last_purged.map(|l| l.index);
         for entry in entries {
+            // An entry at or below the purge point is already reflected in the
+            // applied state (openraft purges only applied entries): nothing to keep.
+            if purged.is_some_and(|p| entry.log_id.index <= p) {
+                continue;
+            }
             last = Some(entry.log_id);
             batch.push((entry.log_id.index, Bytes::from(encode(&entry).map_err(io_write)?)));
         }

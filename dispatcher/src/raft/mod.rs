@@ -20,10 +20,10 @@
 #![allow(clippy::result_large_err)]
 
 pub(crate) mod codec;
-pub(crate) mod log_store;
+pub mod log_store;
 pub(crate) mod network;
 pub(crate) mod peer_service;
-pub(crate) mod state_machine;
+pub mod state_machine;
 
 use std::io::Cursor;
 

@@ -1,0 +1,68 @@
+//! `sluice bench`: the dispatcher's committed split rate, leader failover and restart
+//! time, next to the fsync and S3 PUT latency measured in the same run. Flags only;
+//! the measurements live in `sluice-bench`. See docs/performance.md.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use sluice_bench::{BenchConfig, Section};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Concurrent split loops (fake workers) per case.
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// Source elements (one split each) of every rate case's dataset; a case ends at
+    /// the end of its splits or after --secs, whichever comes first.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub elements: u64,
+    /// Time budget of each rate case, in seconds.
+    #[arg(long, default_value_t = 4.0)]
+    pub secs: f64,
+    /// Splits journaled before the restart is measured.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub restart_splits: u64,
+    /// Give up handing out --restart-splits after this many seconds (reported loudly).
+    #[arg(long, default_value_t = 900)]
+    pub restart_timeout_secs: u64,
+    /// fsync samples (append 4 KiB + sync_all).
+    #[arg(long, default_value_t = 200)]
+    pub fsync_samples: usize,
+    /// S3 PUT samples (4 KiB objects to the moto server).
+    #[arg(long, default_value_t = 100)]
+    pub put_samples: usize,
+    /// Log entries between snapshots, for every dispatcher started.
+    #[arg(long, default_value_t = 10_000)]
+    pub snapshot_every: u64,
+    /// Where to create the bench's temp dir (work dirs, the fsync probe): put it on the
+    /// disk the work dirs will use. Default: the system temp dir.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Sections to skip, comma-separated: fsync, memory, sled, cluster, failover, s3,
+    /// restart.
+    #[arg(long, value_delimiter = ',')]
+    pub skip: Vec<Section>,
+}
+
+pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
+    let config = BenchConfig {
+        sluice_exe: std::env::current_exe().context("locating the sluice executable")?,
+        workers: a.workers,
+        elements: a.elements,
+        duration: Duration::try_from_secs_f64(a.secs).context("--secs")?,
+        restart_splits: a.restart_splits,
+        restart_timeout: Duration::from_secs(a.restart_timeout_secs),
+        fsync_samples: a.fsync_samples,
+        put_samples: a.put_samples,
+        snapshot_every: a.snapshot_every,
+        dir: a.dir,
+        json: a.json,
+        skip: a.skip,
+    };
+    sluice_bench::run(config).await
+}
