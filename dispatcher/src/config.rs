@@ -21,7 +21,8 @@ pub struct DispatcherConfig {
     /// `<work_dir>/node-<id>`.
     pub work_dir: Option<String>,
     /// Log entries between snapshots; the log before a snapshot is purged, so a
-    /// restart replays at most about this many entries.
+    /// restart replays at most about this many entries. See
+    /// [`DispatcherConfig::default_snapshot_every`].
     pub snapshot_every: u64,
     pub heartbeat_interval: Duration,
     pub election_timeout_min: Duration,
@@ -73,6 +74,17 @@ impl DispatcherConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The default snapshot interval for a work_dir: 10,000 entries on local disk
+    /// or in memory; 1,000 on object storage, where a restart reads every segment
+    /// written since the last purge (a few ms each), so fewer entries between
+    /// snapshots keep restarts short.
+    pub fn default_snapshot_every(work_dir: Option<&str>) -> u64 {
+        match work_dir {
+            Some(u) if u.contains("://") && !u.starts_with("memory://") => 1_000,
+            _ => 10_000,
+        }
     }
 
     /// Where node `node_id` journals, from `work_dir`.

@@ -76,8 +76,10 @@ impl Core {
             election_timeout_max: config.election_timeout_max.as_millis() as u64,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             // Keep a little log after a snapshot so a briefly lagging follower
-            // catches up from the log rather than by a full snapshot.
-            max_in_snapshot_log_to_keep: config.snapshot_every.min(1000),
+            // catches up from the log rather than by a full snapshot; little,
+            // because every kept entry is replayed (and on object stores, read as
+            // its own segment) at restart.
+            max_in_snapshot_log_to_keep: (config.snapshot_every / 10).clamp(1, 1000),
             ..Default::default()
         }
         .validate()

@@ -20,6 +20,10 @@ use crate::core::Core;
 use crate::error::StateError;
 use crate::state::{DatasetId, State};
 
+/// How long `GetStatus` waits for a leader to confirm itself before answering
+/// with its local (possibly stale) view.
+const STATUS_LEADER_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub struct DispatcherService {
     core: Arc<Core>,
     config: DispatcherConfig,
@@ -292,9 +296,18 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         _req: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         let heartbeats = self.last_heartbeat.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut status = self.core.read_local(|s| crate::status::render(s, &heartbeats));
+        // The leader answers with everything committed applied (a new leader
+        // re-applies the log after its first commit); a follower answers with what
+        // it has, flagged as not from the leader.
+        let render = |s: &State| crate::status::render(s, &heartbeats);
+        // Bounded: a leader cut off from its quorum cannot confirm itself.
+        let confirmed = tokio::time::timeout(STATUS_LEADER_CHECK, self.core.read_leader(render));
+        let (mut status, from_leader) = match confirmed.await {
+            Ok(Ok(status)) => (status, true),
+            _ => (self.core.read_local(render), false),
+        };
         status.raft = Some(self.core.raft_status());
-        status.from_leader = self.core.is_leader();
+        status.from_leader = from_leader;
         Ok(Response::new(status))
     }
 }

@@ -32,8 +32,9 @@ pub struct DispatcherArgs {
     #[arg(long)]
     pub peers: Option<String>,
     /// Log entries between snapshots (the log before a snapshot is purged).
-    #[arg(long, default_value_t = 10_000)]
-    pub snapshot_every: u64,
+    /// Default: 10000 on local disk, 1000 on object storage.
+    #[arg(long)]
+    pub snapshot_every: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -89,7 +90,9 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         node_id: a.node_id,
         peers,
         work_dir: a.work_dir.clone(),
-        snapshot_every: a.snapshot_every,
+        snapshot_every: a
+            .snapshot_every
+            .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(a.work_dir.as_deref())),
         ..DispatcherConfig::default()
     };
     config.validate()?;
