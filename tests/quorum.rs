@@ -259,3 +259,42 @@ async fn the_whole_cluster_restarts_from_a_work_dir_on_s3_with_all_state() {
         w.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_keep_reading_from_workers_while_no_leader_exists() {
+    const N: i64 = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut q = Quorum::start(dir.path().to_str().unwrap(), vec![], 100);
+    let leader = q.leader().await;
+    let ws = workers(&q, 2).await;
+    let client = q.client(RetryPolicy::for_tests());
+    let opts = ReadOptions::new(ProcessingMode::Off).worker_retry(RetryPolicy::for_tests());
+    let mut stream = client.distribute(&DatasetDef::range(N), opts).await.unwrap();
+    let mut got = vec![];
+    for _ in 0..100 {
+        got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
+    }
+
+    let down: Vec<u64> = (1..=3).filter(|i| *i != leader).take(1).chain([leader]).collect();
+    tracing::info!("--- kill nodes {down:?}: no leader; workers keep streaming");
+    for id in &down {
+        q.kill(*id);
+    }
+    // More than every buffer on the way holds (2 × 256 per task, 16 messages of
+    // up to 64 in the client, a few in flight): produced while no leader exists.
+    for _ in 0..2500 {
+        got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
+    }
+    let status = q.node_status((1..=3).find(|i| !down.contains(i)).unwrap()).await.unwrap();
+    assert!(!status.from_leader, "no leader while elements still arrived: {:?}", status.raft);
+
+    tracing::info!("--- restore node {}: the read finishes", down[0]);
+    q.start_node(down[0]);
+    got.extend(collect_i64(stream).await);
+    let c = counts(&got);
+    assert_eq!(c.len() as i64, N);
+    assert!(c.values().all(|n| *n == 2), "each element once per worker");
+    for w in ws {
+        w.shutdown().await.unwrap();
+    }
+}
