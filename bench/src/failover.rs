@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use sluice_client::DispatcherClient;
 
 use crate::driver::{check_runs, drive, lane_policy, Fleet, RunSummary, Shared};
 use crate::procs::Group;
@@ -48,10 +49,16 @@ pub async fn run(
     // Replies the old leader had sent before dying may still arrive; only an answer
     // to a request sent after the kill shows that a new leader serves.
     let waited = Instant::now();
-    while shared.answered_after_mark.load(Ordering::Relaxed) == 0
+    let status = group.client(lane_policy())?;
+    // When (µs since `t0`) a surviving node first said it leads.
+    let mut new_leader_after = None;
+    while (shared.answered_after_mark.load(Ordering::Relaxed) == 0 || new_leader_after.is_none())
         && waited.elapsed() < RECOVERY_LIMIT
         && !driver.is_finished()
     {
+        if new_leader_after.is_none() && leads(&status, leader).await {
+            new_leader_after = Some(shared.now_us());
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     shared.stop_in(AFTER_RECOVERY);
@@ -69,6 +76,7 @@ pub async fn run(
         killed_node: leader,
         new_leader,
         killed_after_s: kill_us as f64 / 1e6,
+        new_leader_after_ms: new_leader_after.map(|at| ms(at - kill_us)),
         first_split_after_kill_ms: first_fresh.map(|d| ms(d - kill_us)),
         in_flight_after_kill: times.iter().filter(|(s, d)| *s <= kill_us && *d > kill_us).count()
             as u64,
@@ -80,5 +88,14 @@ pub async fn run(
             policy.initial_backoff, policy.max_backoff, policy.attempt_timeout, policy.deadline
         ),
         exactly_once: check_runs(&runs),
+    })
+}
+
+/// Whether a node other than `killed` reports itself leader now.
+async fn leads(client: &DispatcherClient, killed: u64) -> bool {
+    client.status_of_each().await.into_iter().any(|(_, r)| {
+        r.ok()
+            .and_then(|s| s.raft)
+            .is_some_and(|raft| raft.role == "leader" && raft.node_id != killed)
     })
 }

@@ -1,17 +1,20 @@
-//! The physical limits commits wait on: the local disk's fsync and an S3 PUT.
+//! The physical limits commits wait on: the local disk's fsync and an S3 PUT; and what
+//! one durable write of the journal itself costs on top (sled: a batch and a flush).
 //!
-//! Both mimic one durable journal write: the sled journal appends and flushes
-//! (fsync) once per batch of entries; the object-store journal PUTs one new object
-//! per batch, create-if-absent. A few first writes (file creation, connection set-up)
-//! are not counted.
+//! The probes mimic one durable journal write: the sled journal appends and flushes
+//! (fsync) once per `append` call; the object-store journal PUTs one new object per
+//! call, create-if-absent. A few first writes (file creation, connection set-up) are
+//! not counted.
 
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use bytes::Bytes;
 use object_store::{PutMode, PutOptions, PutPayload};
 use sluice_journal::testing::MotoServer;
+use sluice_journal::OpenOptions;
 
 use crate::report::Latency;
 
@@ -56,6 +59,35 @@ pub async fn s3_put_latency(moto: &MotoServer, samples: usize) -> anyhow::Result
             .await
             .context("a PUT took over 30 s")?
             .with_context(|| format!("PUT {path}"))?;
+        if i >= WARMUP {
+            times.push(start.elapsed());
+        }
+    }
+    Latency::of(times).context("no samples")
+}
+
+/// `samples` calls of the journal's own `append` with `batch` entries of 128 bytes
+/// (about a GetSplit log entry) each, on a fresh journal at `location`.
+pub async fn journal_append_latency(
+    location: &str,
+    options: &OpenOptions,
+    batch: usize,
+    samples: usize,
+) -> anyhow::Result<Latency> {
+    let (journal, _) = sluice_journal::open_with(location, options)
+        .await
+        .with_context(|| format!("opening a probe journal at {location}"))?;
+    let entry = Bytes::from(vec![0x5au8; 128]);
+    let mut next = 1u64;
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples + WARMUP {
+        let entries: Vec<(u64, Bytes)> =
+            (0..batch as u64).map(|k| (next + k, entry.clone())).collect();
+        next += batch as u64;
+        let start = Instant::now();
+        tokio::time::timeout(Duration::from_secs(30), journal.append(entries))
+            .await
+            .context("an append took over 30 s")??;
         if i >= WARMUP {
             times.push(start.elapsed());
         }

@@ -182,6 +182,21 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     } else {
         skipped()
     };
+    let (sled_append_1, sled_append_batch) = if cfg.runs(Section::Fsync) {
+        tracing::info!("--- sled journal append latency");
+        let probe = |batch: usize| {
+            let location = dir.join(format!("append-probe-{batch}"));
+            let location = location.to_string_lossy().into_owned();
+            async move {
+                let opts = sluice_journal::OpenOptions::default();
+                fsync::journal_append_latency(&location, &opts, batch, cfg.fsync_samples).await
+            }
+        };
+        (Outcome::from_result(probe(1).await), Outcome::from_result(probe(cfg.workers).await))
+    } else {
+        (skipped(), skipped())
+    };
+    let sled_append = sled_append_1.measured().copied();
     let limit = |o: &Outcome<report::Latency>, what: &'static str| o.measured().map(|l| (what, *l));
 
     let mut split_rows = vec![];
@@ -199,7 +214,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
             Outcome::from_result(
                 splits::in_process(cfg, None)
                     .await
-                    .map(|r| splits::row(name, "memory://", r, None)),
+                    .map(|r| splits::row(name, "memory://", r, None, None)),
             )
         } else {
             skipped()
@@ -215,7 +230,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
             Outcome::from_result(
                 splits::in_process(cfg, Some(&work_dir))
                     .await
-                    .map(|r| splits::row(name, "sled", r, limit(&fsync, "fsync"))),
+                    .map(|r| splits::row(name, "sled", r, limit(&fsync, "fsync"), sled_append)),
             )
         } else {
             skipped()
@@ -225,7 +240,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     let name = "3 nodes, sled (processes)";
     let (cluster_row, failover) = if cfg.runs(Section::Cluster) || cfg.runs(Section::Failover) {
         tracing::info!("--- (c) {name}");
-        cluster_and_failover(cfg, &dir, &logs, name, limit(&fsync, "fsync")).await
+        cluster_and_failover(cfg, &dir, &logs, name, limit(&fsync, "fsync"), sled_append).await
     } else {
         (skipped(), skipped())
     };
@@ -247,7 +262,17 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
-    Ok(Report { machine, fsync, s3_put, splits, split_rows, failover, restart })
+    Ok(Report {
+        machine,
+        fsync,
+        sled_append_1,
+        sled_append_batch,
+        s3_put,
+        splits,
+        split_rows,
+        failover,
+        restart,
+    })
 }
 
 type Row = Outcome<report::SplitCase>;
@@ -259,6 +284,7 @@ async fn cluster_and_failover(
     logs: &Path,
     name: &str,
     limit: Option<(&str, report::Latency)>,
+    append: Option<report::Latency>,
 ) -> (Row, Outcome<report::Failover>) {
     let work_dir = dir.join("cluster");
     let started = async {
@@ -276,7 +302,7 @@ async fn cluster_and_failover(
     };
     let row = if cfg.runs(Section::Cluster) {
         let r = splits::rate(&mut fleet, cfg.elements, cfg.duration).await;
-        Outcome::from_result(r.map(|r| splits::row(name, "sled", r, limit)))
+        Outcome::from_result(r.map(|r| splits::row(name, "sled", r, limit, append)))
     } else {
         skipped()
     };
@@ -314,7 +340,9 @@ async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<report::Late
         group.stop();
         r
     };
-    let row = Outcome::from_result(row.await.map(|r| splits::row(name, "s3 (moto)", r, limit)));
+    let row = Outcome::from_result(
+        row.await.map(|r| splits::row(name, "s3 (moto)", r, limit, limit.map(|(_, l)| l))),
+    );
     // Stop moto off the runtime threads (its drop waits for the process).
     let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
     (put, row)

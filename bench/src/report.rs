@@ -80,8 +80,11 @@ pub struct SplitCase {
     pub run: RunSummary,
     /// The physical limit this case's commits wait on ("fsync" or "S3 PUT"), if any.
     pub limit: Option<String>,
-    /// splits/s × the limit's median latency: splits committed per durable write.
+    /// splits/s × the limit's median latency: splits committed per fsync (or PUT).
     pub splits_per_limit: Option<f64>,
+    /// splits/s × the median latency of one journal append of one entry (sled) or
+    /// one PUT (S3): about 1 means one append per split, no group commit.
+    pub splits_per_append: Option<f64>,
     pub exactly_once: ExactlyOnce,
 }
 
@@ -90,6 +93,8 @@ pub struct Failover {
     pub killed_node: u64,
     pub new_leader: Option<u64>,
     pub killed_after_s: f64,
+    /// From the SIGKILL until a surviving node reported itself leader (polled).
+    pub new_leader_after_ms: Option<f64>,
     /// From the SIGKILL to the first split answered to a request sent after it.
     pub first_split_after_kill_ms: Option<f64>,
     /// Splits requested before the kill whose answers arrived after it (sent by the
@@ -124,6 +129,9 @@ pub struct Restart {
 pub struct Report {
     pub machine: Machine,
     pub fsync: Outcome<Latency>,
+    /// The sled journal's `append` of 1 entry, and of `workers` entries (one batch).
+    pub sled_append_1: Outcome<Latency>,
+    pub sled_append_batch: Outcome<Latency>,
     pub s3_put: Outcome<Latency>,
     pub splits: Vec<Outcome<SplitCase>>,
     /// Names of the rows of `splits`, in order (also for skipped and failed rows).
@@ -142,6 +150,8 @@ impl Report {
             }
         };
         failed("fsync", failed_error(&self.fsync));
+        failed("sled append", failed_error(&self.sled_append_1));
+        failed("sled append (batch)", failed_error(&self.sled_append_batch));
         failed("S3 PUT", failed_error(&self.s3_put));
         for (name, row) in self.split_rows.iter().zip(&self.splits) {
             failed(name, failed_error(row));
@@ -182,31 +192,45 @@ impl Report {
         line(format!("bench dir: {} ({})", m.bench_dir, m.bench_dir_fs));
         line(String::new());
         line("PHYSICAL LIMITS".into());
-        line(format!("  {:<44} {}", "fsync (append 4 KiB + sync_all)", show_latency(&self.fsync)));
-        line(format!(
-            "  {:<44} {}",
-            "S3 PUT (4 KiB, create-if-absent, moto)",
-            show_latency(&self.s3_put)
-        ));
+        let limits = [
+            ("fsync (append 4 KiB + sync_all)".to_string(), &self.fsync),
+            ("sled journal append, 1 entry of 128 B".to_string(), &self.sled_append_1),
+            (
+                format!("sled journal append, {} entries at once", m.workers),
+                &self.sled_append_batch,
+            ),
+            ("S3 PUT (4 KiB, create-if-absent, moto)".to_string(), &self.s3_put),
+        ];
+        for (what, latency) in limits {
+            line(format!("  {what:<44} {}", show_latency(latency)));
+        }
         line(String::new());
         line(format!(
             "COMMITTED GET-SPLIT RATE  (elements_per_split = 1, range({}), DYNAMIC, {} lanes, {} s budget)",
             m.elements, m.workers, m.budget_s
         ));
         line(format!(
-            "  {:<30} {:>8} {:>9} {:>26}   {:<16} {:>12}  {}",
-            "case", "splits", "splits/s", "call latency", "limit", "splits/write", "exactly-once"
+            "  {:<30} {:>8} {:>9} {:>26}   {:<16} {:>11} {:>12}  {}",
+            "case",
+            "splits",
+            "splits/s",
+            "call latency",
+            "limit",
+            "splits/lim",
+            "splits/appnd",
+            "exactly-once"
         ));
         for (name, row) in self.split_rows.iter().zip(&self.splits) {
             match row {
                 Outcome::Measured(c) => line(format!(
-                    "  {:<30} {:>8} {:>9.0} {:>26}   {:<16} {:>12}  {}",
+                    "  {:<30} {:>8} {:>9.0} {:>26}   {:<16} {:>11} {:>12}  {}",
                     c.name,
                     c.run.splits,
                     c.run.splits_per_s,
                     c.run.call.map(|l| l.show()).unwrap_or_else(|| "-".into()),
                     c.limit.clone().unwrap_or_else(|| "none (memory)".into()),
-                    c.splits_per_limit.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
+                    c.splits_per_limit.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
+                    c.splits_per_append.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
                     c.exactly_once.describe()
                 )),
                 other => line(format!("  {name:<30} {}", not_measured(other))),
@@ -223,10 +247,11 @@ impl Report {
             Outcome::Measured(f) => {
                 let opt = |v: Option<f64>| v.map(ms).unwrap_or_else(|| "none".into());
                 line(format!(
-                    "  killed leader node {} after {:.1} s; new leader: {}",
+                    "  killed leader node {} after {:.1} s; new leader: {}, reported {} after the kill",
                     f.killed_node,
                     f.killed_after_s,
-                    f.new_leader.map(|l| format!("node {l}")).unwrap_or_else(|| "none".into())
+                    f.new_leader.map(|l| format!("node {l}")).unwrap_or_else(|| "none".into()),
+                    opt(f.new_leader_after_ms)
                 ));
                 line(format!(
                     "  kill -> first split answered to a request sent after it: {}   \

@@ -31,17 +31,20 @@ pub async fn rate(
     Ok((summary, check_runs(&runs)))
 }
 
-/// Builds a row; `limit`: the name and latency of what each commit waits on.
+/// Builds a row; `limit`: the name and latency of what each commit waits on;
+/// `append`: the latency of one journal append of one entry.
 pub fn row(
     name: &str,
     journal: &str,
     (run, exactly_once): (RunSummary, ExactlyOnce),
     limit: Option<(&str, Latency)>,
+    append: Option<Latency>,
 ) -> SplitCase {
     SplitCase {
         name: name.into(),
         journal: journal.into(),
         splits_per_limit: limit.map(|(_, l)| run.splits_per_s * l.median_ms / 1e3),
+        splits_per_append: append.map(|l| run.splits_per_s * l.median_ms / 1e3),
         limit: limit.map(|(what, l)| format!("{what} {:.2} ms", l.median_ms)),
         run,
         exactly_once,

@@ -15,6 +15,10 @@ pub struct DispatcherConfig {
     /// Every voter of the group: node id → `host:port` it serves on (clients and
     /// peers alike). Empty: a one-node group at the listener's address.
     pub peers: BTreeMap<u64, String>,
+    /// Where this node sends Raft traffic for a peer, when not to its address in
+    /// `peers` (e.g. through a fault-injecting proxy in the chaos suite). Clients
+    /// are still told the `peers` addresses.
+    pub raft_dial: BTreeMap<u64, String>,
     /// Where to journal: `None` keeps everything in memory (nothing survives a
     /// restart); a path journals to sled there; `file://`, `s3://`, `gs://` and
     /// `memory://` URLs journal through object storage. Each node uses
@@ -35,6 +39,7 @@ impl Default for DispatcherConfig {
             elements_per_split: 1,
             node_id: 1,
             peers: BTreeMap::new(),
+            raft_dial: BTreeMap::new(),
             work_dir: None,
             snapshot_every: 10_000,
             heartbeat_interval: Duration::from_millis(100),
@@ -60,6 +65,9 @@ impl DispatcherConfig {
                 self.node_id,
                 ids.join(", ")
             ));
+        }
+        if let Some(id) = self.raft_dial.keys().find(|id| !self.peers.contains_key(id)) {
+            return bad(format!("raft_dial names node {id}, which is not among the peers"));
         }
         if let Some((id, _)) = self.peers.iter().find(|(_, a)| a.is_empty()) {
             return bad(format!("peer {id} has an empty address"));

@@ -84,7 +84,8 @@ impl Core {
         }
         .validate()
         .map_err(DispatcherError::raft)?;
-        let raft = Raft::new(config.node_id, Arc::new(raft_config), PeerNetwork, log, sm)
+        let network = PeerNetwork { dial: config.raft_dial.clone() };
+        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(DispatcherError::raft)?;
         if !raft.is_initialized().await.map_err(DispatcherError::raft)? {

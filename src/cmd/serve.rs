@@ -31,6 +31,10 @@ pub struct DispatcherArgs {
     /// listens on its own entry (--host/--port are then ignored).
     #[arg(long)]
     pub peers: Option<String>,
+    /// Send Raft traffic for some peers elsewhere than their --peers address
+    /// (e.g. through a proxy): 2=host:port,3=host:port.
+    #[arg(long)]
+    pub raft_dial: Option<String>,
     /// Log entries between snapshots (the log before a snapshot is purged).
     /// Default: 10000 on local disk, 1000 on object storage.
     #[arg(long)]
@@ -85,10 +89,15 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         Some(p) => sluice_dispatcher::parse_peers(p)?,
         None => Default::default(),
     };
+    let raft_dial = match &a.raft_dial {
+        Some(p) => sluice_dispatcher::parse_peers(p)?,
+        None => Default::default(),
+    };
     let config = DispatcherConfig {
         elements_per_split: a.elements_per_split,
         node_id: a.node_id,
         peers,
+        raft_dial,
         work_dir: a.work_dir.clone(),
         snapshot_every: a
             .snapshot_every

@@ -24,17 +24,21 @@ use super::{NodeId, TypeConfig};
 
 /// Makes one [`PeerClient`] per peer; channels connect lazily and reconnect.
 #[derive(Clone, Default)]
-pub struct PeerNetwork;
+pub struct PeerNetwork {
+    /// Per-peer address overrides for Raft traffic (`DispatcherConfig::raft_dial`).
+    pub dial: std::collections::BTreeMap<NodeId, String>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        let url = format!("http://{}", node.addr);
+        let addr = self.dial.get(&target).unwrap_or(&node.addr);
+        let url = format!("http://{addr}");
         let channel = Endpoint::from_shared(url)
             .map(|e| e.tcp_nodelay(true).connect_lazy())
             .map_err(|e| e.to_string());
-        PeerClient { target, address: node.addr.clone(), channel }
+        PeerClient { target, address: addr.clone(), channel }
     }
 }
 
