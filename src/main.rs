@@ -28,6 +28,8 @@ enum Command {
     Local(cmd::local::LocalArgs),
     /// Measure committed split rate, failover and restart time (docs/performance.md).
     Bench(cmd::bench::BenchArgs),
+    /// Kill, pause, partition and wipe a real cluster while reading; check the history (docs/chaos.md).
+    Chaos(cmd::chaos::ChaosArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +40,7 @@ fn main() -> std::process::ExitCode {
         Command::Dispatcher(_) | Command::Worker(_) => "info,openraft=warn",
         Command::Local(_) => "warn,openraft=off",
         Command::Bench(_) => "warn,openraft=off,sluice_bench=info",
+        Command::Chaos(_) => "warn,openraft=off,sluice_chaos=info",
         _ => "warn",
     };
     cmd::init_tracing(default_level);
@@ -57,6 +60,7 @@ fn main() -> std::process::ExitCode {
             Command::Status(a) => cmd::status::run(a).await,
             Command::Local(a) => cmd::local::run(a).await,
             Command::Bench(a) => cmd::bench::run(a).await,
+            Command::Chaos(a) => cmd::chaos::run(a).await,
         }
     });
     match result {

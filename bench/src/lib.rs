@@ -94,6 +94,8 @@ pub struct BenchConfig {
     pub dir: Option<PathBuf>,
     pub json: Option<PathBuf>,
     pub skip: Vec<Section>,
+    /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
+    pub keep: bool,
 }
 
 impl BenchConfig {
@@ -262,6 +264,10 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
+    if cfg.keep {
+        let kept = temp.keep();
+        tracing::info!("kept {} (work dirs; dispatcher logs in logs/)", kept.display());
+    }
     Ok(Report {
         machine,
         fsync,

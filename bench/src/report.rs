@@ -228,7 +228,11 @@ impl Report {
                     c.run.splits,
                     c.run.splits_per_s,
                     c.run.call.map(|l| l.show()).unwrap_or_else(|| "-".into()),
-                    c.limit.clone().unwrap_or_else(|| "none (memory)".into()),
+                    match (&c.limit, c.journal.as_str()) {
+                        (Some(limit), _) => limit.clone(),
+                        (None, "memory://") => "none (memory)".into(),
+                        (None, _) => "not measured".into(),
+                    },
                     c.splits_per_limit.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
                     c.splits_per_append.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
                     c.exactly_once.describe()

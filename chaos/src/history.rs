@@ -125,7 +125,8 @@ pub fn read_history(input: impl BufRead) -> Result<Vec<Event>, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let event = serde_json::from_str(&line).map_err(|e| format!("history line {}: {e}", i + 1))?;
+        let event =
+            serde_json::from_str(&line).map_err(|e| format!("history line {}: {e}", i + 1))?;
         events.push(event);
     }
     Ok(events)

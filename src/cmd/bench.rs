@@ -47,6 +47,9 @@ pub struct BenchArgs {
     /// restart.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<Section>,
+    /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
@@ -63,6 +66,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         dir: a.dir,
         json: a.json,
         skip: a.skip,
+        keep: a.keep,
     };
     sluice_bench::run(config).await
 }

@@ -1,6 +1,7 @@
 //! The subcommands, one module each.
 
 pub mod bench;
+pub mod chaos;
 pub mod local;
 pub mod read;
 pub mod register;

@@ -1,0 +1,158 @@
+//! The named scenarios: which faults, which mode and storage, how much data.
+//!
+//! Every scenario runs 3 dispatchers, 2 workers and 2 consumers sharing one named
+//! job over `range(dataset_len)`, `epochs` times (repetition 0, 1, …). Its fault
+//! schedule starts with `first` (in that order; so every seed injects them, the
+//! first one in the middle of epoch 0) and draws the rest from `kinds` (see
+//! [`crate::faults`]).
+
+use sluice_client::ProcessingMode;
+
+use crate::cluster::Storage;
+
+/// What a planned fault does; targets (which node, which pair) are drawn with the
+/// schedule or resolved against the live cluster when the fault starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// SIGKILL the leader; restart it on its work_dir when healed.
+    KillLeader,
+    /// SIGKILL a follower; restart it when healed.
+    KillFollower,
+    /// SIGSTOP the leader or a follower; SIGCONT when healed.
+    Pause,
+    /// SIGKILL the leader and a follower (no quorum); restart both when healed.
+    KillTwo,
+    /// Quiesce, record the registry, SIGKILL all three, restart them, record it again.
+    FullRestart,
+    /// SIGKILL a follower, delete its work_dir, restart it empty when healed.
+    Wipe,
+    /// Blackhole both directions between two dispatchers.
+    Partition,
+    /// Delay both directions between two dispatchers.
+    Delay,
+    /// Cut and refuse connections between two dispatchers.
+    Drop,
+    /// Delay every exchange with the S3 server.
+    S3Slow,
+    /// Cut and refuse connections to the S3 server.
+    S3Down,
+    /// SIGKILL a worker; restart it at the same address when healed.
+    KillWorker,
+}
+
+impl FaultKind {
+    /// Loses the quorum while it lasts (the schedule never overlaps faults at all).
+    pub fn loses_quorum(self) -> bool {
+        matches!(self, FaultKind::KillTwo | FaultKind::FullRestart | FaultKind::S3Down)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// DYNAMIC: each element once per epoch; OFF: once per worker per epoch.
+    pub mode: ProcessingMode,
+    pub storage: Storage,
+    pub dataset_len: u64,
+    pub epochs: u32,
+    pub workers: u32,
+    pub consumers: u32,
+    /// `sluice dispatcher --elements-per-split`.
+    pub elements_per_split: u64,
+    /// Injected first, in this order, in every seed.
+    pub first: &'static [FaultKind],
+    /// The rest of the schedule is drawn from these.
+    pub kinds: &'static [FaultKind],
+    /// Faults in the schedule, `first` included.
+    pub faults: usize,
+}
+
+use FaultKind::*;
+
+/// A DYNAMIC scenario on local disk with the common sizes; the list below
+/// overrides what differs.
+const fn base(name: &'static str, about: &'static str) -> Scenario {
+    Scenario {
+        name,
+        about,
+        mode: ProcessingMode::Dynamic,
+        storage: Storage::LocalDisk,
+        dataset_len: 6_000,
+        epochs: 3,
+        workers: 2,
+        consumers: 2,
+        elements_per_split: 10,
+        first: &[],
+        kinds: &[],
+        faults: 4,
+    }
+}
+
+/// Every scenario, in the order `--scenario` lists them.
+pub fn all() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            first: &[KillLeader],
+            kinds: &[KillLeader, KillFollower, Pause],
+            ..base("leader", "kill the leader, kill a follower, pause a node (local disk)")
+        },
+        Scenario {
+            first: &[KillTwo, FullRestart],
+            kinds: &[KillTwo, FullRestart, KillLeader],
+            faults: 3,
+            ..base("quorum", "kill two of three then restore; full restart with a registry check")
+        },
+        Scenario {
+            first: &[Partition],
+            kinds: &[Partition, Delay, Drop],
+            ..base("network", "partition, delay, drop between dispatchers (through the proxies)")
+        },
+        Scenario {
+            first: &[Wipe],
+            kinds: &[Wipe, KillLeader],
+            faults: 3,
+            ..base("wipe", "wipe a follower's work_dir and restart it empty")
+        },
+        Scenario {
+            storage: Storage::S3,
+            // Each split is a PUT per node on moto: slower than sled.
+            dataset_len: 3_000,
+            first: &[KillLeader, S3Slow, S3Down],
+            kinds: &[KillLeader, S3Slow, S3Down],
+            faults: 3,
+            ..base("s3", "work_dir on S3 (moto): kill the leader, S3 slow, S3 down")
+        },
+        Scenario {
+            first: &[KillWorker],
+            kinds: &[KillWorker],
+            faults: 3,
+            ..base("workers", "kill workers (DYNAMIC: at most the bounded loss per kill)")
+        },
+        Scenario {
+            mode: ProcessingMode::Off,
+            // No split commits: an epoch is ~10× faster than DYNAMIC's.
+            dataset_len: 20_000,
+            first: &[KillWorker],
+            kinds: &[KillWorker, KillLeader],
+            faults: 3,
+            ..base("off", "OFF mode: kill workers and the leader (W copies, more after a kill)")
+        },
+    ]
+}
+
+/// The scenario named `name`.
+pub fn by_name(name: &str) -> Option<Scenario> {
+    all().into_iter().find(|s| s.name == name)
+}
+
+/// The names, for error messages.
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|s| s.name).collect()
+}
+
+/// `sluice chaos --ci`: the leader killed mid-epoch under several seeds, then one
+/// run that touches each other invariant (registry across a full restart, bounded
+/// loss per worker kill, OFF copies). A few minutes in a debug build on 2 cores.
+pub const CI: &[(&str, u64)] =
+    &[("leader", 1), ("leader", 2), ("leader", 3), ("quorum", 1), ("workers", 1), ("off", 1)];
