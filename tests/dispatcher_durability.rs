@@ -43,7 +43,7 @@ async fn kill_and_restart_mid_epoch(work_dir: &str, envs: &[(String, String)]) {
     for _ in 0..N / 2 {
         got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
     }
-    let before = client.status().await.unwrap();
+    let before = common::leader_status(&client).await;
 
     tracing::info!("--- SIGKILL the dispatcher mid-epoch and restart it on the same work_dir");
     dispatcher.kill();
@@ -54,7 +54,7 @@ async fn kill_and_restart_mid_epoch(work_dir: &str, envs: &[(String, String)]) {
     assert_eq!(c.len() as i64, N, "no element lost");
     assert!(c.values().all(|n| *n == 1), "no element twice: {c:?}");
 
-    let after = client.status().await.unwrap();
+    let after = common::leader_status(&client).await;
     let ids = |s: &sluice_proto::v1::GetStatusResponse| -> Vec<String> {
         s.datasets.iter().map(|d| d.dataset_id.clone()).collect()
     };

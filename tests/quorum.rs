@@ -187,7 +187,7 @@ async fn two_of_three_down_stops_progress_with_a_clear_error_and_one_back_resume
     q.start_node(down[0]);
     let again = client.register_dataset(&DatasetDef::range(4), Some("after")).await.unwrap();
     assert_eq!(again, "after");
-    let status = client.status().await.unwrap();
+    let status = common::leader_status(&client).await;
     let ids: Vec<&str> = status.datasets.iter().map(|d| d.dataset_id.as_str()).collect();
     assert!(ids.contains(&first.as_str()) && ids.contains(&"after"), "{ids:?}");
 }
@@ -234,7 +234,7 @@ async fn the_whole_cluster_restarts_from_a_work_dir_on_s3_with_all_state() {
     let mut got = collect_i64(client.from_dataset_id(&id, dynamic("whole")).await.unwrap()).await;
     got.sort();
     assert_eq!(got, (0..N).collect::<Vec<_>>());
-    let before = client.status().await.unwrap();
+    let before = common::leader_status(&client).await;
 
     tracing::info!("--- stop every node, then start them all again");
     for id in 1..=3 {
@@ -244,8 +244,7 @@ async fn the_whole_cluster_restarts_from_a_work_dir_on_s3_with_all_state() {
         q.start_node(id);
     }
     q.leader().await;
-    let after = client.status().await.unwrap();
-    assert!(after.from_leader);
+    let after = common::leader_status(&client).await;
     assert_eq!(after.datasets, before.datasets);
     // Client counts may change as readers release; everything else must match.
     let durable = |s: &pb::GetStatusResponse| {

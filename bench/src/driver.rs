@@ -149,8 +149,7 @@ pub struct Shared {
     max_splits: u64,
     /// Lanes start no new request once `t0.elapsed()` passes this (µs).
     stop_at_us: AtomicU64,
-    /// Completion time (µs since `t0`) of the latest answered split, and the count.
-    pub last_answer_us: AtomicU64,
+    /// Splits answered so far.
     pub answered: AtomicU64,
     /// Set by the controller (µs since `t0`; `u64::MAX` until then): answers to
     /// requests sent after it are counted in `answered_after_mark`.
@@ -165,7 +164,6 @@ impl Shared {
             issued: AtomicU64::new(0),
             max_splits,
             stop_at_us: AtomicU64::new(stop_after.as_micros() as u64),
-            last_answer_us: AtomicU64::new(0),
             answered: AtomicU64::new(0),
             mark_us: AtomicU64::new(u64::MAX),
             answered_after_mark: AtomicU64::new(0),
@@ -245,7 +243,6 @@ async fn run_lane(mut lane: Lane, shared: Arc<Shared>) -> LaneRun {
                 ranges.push((split.begin, split.end));
                 times_us.push((sent_us, now));
                 call_us.push(started.elapsed().as_micros() as u64);
-                shared.last_answer_us.fetch_max(now, Ordering::Relaxed);
                 shared.answered.fetch_add(1, Ordering::Relaxed);
                 if sent_us > shared.mark_us.load(Ordering::Relaxed) {
                     shared.answered_after_mark.fetch_add(1, Ordering::Relaxed);

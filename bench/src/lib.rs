@@ -88,7 +88,9 @@ pub struct BenchConfig {
     pub restart_timeout: Duration,
     pub fsync_samples: usize,
     pub put_samples: usize,
-    pub snapshot_every: u64,
+    /// Log entries between snapshots for every dispatcher started; `None`: the
+    /// dispatcher's default for the work_dir's kind.
+    pub snapshot_every: Option<u64>,
     /// Parent of the bench's temp dir (work dirs, the fsync probe); default: the
     /// system temp dir.
     pub dir: Option<PathBuf>,
@@ -112,7 +114,7 @@ impl BenchConfig {
         if self.restart_splits == 0 || self.restart_splits > 1_000_000_000 {
             bail!("--restart-splits must be 1..=1e9, got {}", self.restart_splits);
         }
-        if self.fsync_samples == 0 || self.put_samples == 0 || self.snapshot_every == 0 {
+        if self.fsync_samples == 0 || self.put_samples == 0 || self.snapshot_every == Some(0) {
             bail!("--fsync-samples, --put-samples and --snapshot-every must be at least 1");
         }
         Ok(())
@@ -158,17 +160,20 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     let dir = temp.path().to_path_buf();
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let machine = Machine {
+    let mut machine = Machine {
         date_utc: machine::utc_now(),
         nproc: machine::nproc(),
         cpu: machine::cpu(),
         kernel: machine::kernel(),
+        load_start: machine::loadavg(),
+        load_end: String::new(),
         build: if cfg!(debug_assertions) { "debug" } else { "release" }.into(),
         bench_dir: dir.display().to_string(),
         bench_dir_fs: machine::filesystem(&dir),
         workers: cfg.workers,
         elements: cfg.elements,
         budget_s: cfg.duration.as_secs_f64(),
+        snapshot_every: cfg.snapshot_every,
     };
     if cfg!(debug_assertions) {
         tracing::warn!(
@@ -264,6 +269,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
+    machine.load_end = machine::loadavg();
     if cfg.keep {
         let kept = temp.keep();
         tracing::info!("kept {} (work dirs; dispatcher logs in logs/)", kept.display());

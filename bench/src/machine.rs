@@ -41,6 +41,17 @@ pub fn kernel() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The 1-, 5- and 15-minute load averages (other work on the machine skews every figure).
+pub fn loadavg() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let fields: Vec<&str> = text.split_whitespace().take(3).collect();
+    if fields.len() == 3 {
+        fields.join(" ")
+    } else {
+        "unknown".into()
+    }
+}
+
 pub fn cpu() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     info.lines()

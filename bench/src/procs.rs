@@ -149,13 +149,14 @@ pub struct Group {
 
 impl Group {
     /// Starts `n` nodes journaling to `work_dir` (a directory or a URL), with `envs`
-    /// added to their environment, logs in `logs/`.
+    /// added to their environment, logs in `logs/`; `snapshot_every: None` leaves the
+    /// dispatcher's default.
     pub async fn start(
         exe: &Path,
         n: usize,
         work_dir: &str,
         envs: &[(String, String)],
-        snapshot_every: u64,
+        snapshot_every: Option<u64>,
         logs: &Path,
     ) -> anyhow::Result<Group> {
         let mut addresses = vec![];
@@ -165,9 +166,8 @@ impl Group {
         let peers: Vec<String> =
             addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
         let specs = (1..=n)
-            .map(|id| NodeSpec {
-                exe: exe.to_path_buf(),
-                args: [
+            .map(|id| {
+                let mut args: Vec<String> = [
                     "dispatcher",
                     "--node-id",
                     &id.to_string(),
@@ -175,16 +175,21 @@ impl Group {
                     &peers.join(","),
                     "--work-dir",
                     work_dir,
-                    "--snapshot-every",
-                    &snapshot_every.to_string(),
                     "--elements-per-split",
                     "1",
                 ]
                 .iter()
                 .map(|s| s.to_string())
-                .collect(),
-                envs: envs.to_vec(),
-                log: logs.join(format!("node-{id}.log")),
+                .collect();
+                if let Some(every) = snapshot_every {
+                    args.extend(["--snapshot-every".to_string(), every.to_string()]);
+                }
+                NodeSpec {
+                    exe: exe.to_path_buf(),
+                    args,
+                    envs: envs.to_vec(),
+                    log: logs.join(format!("node-{id}.log")),
+                }
             })
             .collect();
         let mut group = Group { addresses, specs, nodes: (0..n).map(|_| None).collect() };

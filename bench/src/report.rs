@@ -62,6 +62,9 @@ pub struct Machine {
     pub nproc: usize,
     pub cpu: String,
     pub kernel: String,
+    /// Load averages (1, 5, 15 min) when the run started and when it ended.
+    pub load_start: String,
+    pub load_end: String,
     /// `release` or `debug` (debug figures are not representative).
     pub build: String,
     /// Where the work dirs and the fsync file go, and its filesystem.
@@ -70,6 +73,8 @@ pub struct Machine {
     pub workers: usize,
     pub elements: u64,
     pub budget_s: f64,
+    /// `--snapshot-every`; `None`: each dispatcher's default for its work_dir.
+    pub snapshot_every: Option<u64>,
 }
 
 /// One row of the get-split table.
@@ -189,7 +194,14 @@ impl Report {
         };
         line(format!("sluice bench  {}  ({} build)", m.date_utc, m.build));
         line(format!("machine: {} cores, {}, Linux {}", m.nproc, m.cpu, m.kernel));
+        line(format!("load average: {} at the start, {} at the end", m.load_start, m.load_end));
         line(format!("bench dir: {} ({})", m.bench_dir, m.bench_dir_fs));
+        line(match m.snapshot_every {
+            Some(n) => format!("snapshots: every {n} log entries"),
+            None => "snapshots: the dispatcher's default (every 10000 log entries on sled and \
+                     in memory, 1000 on S3)"
+                .into(),
+        });
         line(String::new());
         line("PHYSICAL LIMITS".into());
         let limits = [

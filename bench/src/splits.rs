@@ -57,10 +57,13 @@ pub async fn in_process(
     work_dir: Option<&Path>,
 ) -> anyhow::Result<(RunSummary, ExactlyOnce)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let work_dir = work_dir.map(|p| p.to_string_lossy().into_owned());
     let config = DispatcherConfig {
         elements_per_split: 1,
-        work_dir: work_dir.map(|p| p.to_string_lossy().into_owned()),
-        snapshot_every: cfg.snapshot_every,
+        snapshot_every: cfg
+            .snapshot_every
+            .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(work_dir.as_deref())),
+        work_dir,
         ..DispatcherConfig::default()
     };
     let handle = sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin())

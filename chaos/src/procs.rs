@@ -1,8 +1,8 @@
 //! Child `sluice` processes (dispatchers, workers) that never outlive the harness.
 //!
-//! - A [`Child`] is SIGKILLed and reaped when dropped: on an error, a panic
-//!   (unwinding) or Ctrl-C (which drops the whole run).
-//! - If the harness dies without unwinding (SIGKILL, abort), the kernel kills the
+//! - A [`Child`] is SIGKILLed and reaped when dropped: when the run ends, on an
+//!   error, on a panic (unwinding).
+//! - If the harness dies without unwinding (Ctrl-C, SIGKILL, abort), the kernel kills the
 //!   children: each is started with `PR_SET_PDEATHSIG = SIGKILL` (Linux). That
 //!   signal follows the *thread* that forked the child, so every child is forked
 //!   by one spawner thread that lives as long as the process, never by a tokio

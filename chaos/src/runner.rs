@@ -66,7 +66,8 @@ pub const WORKER_QUEUED_MESSAGES: u64 = 2;
 /// + per consumer: its client channel             C × OUTSTANDING_MESSAGES × M
 /// ```
 /// The last term is conservative (the channel is in the consumer's process and
-/// survives the worker); it is the bound the task brief asks for.
+/// survives the worker); it keeps the bound independent of how the client handles
+/// a stream that failed.
 pub fn max_loss_per_worker_kill(s: &Scenario) -> u64 {
     let m = ELEMENTS_PER_MESSAGE as u64;
     let c = s.consumers as u64;

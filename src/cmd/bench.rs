@@ -33,9 +33,10 @@ pub struct BenchArgs {
     /// S3 PUT samples (4 KiB objects to the moto server).
     #[arg(long, default_value_t = 100)]
     pub put_samples: usize,
-    /// Log entries between snapshots, for every dispatcher started.
-    #[arg(long, default_value_t = 10_000)]
-    pub snapshot_every: u64,
+    /// Log entries between snapshots, for every dispatcher started. Default: the
+    /// dispatcher's (10000 on local disk and in memory, 1000 on object storage).
+    #[arg(long)]
+    pub snapshot_every: Option<u64>,
     /// Where to create the bench's temp dir (work dirs, the fsync probe): put it on the
     /// disk the work dirs will use. Default: the system temp dir.
     #[arg(long)]

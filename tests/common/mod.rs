@@ -228,3 +228,18 @@ pub fn wait_blocking(what: &str, mut cond: impl FnMut() -> bool) {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// The registry as the leader reports it: a follower's answer, or a leader's that
+/// could not confirm itself in time, may lag.
+pub async fn leader_status(client: &Client) -> sluice_proto::v1::GetStatusResponse {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = client.status().await {
+            if s.from_leader {
+                return s;
+            }
+        }
+        assert!(start.elapsed() < DEADLINE, "no leader answered status within {DEADLINE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

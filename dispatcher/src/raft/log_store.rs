@@ -1,13 +1,15 @@
 //! openraft's log storage on a [`Journal`].
 //!
-//! Durability: `append` acknowledges (`LogFlushed`) only after the journal's append
-//! returned, which is after the fsync (sled, `file://`) or the completed PUT
-//! (`s3://`, `gs://`). openraft hands several entries to one `append` when
-//! proposals queue up while a write is in flight, so concurrent proposals share one
-//! fsync or PUT (group commit). Votes are durable before they are acknowledged.
+//! Durability: `append` returns at once with the entries readable (from memory),
+//! and acknowledges them (`LogFlushed`) only after the journal's append returned,
+//! which is after the fsync (sled, `file://`) or the completed PUT (`s3://`,
+//! `gs://`). A single writer task merges every append queued while a write is in
+//! flight into the next one, so concurrent proposals share one fsync or PUT (group
+//! commit, `group_commit.rs`). Truncate, purge and votes wait until every earlier
+//! append is durable, and are durable themselves before they return.
 //!
-//! Soft state: `last_log_id` and `last_purged` are caches of what the journal holds,
-//! rebuilt at open.
+//! Soft state: `last_log_id` and `last_purged` are caches of what the journal holds
+//! plus the appends in flight, rebuilt at open.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -21,6 +23,7 @@ use openraft::{
 use sluice_journal::Journal;
 
 use super::codec::{decode, encode};
+use super::group_commit::{self, Op, Pending};
 use super::{NodeId, TypeConfig};
 
 #[derive(Clone)]
@@ -28,6 +31,9 @@ pub struct LogStore {
     journal: Arc<dyn Journal>,
     // A std Mutex: two small fields, never held across an await.
     marks: Arc<Mutex<Marks>>,
+    /// Appended, not yet durable, readable.
+    pending: Pending,
+    writer: tokio::sync::mpsc::Sender<Op>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -66,7 +72,17 @@ impl LogStore {
             None => last_purged,
         };
         let marks = Marks { last_log_id, last_purged };
-        Ok(LogStore { journal, marks: Arc::new(Mutex::new(marks)) })
+        let pending = Pending::default();
+        let writer = group_commit::start(journal.clone(), pending.clone());
+        Ok(LogStore { journal, marks: Arc::new(Mutex::new(marks)), pending, writer })
+    }
+
+    /// Waits until every append queued before it is durable.
+    async fn barrier(&self) -> Result<(), StorageError<NodeId>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let stopped = || io_write(std::io::Error::other("the log writer stopped"));
+        self.writer.send(Op::Barrier(tx)).await.map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?.map_err(|e| io_write(std::io::Error::other(e)))
     }
 
     fn marks(&self) -> std::sync::MutexGuard<'_, Marks> {
@@ -89,8 +105,19 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(i) => *i,
             Bound::Unbounded => u64::MAX,
         };
+        // Pending first: an entry flushed between the two reads is then in both
+        // (merged by index), never in neither.
+        let mut all: std::collections::BTreeMap<u64, Bytes> = group_commit::lock(&self.pending)
+            .range(from..to)
+            .map(|(i, b)| (*i, b.clone()))
+            .collect();
         let raw = self.journal.read(from, to).await.map_err(io_read)?;
-        raw.iter().map(|(_, b)| decode(b).map_err(io_read)).collect()
+        all.extend(raw);
+        let mut out = Vec::with_capacity(all.len());
+        for b in all.values() {
+            out.push(decode(b).map_err(io_read)?);
+        }
+        Ok(out)
     }
 }
 
@@ -107,6 +134,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.barrier().await?;
         let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
         self.journal
             .save_vote(Bytes::from(bytes))
@@ -149,27 +177,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             last = Some(entry.log_id);
             batch.push((entry.log_id.index, Bytes::from(encode(&entry).map_err(io_write)?)));
         }
-        if batch.is_empty() {
-            callback.log_io_completed(Ok(()));
-            return Ok(());
-        }
-        // One durable write for the whole batch: the group commit.
-        let result = self.journal.append(batch).await;
-        match result {
-            Ok(()) => {
-                self.marks().last_log_id = last;
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                callback.log_io_completed(Err(std::io::Error::other(msg)));
-                Err(io_write(e))
-            }
-        }
+        // Readable now, durable when the writer calls back (group commit).
+        group_commit::lock(&self.pending).extend(batch.iter().cloned());
+        self.marks().last_log_id = last;
+        self.writer
+            .send(Op::Append { entries: batch, callback })
+            .await
+            .map_err(|_| io_write(std::io::Error::other("the log writer stopped")))
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.barrier().await?;
         self.journal.truncate(log_id.index).await.map_err(io_write)?;
         let previous = if log_id.index == 0 {
             None
@@ -186,6 +204,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.barrier().await?;
         let marker = Bytes::from(encode(&log_id).map_err(io_write)?);
         self.journal.purge(log_id.index, marker).await.map_err(io_write)?;
         let mut m = self.marks();

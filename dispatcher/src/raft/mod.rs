@@ -20,6 +20,7 @@
 #![allow(clippy::result_large_err)]
 
 pub(crate) mod codec;
+pub(crate) mod group_commit;
 pub mod log_store;
 pub(crate) mod network;
 pub(crate) mod peer_service;
