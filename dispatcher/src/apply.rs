@@ -34,6 +34,16 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         Command::GetSplit { task_id, worker_uid, sequence, provider, repetition, max_splits } => {
             get_split(state, task_id, worker_uid, sequence, provider, repetition, max_splits)
         }
+        Command::Batch(cmds) => Ok(Response::Batch(
+            cmds.into_iter()
+                .map(|c| match c {
+                    Command::Batch(_) => {
+                        Err(StateError::InvalidArgument("batches do not nest".into()))
+                    }
+                    c => apply(state, c),
+                })
+                .collect(),
+        )),
     }
 }
 

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_dataset::DatasetDef;
 
+use crate::error::StateError;
 use crate::state::{ClientId, DatasetId, IterationId, JobId, Mode, SplitAnswer, TaskId};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -60,6 +61,10 @@ pub enum Command {
         /// 1..=`MAX_SPLITS_PER_GRANT`), answered as one range.
         max_splits: u32,
     },
+    /// Several proposals that arrived together, applied in order, each on its own
+    /// (one refused command does not affect the others): group commit above Raft,
+    /// one log entry and one fsync for all of them.
+    Batch(Vec<Command>),
 }
 
 impl Command {
@@ -73,6 +78,7 @@ impl Command {
             Command::RegisterWorker { .. } => "RegisterWorker",
             Command::FinishTasks { .. } => "FinishTasks",
             Command::GetSplit { .. } => "GetSplit",
+            Command::Batch(_) => "Batch",
         }
     }
 }
@@ -100,4 +106,6 @@ pub enum Response {
         finished_iterations: Vec<IterationId>,
     },
     Split(SplitAnswer),
+    /// One result per command of a `Batch`, in order.
+    Batch(Vec<Result<Response, StateError>>),
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use sluice_proto::v1 as pb;
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::command::{Command, Response};
 use crate::config::DispatcherConfig;
@@ -47,6 +48,98 @@ pub struct Core {
     members: BTreeMap<NodeId, String>,
     data: Shared,
     journal: String,
+    /// Proposals on their way into a batch (see `batcher`).
+    proposals: mpsc::Sender<Proposal>,
+}
+
+/// One caller's command and where its answer goes.
+struct Proposal {
+    cmd: Command,
+    reply: oneshot::Sender<Result<Response, ProposeError>>,
+}
+
+/// Most commands in one batched log entry.
+const MAX_BATCH: usize = 256;
+/// Batches being replicated at once; while they are, new proposals gather into
+/// the next batch.
+const BATCHES_IN_FLIGHT: usize = 4;
+/// Proposals queued before `propose` waits (backpressure).
+const PROPOSAL_QUEUE: usize = 4096;
+
+/// Writes one command (or batch) through Raft; shared by the batcher's tasks.
+#[derive(Clone)]
+struct Writer {
+    raft: Raft,
+    node_id: NodeId,
+    members: BTreeMap<NodeId, String>,
+}
+
+impl Writer {
+    fn not_leader(&self, leader_id: Option<NodeId>) -> ProposeError {
+        ProposeError::NotLeader {
+            node_id: self.node_id,
+            leader_id,
+            leader_address: leader_id.and_then(|l| self.members.get(&l).cloned()),
+        }
+    }
+
+    async fn write(&self, cmd: Command) -> Result<Result<Response, StateError>, ProposeError> {
+        let name = cmd.name();
+        match self.raft.client_write(cmd).await {
+            Ok(resp) => resp
+                .data
+                .ok_or_else(|| ProposeError::Unavailable(format!("{name}: no answer from apply"))),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(self.not_leader(f.leader_id))
+            }
+            Err(e) => Err(ProposeError::Unavailable(format!("{name}: {e}"))),
+        }
+    }
+}
+
+/// Group commit above Raft: openraft 0.9 makes one log write per client write and
+/// waits for it, so proposals that arrive while batches are in flight are joined
+/// into one `Command::Batch` entry — one fsync or PUT, one replication round —
+/// and each caller gets its own command's answer.
+async fn batcher(writer: Writer, mut rx: mpsc::Receiver<Proposal>) {
+    let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let Some(first) = rx.recv().await else { return };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            if batch.len() == 1 {
+                let p = batch.pop().expect("one proposal");
+                let r = writer.write(p.cmd).await.and_then(|r| r.map_err(ProposeError::Rejected));
+                let _ = p.reply.send(r);
+                return;
+            }
+            let (cmds, replies): (Vec<Command>, Vec<_>) =
+                batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
+            let n = cmds.len();
+            match writer.write(Command::Batch(cmds)).await {
+                Ok(Ok(Response::Batch(results))) if results.len() == n => {
+                    for (reply, r) in replies.into_iter().zip(results) {
+                        let _ = reply.send(r.map_err(ProposeError::Rejected));
+                    }
+                }
+                Ok(other) => {
+                    let e =
+                        ProposeError::Unavailable(format!("batch: unexpected answer {other:?}"));
+                    replies.into_iter().for_each(|r| drop(r.send(Err(e.clone()))));
+                }
+                Err(e) => replies.into_iter().for_each(|r| drop(r.send(Err(e.clone())))),
+            }
+        });
+    }
 }
 
 impl Core {
@@ -97,30 +190,29 @@ impl Core {
                 Err(e) => return Err(DispatcherError::raft(e)),
             }
         }
-        Ok(Core { raft, node_id: config.node_id, members, data, journal })
+        let (proposals, rx) = mpsc::channel(PROPOSAL_QUEUE);
+        let writer =
+            Writer { raft: raft.clone(), node_id: config.node_id, members: members.clone() };
+        tokio::spawn(batcher(writer, rx));
+        Ok(Core { raft, node_id: config.node_id, members, data, journal, proposals })
     }
 
     pub fn raft(&self) -> &Raft {
         &self.raft
     }
 
-    /// Replicates and applies `cmd`; answers once it is committed and applied.
+    /// Replicates and applies `cmd` (batched with concurrent proposals); answers
+    /// once it is committed and applied.
     pub async fn propose(&self, cmd: Command) -> Result<Response, ProposeError> {
         let name = cmd.name();
-        match self.raft.client_write(cmd).await {
-            Ok(resp) => match resp.data {
-                Some(Ok(r)) => Ok(r),
-                Some(Err(e)) => {
-                    tracing::debug!(command = name, error = %e, "command refused");
-                    Err(ProposeError::Rejected(e))
-                }
-                None => Err(ProposeError::Unavailable(format!("{name}: no answer from apply"))),
-            },
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(self.not_leader(f.leader_id))
-            }
-            Err(e) => Err(ProposeError::Unavailable(format!("{name}: {e}"))),
+        let (reply, answer) = oneshot::channel();
+        let stopped = || ProposeError::Unavailable("the dispatcher is stopping".into());
+        self.proposals.send(Proposal { cmd, reply }).await.map_err(|_| stopped())?;
+        let result = answer.await.map_err(|_| stopped())?;
+        if let Err(ProposeError::Rejected(e)) = &result {
+            tracing::debug!(command = name, error = %e, "command refused");
         }
+        result
     }
 
     /// Runs `f` on the state as of now, on the leader only (linearizable).

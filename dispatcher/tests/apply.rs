@@ -265,3 +265,29 @@ fn a_grant_of_several_splits_is_one_range_and_replays_the_same() {
     assert_eq!(grant(&mut s, t, 1, 2, 0, 1000), SplitAnswer::Split { begin: 18, end: 100 });
     assert_eq!(grant(&mut s, t, 1, 3, 0, 8), SplitAnswer::EndOfSplits);
 }
+
+#[test]
+fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
+    let mut s = State::default();
+    let batch = Command::Batch(vec![
+        Command::RegisterDataset { dataset_id: Some("a".into()), def: DatasetDef::range(3) },
+        Command::GetOrCreateJob { dataset_id: "missing".into(), mode: Mode::Off, job_name: None },
+        Command::GetOrCreateJob {
+            dataset_id: "a".into(),
+            mode: Mode::Off,
+            job_name: Some("j".into()),
+        },
+        Command::Batch(vec![]),
+    ]);
+    let Response::Batch(results) = ok(&mut s, batch) else { panic!("a batch answers a batch") };
+    assert_eq!(results.len(), 4);
+    assert_eq!(results[0], Ok(Response::DatasetRegistered { dataset_id: "a".into() }));
+    assert!(matches!(results[1], Err(StateError::NotFound { .. })), "{:?}", results[1]);
+    assert!(
+        matches!(results[2], Ok(Response::Job { .. })),
+        "the third saw the first: {:?}",
+        results[2]
+    );
+    assert!(matches!(results[3], Err(StateError::InvalidArgument(_))), "batches do not nest");
+    assert!(s.jobs_by_name.contains_key("j"));
+}
