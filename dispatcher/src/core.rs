@@ -58,6 +58,10 @@ struct Proposal {
     reply: oneshot::Sender<Result<Response, ProposeError>>,
 }
 
+/// Attempts of a retryable journal call: ~3 s of doubling backoff, then 2 s
+/// apart, about 60 s in all.
+const JOURNAL_ATTEMPTS: u32 = 35;
+
 /// Most commands in one batched log entry.
 const MAX_BATCH: usize = 256;
 /// Batches being replicated at once; while they are, new proposals gather into
@@ -154,7 +158,14 @@ impl Core {
             config.peers.clone()
         };
         let journal = config.journal_location();
-        let (store, recovery) = sluice_journal::open(&journal).await?;
+        // Ride out a storage outage of about a minute (backoff 50 ms doubling to
+        // 2 s): a failed journal write is fatal to the Raft node, so the retries
+        // belong below it.
+        let options = sluice_journal::OpenOptions {
+            attempts: JOURNAL_ATTEMPTS,
+            ..sluice_journal::OpenOptions::default()
+        };
+        let (store, recovery) = sluice_journal::open_with(&journal, &options).await?;
         if let Some(cut) = &recovery.truncated_tail {
             tracing::warn!(%journal, "journal had a torn tail, truncated: {cut}");
         }
@@ -270,6 +281,20 @@ impl Core {
 
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().current_leader == Some(self.node_id)
+    }
+
+    /// Resolves when the Raft node has stopped on its own (a fatal storage or
+    /// internal error), with the reason. It never resolves while Raft runs.
+    pub async fn raft_stopped(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(e) = &metrics.borrow().running_state {
+                return e.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "the raft node stopped".into();
+            }
+        }
     }
 
     /// Stops the Raft node (its background tasks end).

@@ -32,6 +32,32 @@ pub async fn run(
     let peer = PeerService::new(core.raft().clone());
     let service = DispatcherService::new(core.clone(), config.clone(), registry);
     tracing::info!(%address, node_id = config.node_id, "dispatcher serving");
+    // Crash-only: if Raft stops on its own (e.g. its journal failed for longer
+    // than the retry budget), stop serving and fail, so a supervisor restarts the
+    // process on its work_dir instead of it answering Unavailable forever.
+    let (fatal_tx, fatal_rx) = tokio::sync::oneshot::channel::<String>();
+    let watcher = {
+        let core = core.clone();
+        tokio::spawn(async move {
+            let reason = core.raft_stopped().await;
+            let _ = fatal_tx.send(reason);
+        })
+    };
+    let fatal = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let stop = {
+        let fatal = fatal.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown => {}
+                reason = fatal_rx => {
+                    if let Ok(reason) = reason {
+                        tracing::error!("raft stopped, shutting the dispatcher down: {reason}");
+                        *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+                    }
+                }
+            }
+        }
+    };
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(
@@ -44,10 +70,16 @@ pub async fn run(
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
         .await;
+    watcher.abort();
     core.shutdown().await;
     served?;
+    if let Some(reason) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(DispatcherError::Raft(format!(
+            "the raft node stopped: {reason}; restart this dispatcher on its work_dir"
+        )));
+    }
     tracing::info!(%address, "dispatcher stopped");
     Ok(())
 }

@@ -216,7 +216,13 @@ fn is_retryable(e: &object_store::Error) -> bool {
     while let Some(err) = current {
         if let Some(http) = err.downcast_ref::<object_store::client::HttpError>() {
             use object_store::client::HttpErrorKind as K;
-            return matches!(http.kind(), K::Connect | K::Request | K::Timeout | K::Interrupted);
+            // Unknown too: a connection cut mid-request (an S3 endpoint going away)
+            // surfaces as Unknown after object_store's own retries. Retrying is
+            // safe: writes are create-if-absent and recognise their own bytes.
+            return matches!(
+                http.kind(),
+                K::Connect | K::Request | K::Timeout | K::Interrupted | K::Unknown
+            );
         }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind as K;
