@@ -58,6 +58,10 @@ struct Proposal {
     reply: oneshot::Sender<Result<Response, ProposeError>>,
 }
 
+/// How long a leader read waits for the log to be applied before answering
+/// Unavailable (the caller retries).
+const READ_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Attempts of a retryable journal call: ~3 s of doubling backoff, then 2 s
 /// apart, about 60 s in all.
 const JOURNAL_ATTEMPTS: u32 = 35;
@@ -227,9 +231,28 @@ impl Core {
     }
 
     /// Runs `f` on the state as of now, on the leader only (linearizable).
+    ///
+    /// Besides openraft's leadership check, it waits until every entry that was in
+    /// this node's log when the read began is applied: a node restarting with a
+    /// committed vote for itself resumes as leader before it has re-applied its
+    /// log (the commit index is not persisted), and must not answer from its
+    /// snapshot meanwhile (found by the chaos suite: s3 seed 725556).
     pub async fn read_leader<R>(&self, f: impl FnOnce(&State) -> R) -> Result<R, ProposeError> {
+        let in_log = self.raft.metrics().borrow().last_log_index;
         match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(f(&self.data.read().state)),
+            Ok(_) => {
+                let caught_up = self
+                    .raft
+                    .wait(Some(READ_CATCH_UP))
+                    .applied_index_at_least(in_log, "leader read")
+                    .await;
+                if let Err(e) = caught_up {
+                    return Err(ProposeError::Unavailable(format!(
+                        "the leader is still applying its log ({e}); retry shortly"
+                    )));
+                }
+                Ok(f(&self.data.read().state))
+            }
             Err(RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(fw))) => {
                 Err(self.not_leader(fw.leader_id))
             }
