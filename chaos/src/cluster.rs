@@ -447,15 +447,43 @@ impl Cluster {
 
     /// Whether any child died on its own (not killed by the harness): a crash.
     pub fn crashed(&mut self) -> Vec<String> {
+        self.exited().into_iter().map(|(name, _)| name).collect()
+    }
+
+    /// Restarts every child that exited on its own, as a process supervisor would
+    /// (a dispatcher whose Raft stopped on a fatal error exits, crash-only); returns
+    /// each one's name and the end of its log.
+    pub async fn restart_crashed(&mut self) -> anyhow::Result<Vec<String>> {
+        let exited = self.exited();
+        let mut out = vec![];
+        for (name, which) in exited {
+            let log = match which {
+                Exited::Dispatcher(id) => {
+                    let log = log_tail(&self.log(id));
+                    self.start_dispatcher(id).await?;
+                    log
+                }
+                Exited::Worker(w) => {
+                    let log = log_tail(&self.worker_specs[w as usize].log);
+                    self.start_worker(w).await?;
+                    log
+                }
+            };
+            out.push(format!("{name} exited on its own and was restarted; {log}"));
+        }
+        Ok(out)
+    }
+
+    fn exited(&mut self) -> Vec<(String, Exited)> {
         let mut out = vec![];
         for (i, d) in self.dispatchers.iter_mut().enumerate() {
             if d.as_mut().is_some_and(Child::exited) {
-                out.push(format!("dispatcher {}", i + 1));
+                out.push((format!("dispatcher {}", i + 1), Exited::Dispatcher(i as u64 + 1)));
             }
         }
         for (i, w) in self.workers.iter_mut().enumerate() {
             if w.as_mut().is_some_and(Child::exited) {
-                out.push(format!("worker {i}"));
+                out.push((format!("worker {i}"), Exited::Worker(i as u32)));
             }
         }
         out
@@ -474,6 +502,11 @@ impl Drop for Cluster {
         self.workers.iter_mut().for_each(|w| *w = None);
         self.dispatchers.iter_mut().for_each(|d| *d = None);
     }
+}
+
+enum Exited {
+    Dispatcher(u64),
+    Worker(u32),
 }
 
 /// One quick attempt: a paused or dead node must not hold up a probe.

@@ -91,8 +91,8 @@ pub async fn run(
             .await
             .with_context(|| format!("fault #{id} ({:?})", step.fault))?;
         out.injected += 1;
-        for crashed in cluster.crashed() {
-            out.notes.push(format!("after fault #{id}: {crashed} exited on its own"));
+        for crashed in cluster.restart_crashed().await? {
+            out.notes.push(format!("after fault #{id}: {crashed}"));
         }
         if let Err(e) = cluster.wait_caught_up(RECOVERY_BOUND).await {
             out.notes.push(format!("after fault #{id}: the cluster is not whole again: {e:#}"));
@@ -229,8 +229,10 @@ async fn apply(
     Ok(())
 }
 
-/// After an S3 outage: a node whose Raft stopped on a journal error (role
-/// "shutdown") serves nothing until restarted, as a supervisor would; say so.
+/// After an S3 outage: a node whose Raft stopped on a journal error but whose
+/// process still runs (role "shutdown") serves nothing until restarted. Restart it,
+/// as a supervisor with a liveness check on `raft.role` would, and say so. (A
+/// dispatcher now exits when its Raft stops; `Cluster::restart_crashed` covers that.)
 async fn restart_stopped_raft(
     cluster: &mut Cluster,
     id: u32,
