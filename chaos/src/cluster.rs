@@ -23,7 +23,7 @@ use sluice_client::{Client, RetryPolicy};
 use sluice_journal::testing::MotoServer;
 use sluice_proto::v1 as pb;
 
-use crate::procs::{free_port, log_tail, Child, Spec};
+use crate::procs::{log_tail, Child, Spec};
 use crate::proxy::{Mode, Proxy};
 
 /// Where the dispatchers journal.
@@ -104,9 +104,14 @@ impl Cluster {
         std::fs::create_dir_all(&config.logs)
             .with_context(|| format!("creating {}", config.logs.display()))?;
         let state = tempfile::Builder::new().prefix("sluice-chaos-").tempdir()?;
+        // Hold every chosen port bound until the processes are about to start, so
+        // the proxies and moto (which bind port 0) cannot be given one of them.
+        let mut reserved = vec![];
         let mut addresses = vec![];
         for _ in 0..NODES {
-            addresses.push(format!("127.0.0.1:{}", free_port()?));
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            addresses.push(format!("127.0.0.1:{}", l.local_addr()?.port()));
+            reserved.push(l);
         }
         let mut links = BTreeMap::new();
         for from in 1..=NODES {
@@ -167,12 +172,15 @@ impl Cluster {
             .collect();
         let mut worker_specs = vec![];
         for w in 0..config.workers {
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let port = l.local_addr()?.port();
+            reserved.push(l);
             let args = [
                 "worker",
                 "--dispatcher",
                 &addresses.join(","),
                 "--port",
-                &free_port()?.to_string(),
+                &port.to_string(),
                 "--buffer",
                 &config.worker_buffer.to_string(),
                 "--splits-per-request",
@@ -191,6 +199,7 @@ impl Cluster {
             .iter()
             .map(|a| Client::new(std::slice::from_ref(a), probe_policy()))
             .collect::<Result<Vec<_>, _>>()?;
+        drop(reserved);
         let mut cluster = Cluster {
             probes,
             dispatchers: (0..NODES).map(|_| None).collect(),

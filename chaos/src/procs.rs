@@ -215,8 +215,3 @@ pub fn log_tail(path: &Path) -> String {
         tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
     )
 }
-
-/// A port nothing listens on right now (bound and released: a small race on loopback).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
