@@ -8,9 +8,9 @@
 //!   node i ──AWS_ENDPOINT──► proxy (s3) ──► moto       (work_dir on S3 only)
 //! ```
 //!
-//! Every address is fixed at start (ports picked free on 127.0.0.1), so a
-//! restarted dispatcher or worker comes back at the same address and on the same
-//! work_dir. Every child is killed and reaped when the cluster drops (see
+//! Every address is fixed at start (ports picked free on 127.0.0.1 below the
+//! kernel's ephemeral range), so a restarted dispatcher or worker comes back at the
+//! same address and on the same work_dir. Every child is killed and reaped when the cluster drops (see
 //! [`crate::procs`]), and the local work_dirs live in a temporary directory removed
 //! with it.
 
@@ -23,7 +23,7 @@ use sluice_client::{Client, RetryPolicy};
 use sluice_journal::testing::MotoServer;
 use sluice_proto::v1 as pb;
 
-use crate::procs::{log_tail, Child, Spec};
+use crate::procs::{log_tail, reserve_port, Child, Spec};
 use crate::proxy::{Mode, Proxy};
 
 /// Where the dispatchers journal.
@@ -105,11 +105,13 @@ impl Cluster {
             .with_context(|| format!("creating {}", config.logs.display()))?;
         let state = tempfile::Builder::new().prefix("sluice-chaos-").tempdir()?;
         // Hold every chosen port bound until the processes are about to start, so
-        // the proxies and moto (which bind port 0) cannot be given one of them.
+        // the proxies and moto (which bind port 0) cannot be given one of them; and
+        // choose them below the ephemeral range, so nothing takes one while its
+        // process is down between a kill and a restart (see `reserve_port`).
         let mut reserved = vec![];
         let mut addresses = vec![];
         for _ in 0..NODES {
-            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let l = reserve_port()?;
             addresses.push(format!("127.0.0.1:{}", l.local_addr()?.port()));
             reserved.push(l);
         }
@@ -172,7 +174,7 @@ impl Cluster {
             .collect();
         let mut worker_specs = vec![];
         for w in 0..config.workers {
-            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let l = reserve_port()?;
             let port = l.local_addr()?.port();
             reserved.push(l);
             let args = [

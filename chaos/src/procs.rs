@@ -11,6 +11,7 @@
 //! Each child's stderr is appended to its log file; its stdout's first line,
 //! `listening on ADDR`, tells that it serves. Every wait has a deadline.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, Stdio};
@@ -214,4 +215,33 @@ pub fn log_tail(path: &Path) -> String {
         path.display(),
         tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
     )
+}
+
+/// Reserves a port for a process that keeps its address across restarts: returns a
+/// listener bound to it (drop it just before the process starts). The port is below
+/// the kernel's ephemeral range, so neither a `bind(0)` (the proxies, moto) nor the
+/// source port of an outgoing connection can take it while its process is down
+/// between a kill and a restart; and it is never handed out twice by this process.
+pub fn reserve_port() -> anyhow::Result<std::net::TcpListener> {
+    use rand::Rng;
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (low, high) = (10_000u16, ephemeral_low.max(10_500));
+    // A short section with no await: picking and recording a port.
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut rng = rand::thread_rng();
+    for _ in 0..1_000 {
+        let port = rng.gen_range(low..high);
+        if given.contains(&port) {
+            continue;
+        }
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            given.insert(port);
+            return Ok(listener);
+        }
+    }
+    bail!("no free port in {low}..{high} (below the ephemeral range) after 1000 tries")
 }
