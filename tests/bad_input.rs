@@ -44,7 +44,12 @@ async fn unknown_mode_string_is_refused_naming_the_choices() {
     let cluster = Cluster::start(1).await;
     let client = cluster.client();
     let id = client.register_dataset(&DatasetDef::range(3), None).await.unwrap();
-    let req = pb::GetOrCreateJobRequest { dataset_id: id, mode: 0, job_name: String::new() };
+    let req = pb::GetOrCreateJobRequest {
+        dataset_id: id,
+        mode: 0,
+        job_name: String::new(),
+        target_workers: 0,
+    };
     let err = client.dispatcher().get_or_create_job(req).await.unwrap_err();
     assert_eq!(err.code(), Some(Code::InvalidArgument), "{err}");
     assert!(err.to_string().contains("OFF") && err.to_string().contains("DYNAMIC"), "{err}");

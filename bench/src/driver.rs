@@ -97,6 +97,7 @@ impl Fleet {
                 dataset_id: dataset.dataset_id,
                 mode: pb::ProcessingMode::Dynamic as i32,
                 job_name: String::new(),
+                target_workers: 0,
             })
             .await
             .context("GetOrCreateJob")?;

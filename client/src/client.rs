@@ -54,6 +54,7 @@ impl Client {
                 dataset_id: dataset_id.to_string(),
                 mode: opts.mode.to_wire() as i32,
                 job_name: opts.job_name.clone().unwrap_or_default(),
+                target_workers: pb::TargetWorkers::Auto as i32,
             })
             .await?;
         let it = self

@@ -65,6 +65,78 @@ fn zero() -> i64 {
 fn one() -> i64 {
     1
 }
+fn one_u32() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+fn is_true(b: &bool) -> bool {
+    *b
+}
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// `shard`'s `num_shards` / `index`: a number, or the `SHARD_HINT` placeholder that
+/// HINT sharding replaces with (number of workers, worker index). JSON: an integer
+/// or the string `"SHARD_HINT"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardArg {
+    Value(u64),
+    Hint,
+}
+
+impl Serialize for ShardArg {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ShardArg::Value(v) => s.serialize_u64(*v),
+            ShardArg::Hint => s.serialize_str(SHARD_HINT),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ShardArg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(v) => Ok(ShardArg::Value(v)),
+            Raw::S(s) if s == SHARD_HINT => Ok(ShardArg::Hint),
+            Raw::S(s) => Err(serde::de::Error::custom(format!(
+                "expected a non-negative integer or \"{SHARD_HINT}\", got \"{s}\""
+            ))),
+        }
+    }
+}
+
+/// The placeholder of [`ShardArg::Hint`].
+pub const SHARD_HINT: &str = "SHARD_HINT";
+
+/// How `parse_example` reads one feature of a `tf.train.Example`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureSpec {
+    /// The feature's key in the Example, and the component's name.
+    pub name: String,
+    /// `int64`, `float32` or `bytes`/`string` (the three tf.train.Feature lists).
+    pub dtype: crate::tensor::DType,
+    /// Fixed shape (`[]` for a scalar); the feature must hold exactly its number of
+    /// values. `None`: a 1-D tensor of however many values the feature has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<u64>>,
+    /// Used when the feature is absent (a fixed-shape feature without a default is
+    /// then an error naming it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Arg>,
+}
 
 /// One stage of a pipeline. Unknown fields inside a stage are rejected.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,7 +152,44 @@ pub enum Stage {
     },
     /// Source: one scalar element per value.
     FromTensorSlices(SliceValues),
-    Map(FnCall),
+    /// Source: the names of the files matching `pattern` (a path, `file://`,
+    /// `s3://` or `gs://` URL whose last components may hold `*`, `?`, `[…]`), as
+    /// string scalars, sorted (then shuffled by `seed` when `shuffle`). The
+    /// dispatcher resolves the pattern once, at registration, into `files`: the
+    /// split order is then part of the replicated state.
+    ListFiles {
+        pattern: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        shuffle: bool,
+        #[serde(default)]
+        seed: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        files: Option<Vec<String>>,
+    },
+    /// Source: the records of TFRecord files, in file order, as bytes scalars.
+    /// A corrupt record is an error naming file and offset, or skipped (and
+    /// counted) with `skip_corrupt`.
+    TfRecord {
+        files: Vec<String>,
+        #[serde(default, skip_serializing_if = "is_false")]
+        skip_corrupt: bool,
+    },
+    /// Source: the lines of text files (without line endings), as string scalars.
+    TextLines {
+        files: Vec<String>,
+    },
+    /// Applies a map function; with `num_parallel_calls` > 1 (0 = one per core) on
+    /// that many threads, in input order unless `deterministic` is false.
+    Map {
+        #[serde(rename = "fn")]
+        name: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<Arg>,
+        #[serde(default = "one_u32", skip_serializing_if = "is_one")]
+        num_parallel_calls: u32,
+        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        deterministic: bool,
+    },
     Filter(FnCall),
     Batch {
         size: u64,
@@ -106,6 +215,48 @@ pub enum Stage {
     Prefetch {
         buffer_size: u64,
     },
+    /// Replaces each element by the elements of the dataset a dataset function
+    /// (e.g. `tfrecord`, `text_lines`) makes of it, one input at a time.
+    FlatMap(FnCall),
+    /// Like `flat_map`, but `cycle_length` inputs open at once, taking
+    /// `block_length` elements from each in turn; with `num_parallel_calls` > 1
+    /// (0 = one per core) the open inputs are read ahead on that many threads. The
+    /// output order is deterministic either way.
+    Interleave {
+        #[serde(rename = "fn")]
+        name: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<Arg>,
+        cycle_length: u32,
+        #[serde(default = "one_u32")]
+        block_length: u32,
+        #[serde(default = "one_u32", skip_serializing_if = "is_one")]
+        num_parallel_calls: u32,
+    },
+    /// Pairs each element with the next element of each of `datasets` (whole
+    /// pipelines with their own sources); ends with the shortest.
+    Zip {
+        datasets: Vec<DatasetDef>,
+    },
+    /// Continues with the elements of `dataset` after this stream ends.
+    Concatenate {
+        dataset: Box<DatasetDef>,
+    },
+    /// Prepends an int64 counter (from `start`) to each element's components.
+    Enumerate {
+        #[serde(default)]
+        start: i64,
+    },
+    /// Keeps elements whose index mod `num_shards` is `index`.
+    Shard {
+        num_shards: ShardArg,
+        index: ShardArg,
+    },
+    /// Parses serialized `tf.train.Example` records (one bytes scalar per element)
+    /// into one named component per feature.
+    ParseExample {
+        features: Vec<FeatureSpec>,
+    },
 }
 
 impl Stage {
@@ -114,7 +265,10 @@ impl Stage {
         match self {
             Stage::Range { .. } => "range",
             Stage::FromTensorSlices(_) => "from_tensor_slices",
-            Stage::Map(_) => "map",
+            Stage::ListFiles { .. } => "list_files",
+            Stage::TfRecord { .. } => "tfrecord",
+            Stage::TextLines { .. } => "text_lines",
+            Stage::Map { .. } => "map",
             Stage::Filter(_) => "filter",
             Stage::Batch { .. } => "batch",
             Stage::Shuffle { .. } => "shuffle",
@@ -122,10 +276,29 @@ impl Stage {
             Stage::Take { .. } => "take",
             Stage::Skip { .. } => "skip",
             Stage::Prefetch { .. } => "prefetch",
+            Stage::FlatMap(_) => "flat_map",
+            Stage::Interleave { .. } => "interleave",
+            Stage::Zip { .. } => "zip",
+            Stage::Concatenate { .. } => "concatenate",
+            Stage::Enumerate { .. } => "enumerate",
+            Stage::Shard { .. } => "shard",
+            Stage::ParseExample { .. } => "parse_example",
         }
     }
     pub fn is_source(&self) -> bool {
-        matches!(self, Stage::Range { .. } | Stage::FromTensorSlices(_))
+        matches!(
+            self,
+            Stage::Range { .. }
+                | Stage::FromTensorSlices(_)
+                | Stage::ListFiles { .. }
+                | Stage::TfRecord { .. }
+                | Stage::TextLines { .. }
+        )
+    }
+    /// Whether this source reads files: its split unit is a file, and FILE sharding
+    /// can divide it.
+    pub fn is_file_source(&self) -> bool {
+        matches!(self, Stage::ListFiles { .. } | Stage::TfRecord { .. } | Stage::TextLines { .. })
     }
 }
 
@@ -134,6 +307,8 @@ impl Stage {
 pub enum FnKind {
     Map,
     Filter,
+    /// Makes a dataset of an element: what `flat_map` and `interleave` call.
+    Dataset,
 }
 
 impl FnKind {
@@ -141,6 +316,7 @@ impl FnKind {
         match self {
             FnKind::Map => "map",
             FnKind::Filter => "filter",
+            FnKind::Dataset => "dataset",
         }
     }
 }
@@ -186,7 +362,64 @@ impl DatasetDef {
         self.map_with(name, vec![])
     }
     pub fn map_with(self, name: &str, args: Vec<Arg>) -> Self {
-        self.then(Stage::Map(FnCall::new(name, args)))
+        self.parallel_map(name, args, 1)
+    }
+    /// Map on `num_parallel_calls` threads (0 = one per core), in order.
+    pub fn parallel_map(self, name: &str, args: Vec<Arg>, num_parallel_calls: u32) -> Self {
+        self.then(Stage::Map {
+            name: name.to_string(),
+            args,
+            num_parallel_calls,
+            deterministic: true,
+        })
+    }
+    /// Source: files matching `pattern`, sorted.
+    pub fn list_files(pattern: &str) -> Self {
+        DatasetDef {
+            stages: vec![Stage::ListFiles {
+                pattern: pattern.to_string(),
+                shuffle: false,
+                seed: 0,
+                files: None,
+            }],
+        }
+    }
+    /// Source: the records of TFRecord files.
+    pub fn tfrecord<S: Into<String>>(files: Vec<S>) -> Self {
+        let files = files.into_iter().map(Into::into).collect();
+        DatasetDef { stages: vec![Stage::TfRecord { files, skip_corrupt: false }] }
+    }
+    /// Source: the lines of text files.
+    pub fn text_lines<S: Into<String>>(files: Vec<S>) -> Self {
+        let files = files.into_iter().map(Into::into).collect();
+        DatasetDef { stages: vec![Stage::TextLines { files }] }
+    }
+    pub fn flat_map(self, name: &str, args: Vec<Arg>) -> Self {
+        self.then(Stage::FlatMap(FnCall::new(name, args)))
+    }
+    pub fn interleave(self, name: &str, cycle_length: u32, block_length: u32) -> Self {
+        self.then(Stage::Interleave {
+            name: name.to_string(),
+            args: vec![],
+            cycle_length,
+            block_length,
+            num_parallel_calls: 1,
+        })
+    }
+    pub fn zip(self, others: Vec<DatasetDef>) -> Self {
+        self.then(Stage::Zip { datasets: others })
+    }
+    pub fn concatenate(self, other: DatasetDef) -> Self {
+        self.then(Stage::Concatenate { dataset: Box::new(other) })
+    }
+    pub fn enumerate(self, start: i64) -> Self {
+        self.then(Stage::Enumerate { start })
+    }
+    pub fn shard(self, num_shards: ShardArg, index: ShardArg) -> Self {
+        self.then(Stage::Shard { num_shards, index })
+    }
+    pub fn parse_example(self, features: Vec<FeatureSpec>) -> Self {
+        self.then(Stage::ParseExample { features })
     }
     pub fn filter(self, name: &str) -> Self {
         self.filter_with(name, vec![])
@@ -218,17 +451,22 @@ impl DatasetDef {
 
     /// Checks the structure (not the function names; see
     /// `FunctionRegistry::check`): a source first and only first, sizes positive,
-    /// `range` step non-zero. Errors name the field, e.g. `stages[2].batch.size`.
+    /// `range` step non-zero, nested pipelines likewise. Errors name the field, e.g.
+    /// `stages[2].batch.size` or `stages[1].zip.datasets[0].stages[0]`.
     pub fn validate(&self) -> Result<(), DatasetError> {
+        self.validate_at("")
+    }
+
+    fn validate_at(&self, prefix: &str) -> Result<(), DatasetError> {
         let bad = |i: usize, field: &str, message: &str| DatasetError::InvalidSpec {
-            field: format!("stages[{i}]{field}"),
+            field: format!("{prefix}stages[{i}]{field}"),
             message: message.to_string(),
         };
+        const SOURCES: &str = "range, from_tensor_slices, list_files, tfrecord or text_lines";
         if self.stages.is_empty() {
             return Err(DatasetError::InvalidSpec {
-                field: "stages".into(),
-                message: "a pipeline needs at least a source stage (range or from_tensor_slices)"
-                    .into(),
+                field: format!("{prefix}stages"),
+                message: format!("a pipeline needs at least a source stage ({SOURCES})"),
             });
         }
         for (i, stage) in self.stages.iter().enumerate() {
@@ -237,7 +475,7 @@ impl DatasetDef {
                 return Err(bad(
                     i,
                     &format!(".{name}"),
-                    "the first stage must be a source (range or from_tensor_slices)",
+                    &format!("the first stage must be a source ({SOURCES})"),
                 ));
             }
             if i > 0 && stage.is_source() {
@@ -254,8 +492,89 @@ impl DatasetDef {
                 Stage::Prefetch { buffer_size: 0, .. } => {
                     return Err(bad(i, ".prefetch.buffer_size", "must be > 0"));
                 }
-                Stage::Map(f) | Stage::Filter(f) if f.name.is_empty() => {
+                Stage::ListFiles { pattern, .. } if pattern.is_empty() => {
+                    return Err(bad(i, ".list_files.pattern", "must not be empty"));
+                }
+                Stage::TfRecord { files, .. } if files.is_empty() => {
+                    return Err(bad(i, ".tfrecord.files", "must name at least one file"));
+                }
+                Stage::TextLines { files } if files.is_empty() => {
+                    return Err(bad(i, ".text_lines.files", "must name at least one file"));
+                }
+                Stage::Map { name: f, .. } | Stage::Interleave { name: f, .. } if f.is_empty() => {
                     return Err(bad(i, &format!(".{name}.fn"), "must name a function"));
+                }
+                Stage::Filter(f) | Stage::FlatMap(f) if f.name.is_empty() => {
+                    return Err(bad(i, &format!(".{name}.fn"), "must name a function"));
+                }
+                Stage::Map { num_parallel_calls, .. }
+                | Stage::Interleave { num_parallel_calls, .. }
+                    if *num_parallel_calls > MAX_PARALLEL_CALLS =>
+                {
+                    return Err(bad(
+                        i,
+                        &format!(".{name}.num_parallel_calls"),
+                        &format!("must be at most {MAX_PARALLEL_CALLS} (0 = one per core)"),
+                    ));
+                }
+                Stage::Interleave { cycle_length, .. }
+                    if *cycle_length == 0 || *cycle_length > MAX_CYCLE_LENGTH =>
+                {
+                    return Err(bad(
+                        i,
+                        ".interleave.cycle_length",
+                        &format!("must be in 1..={MAX_CYCLE_LENGTH}"),
+                    ));
+                }
+                Stage::Interleave { block_length: 0, .. } => {
+                    return Err(bad(i, ".interleave.block_length", "must be > 0"));
+                }
+                Stage::Zip { datasets } => {
+                    if datasets.is_empty() {
+                        return Err(bad(i, ".zip.datasets", "must hold at least one pipeline"));
+                    }
+                    for (j, d) in datasets.iter().enumerate() {
+                        d.validate_at(&format!("{prefix}stages[{i}].zip.datasets[{j}]."))?;
+                    }
+                }
+                Stage::Concatenate { dataset } => {
+                    dataset.validate_at(&format!("{prefix}stages[{i}].concatenate.dataset."))?;
+                }
+                Stage::Shard { num_shards, index } => match (num_shards, index) {
+                    (ShardArg::Value(0), _) => {
+                        return Err(bad(i, ".shard.num_shards", "must be > 0"));
+                    }
+                    (ShardArg::Value(n), ShardArg::Value(k)) if k >= n => {
+                        return Err(bad(
+                            i,
+                            ".shard.index",
+                            &format!("must be below num_shards ({n}), got {k}"),
+                        ));
+                    }
+                    _ => {}
+                },
+                Stage::ParseExample { features } => {
+                    if features.is_empty() {
+                        return Err(bad(i, ".parse_example.features", "must list a feature"));
+                    }
+                    let mut seen = std::collections::BTreeSet::new();
+                    for (j, f) in features.iter().enumerate() {
+                        use crate::tensor::DType;
+                        let field = format!(".parse_example.features[{j}]");
+                        if !seen.insert(f.name.as_str()) {
+                            return Err(bad(i, &field, &format!("`{}` listed twice", f.name)));
+                        }
+                        if !matches!(
+                            f.dtype,
+                            DType::Int64 | DType::Float32 | DType::Bytes | DType::String
+                        ) {
+                            return Err(bad(
+                                i,
+                                &format!("{field}.dtype"),
+                                "must be int64, float32, bytes or string (the tf.train.Feature lists)",
+                            ));
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -263,25 +582,52 @@ impl DatasetDef {
         Ok(())
     }
 
-    /// Every function call in the pipeline, with its stage index.
-    pub fn function_calls(&self) -> impl Iterator<Item = (usize, FnKind, &FnCall)> {
-        self.stages.iter().enumerate().filter_map(|(i, s)| match s {
-            Stage::Map(f) => Some((i, FnKind::Map, f)),
-            Stage::Filter(f) => Some((i, FnKind::Filter, f)),
-            _ => None,
-        })
+    /// Every function call in the pipeline, nested pipelines included, with the
+    /// index of the top-level stage it belongs to.
+    pub fn function_calls(&self) -> Vec<(usize, FnKind, FnCall)> {
+        let mut out = Vec::new();
+        for (i, s) in self.stages.iter().enumerate() {
+            match s {
+                Stage::Map { name, args, .. } => {
+                    out.push((i, FnKind::Map, FnCall::new(name.clone(), args.clone())));
+                }
+                Stage::Filter(f) => out.push((i, FnKind::Filter, f.clone())),
+                Stage::FlatMap(f) => out.push((i, FnKind::Dataset, f.clone())),
+                Stage::Interleave { name, args, .. } => {
+                    out.push((i, FnKind::Dataset, FnCall::new(name.clone(), args.clone())));
+                }
+                Stage::Zip { datasets } => {
+                    for d in datasets {
+                        out.extend(d.function_calls().into_iter().map(|(_, k, c)| (i, k, c)));
+                    }
+                }
+                Stage::Concatenate { dataset } => {
+                    out.extend(dataset.function_calls().into_iter().map(|(_, k, c)| (i, k, c)));
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
-    /// Number of elements the source stage produces in one epoch, if the pipeline is
-    /// well formed. Dynamic sharding splits `[0, source_cardinality)`.
+    /// Number of split units of the source stage per epoch, if known: elements of
+    /// `range` / `from_tensor_slices`, files of a file source (`list_files` once
+    /// resolved). Dynamic sharding splits `[0, source_cardinality)`.
     pub fn source_cardinality(&self) -> Option<u64> {
         match self.stages.first()? {
             Stage::Range { start, stop, step } => Some(range_len(*start, *stop, *step)),
             Stage::FromTensorSlices(v) => Some(v.len() as u64),
+            Stage::ListFiles { files, .. } => files.as_ref().map(|f| f.len() as u64),
+            Stage::TfRecord { files, .. } | Stage::TextLines { files } => Some(files.len() as u64),
             _ => None,
         }
     }
 }
+
+/// Upper bound of `num_parallel_calls` (map, interleave): threads per stage.
+pub const MAX_PARALLEL_CALLS: u32 = 64;
+/// Upper bound of `interleave.cycle_length`: inputs open at once.
+pub const MAX_CYCLE_LENGTH: u32 = 1024;
 
 /// Number of values of `range(start, stop, step)`.
 pub fn range_len(start: i64, stop: i64, step: i64) -> u64 {

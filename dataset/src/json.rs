@@ -28,6 +28,11 @@ impl DatasetDef {
         Ok(def)
     }
 
+    /// The one-line JSON form, what travels in `pb::DatasetDef` and the Raft log.
+    pub fn to_json_compact(&self) -> String {
+        serde_json::to_string(self).expect("a DatasetDef always serialises to JSON")
+    }
+
     /// The pretty-printed JSON form; [`DatasetDef::from_json`] reads it back.
     pub fn to_json(&self) -> String {
         // Infallible: the types have no maps with non-string keys and no custom

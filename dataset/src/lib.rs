@@ -23,11 +23,16 @@ pub mod error;
 pub mod exec;
 mod json;
 pub mod registry;
+pub mod sharding;
 pub mod tensor;
 mod wire;
 
-pub use def::{range_len, Arg, DatasetDef, FnCall, FnKind, SliceValues, Stage};
+pub use def::{
+    range_len, Arg, DatasetDef, FeatureSpec, FnCall, FnKind, ShardArg, SliceValues, Stage,
+    SHARD_HINT,
+};
 pub use error::DatasetError;
 pub use exec::{ElementIter, SplitProvider, SplitRange};
-pub use registry::{FilterFn, FunctionRegistry, MapFn};
+pub use registry::{DatasetFn, FilterFn, FunctionRegistry, MapFn};
+pub use sharding::StaticPolicy;
 pub use tensor::{DType, Element, Tensor};

@@ -47,6 +47,10 @@ use crate::tensor::Element;
 pub type MapFn = Arc<dyn Fn(Element, &[Arg]) -> Result<Element, String> + Send + Sync>;
 /// A filter predicate: `Ok(true)` keeps the element.
 pub type FilterFn = Arc<dyn Fn(&Element, &[Arg]) -> Result<bool, String> + Send + Sync>;
+/// A dataset function: makes a stream of elements of one input element (what
+/// `flat_map` and `interleave` call, e.g. `tfrecord` opens the file it names).
+pub type DatasetFn =
+    Arc<dyn Fn(Element, &[Arg]) -> Result<crate::exec::ElementIter, String> + Send + Sync>;
 /// An optional check of a call's constant arguments, run by `check_call` (used by
 /// built-ins whose arguments can be rejected before any element flows).
 pub(crate) type ArgCheck = fn(&[Arg]) -> Result<(), String>;
@@ -64,12 +68,17 @@ struct Entry<F> {
 pub struct FunctionRegistry {
     maps: BTreeMap<String, Entry<MapFn>>,
     filters: BTreeMap<String, Entry<FilterFn>>,
+    datasets: BTreeMap<String, Entry<DatasetFn>>,
 }
 
 impl FunctionRegistry {
     /// A registry with no functions at all.
     pub fn empty() -> Self {
-        FunctionRegistry { maps: BTreeMap::new(), filters: BTreeMap::new() }
+        FunctionRegistry {
+            maps: BTreeMap::new(),
+            filters: BTreeMap::new(),
+            datasets: BTreeMap::new(),
+        }
     }
 
     /// The built-in functions: maps `identity`, `square`, `negate`, `add`, `mul`,
@@ -102,6 +111,17 @@ impl FunctionRegistry {
         self.filters.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
     }
 
+    /// Registers a dataset function taking exactly `arity` arguments, replacing any
+    /// dataset function of the same name.
+    pub fn register_dataset_fn(
+        &mut self,
+        name: &str,
+        arity: usize,
+        f: impl Fn(Element, &[Arg]) -> Result<crate::exec::ElementIter, String> + Send + Sync + 'static,
+    ) {
+        self.datasets.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
+    }
+
     /// Attaches an argument check to an already registered function.
     pub(crate) fn set_arg_check(&mut self, kind: FnKind, name: &str, check: ArgCheck) {
         match kind {
@@ -115,6 +135,11 @@ impl FunctionRegistry {
                     e.check = Some(check);
                 }
             }
+            FnKind::Dataset => {
+                if let Some(e) = self.datasets.get_mut(name) {
+                    e.check = Some(check);
+                }
+            }
         }
     }
 
@@ -122,6 +147,7 @@ impl FunctionRegistry {
         match kind {
             FnKind::Map => self.maps.contains_key(name),
             FnKind::Filter => self.filters.contains_key(name),
+            FnKind::Dataset => self.datasets.contains_key(name),
         }
     }
 
@@ -130,7 +156,8 @@ impl FunctionRegistry {
     pub fn names(&self) -> Vec<String> {
         let maps = self.maps.keys().map(|n| format!("map:{n}"));
         let filters = self.filters.keys().map(|n| format!("filter:{n}"));
-        let mut names: Vec<String> = maps.chain(filters).collect();
+        let datasets = self.datasets.keys().map(|n| format!("dataset:{n}"));
+        let mut names: Vec<String> = maps.chain(filters).chain(datasets).collect();
         names.sort();
         names
     }
@@ -145,10 +172,16 @@ impl FunctionRegistry {
         self.filters.get(name).map(|e| &e.f)
     }
 
+    /// The dataset function `name`, if registered.
+    pub(crate) fn dataset_fn(&self, name: &str) -> Option<&DatasetFn> {
+        self.datasets.get(name).map(|e| &e.f)
+    }
+
     fn lookup(&self, kind: FnKind, name: &str) -> Option<(usize, Option<ArgCheck>)> {
         match kind {
             FnKind::Map => self.maps.get(name).map(|e| (e.arity, e.check)),
             FnKind::Filter => self.filters.get(name).map(|e| (e.arity, e.check)),
+            FnKind::Dataset => self.datasets.get(name).map(|e| (e.arity, e.check)),
         }
     }
 
@@ -156,6 +189,7 @@ impl FunctionRegistry {
         let names: Vec<&str> = match kind {
             FnKind::Map => self.maps.keys().map(String::as_str).collect(),
             FnKind::Filter => self.filters.keys().map(String::as_str).collect(),
+            FnKind::Dataset => self.datasets.keys().map(String::as_str).collect(),
         };
         if names.is_empty() {
             "(none)".to_string()
@@ -194,7 +228,7 @@ impl FunctionRegistry {
     /// [`DatasetDef::validate`] and then [`Self::check_call`] for every call.
     pub fn check(&self, def: &DatasetDef) -> Result<(), DatasetError> {
         def.validate()?;
-        def.function_calls().try_for_each(|(_, kind, call)| self.check_call(kind, call))
+        def.function_calls().iter().try_for_each(|(_, kind, call)| self.check_call(*kind, call))
     }
 }
 

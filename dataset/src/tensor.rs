@@ -6,6 +6,8 @@
 //! row-major; `String`/`Bytes` items are each a u32 little-endian length followed by
 //! the item's bytes (see `proto/sluice.proto`).
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +23,8 @@ pub enum DType {
     String,
     Bytes,
     Bool,
+    /// Unsigned bytes, e.g. decoded image pixels.
+    Uint8,
 }
 
 impl DType {
@@ -29,7 +33,7 @@ impl DType {
         match self {
             DType::Int64 | DType::Float64 => Some(8),
             DType::Float32 => Some(4),
-            DType::Bool => Some(1),
+            DType::Bool | DType::Uint8 => Some(1),
             DType::String | DType::Bytes => None,
         }
     }
@@ -42,6 +46,7 @@ impl DType {
             DType::String => "string",
             DType::Bytes => "bytes",
             DType::Bool => "bool",
+            DType::Uint8 => "uint8",
         }
     }
 }
@@ -131,6 +136,9 @@ impl Tensor {
     pub fn from_bools(shape: Vec<u64>, values: &[bool]) -> Result<Self, DatasetError> {
         let data: Vec<u8> = values.iter().map(|v| *v as u8).collect();
         Tensor::new(DType::Bool, shape, Bytes::from(data))
+    }
+    pub fn from_u8s(shape: Vec<u64>, values: impl Into<Bytes>) -> Result<Self, DatasetError> {
+        Tensor::new(DType::Uint8, shape, values.into())
     }
     /// A `String` (`utf8 = true`) or `Bytes` tensor from its items.
     pub fn from_items<I: AsRef<[u8]>>(
@@ -235,6 +243,7 @@ impl Tensor {
             DType::Float32 => self.f32_values().unwrap().into_iter().map(Value::from).collect(),
             DType::Float64 => self.f64_values().unwrap().into_iter().map(Value::from).collect(),
             DType::Bool => self.bool_values().unwrap().into_iter().map(Value::from).collect(),
+            DType::Uint8 => self.data.iter().map(|b| Value::from(*b)).collect(),
             DType::String | DType::Bytes => self
                 .items()
                 .unwrap()
@@ -284,15 +293,42 @@ fn split_items(data: &Bytes) -> Result<Vec<Bytes>, DatasetError> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Element {
     pub components: Vec<Tensor>,
+    /// One name per component (e.g. the features of a parsed `tf.train.Example`),
+    /// shared between the elements of one stage; `None` for a plain tuple.
+    pub names: Option<Arc<[String]>>,
 }
 
 impl Element {
     pub fn new(components: Vec<Tensor>) -> Self {
-        Element { components }
+        Element { components, names: None }
     }
     /// A one-component element.
     pub fn single(t: Tensor) -> Self {
-        Element { components: vec![t] }
+        Element { components: vec![t], names: None }
+    }
+    /// An element with named components; `names` and `components` must have the
+    /// same length.
+    pub fn named(
+        names: impl Into<Arc<[String]>>,
+        components: Vec<Tensor>,
+    ) -> Result<Self, DatasetError> {
+        let names = names.into();
+        if names.len() != components.len() {
+            return Err(DatasetError::BadTensor(format!(
+                "{} names for {} components",
+                names.len(),
+                components.len()
+            )));
+        }
+        Ok(Element { components, names: Some(names) })
+    }
+    /// The index of the component called `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.names.as_deref()?.iter().position(|n| n == name)
+    }
+    /// The component called `name`.
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.index_of(name).and_then(|i| self.components.get(i))
     }
     /// Total payload bytes over all components.
     pub fn byte_len(&self) -> usize {
@@ -310,6 +346,10 @@ impl Element {
     }
     /// JSON: a one-component element is its tensor's value, a tuple is an array.
     pub fn to_json(&self) -> serde_json::Value {
+        if let Some(names) = &self.names {
+            let fields = names.iter().cloned().zip(self.components.iter().map(Tensor::to_json));
+            return serde_json::Value::Object(fields.collect());
+        }
         match self.components.as_slice() {
             [t] => t.to_json(),
             many => serde_json::Value::Array(many.iter().map(Tensor::to_json).collect()),

@@ -76,7 +76,15 @@ fn omitted_fields_take_their_defaults() {
     )
     .expect("parses");
     assert_eq!(def.stages[0], Stage::Range { start: 0, stop: 3, step: 1 });
-    assert_eq!(def.stages[1], Stage::Map(sluice_dataset::FnCall::new("square", vec![])));
+    assert_eq!(
+        def.stages[1],
+        Stage::Map {
+            name: "square".into(),
+            args: vec![],
+            num_parallel_calls: 1,
+            deterministic: true
+        }
+    );
     assert_eq!(def.stages[2], Stage::Batch { size: 2, drop_remainder: false });
     assert_eq!(def.stages[3], Stage::Shuffle { buffer_size: 4, seed: 0 });
 }
@@ -92,8 +100,8 @@ fn slices_and_arg_types_parse() {
         def.stages[0],
         Stage::FromTensorSlices(SliceValues::Strings(vec!["a".into(), "b".into()]))
     );
-    let Stage::Map(call) = &def.stages[1] else { panic!("expected a map stage") };
-    assert_eq!(call.args, vec![Arg::Int(1), Arg::Float(1.5), Arg::Str("s".into())]);
+    let Stage::Map { args, .. } = &def.stages[1] else { panic!("expected a map stage") };
+    assert_eq!(*args, vec![Arg::Int(1), Arg::Float(1.5), Arg::Str("s".into())]);
 }
 
 #[test]
@@ -114,9 +122,9 @@ fn missing_field_names_the_stage_and_the_field() {
 
 #[test]
 fn unknown_op_names_the_stage_and_lists_the_ops() {
-    let (field, message) = err(r#"{"stages": [{"range": {"stop": 10}}, {"zip": {}}]}"#);
+    let (field, message) = err(r#"{"stages": [{"range": {"stop": 10}}, {"unzip": {}}]}"#);
     assert_eq!(field, "stages[1]");
-    assert!(message.contains("unknown variant `zip`"), "{message}");
+    assert!(message.contains("unknown variant `unzip`"), "{message}");
     assert!(message.contains("`prefetch`"), "{message}");
 }
 

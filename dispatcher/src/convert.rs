@@ -97,5 +97,7 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         dataset: Some(pb::DatasetDef::from(&ds.def)),
         mode: mode_to_wire(job.mode) as i32,
         num_split_providers: it.cursors.len() as u32,
+        num_workers: 0,
+        worker_index: 0,
     })
 }

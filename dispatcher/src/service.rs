@@ -49,7 +49,8 @@ impl DispatcherService {
             .core
             .read_leader(|s| s.workers.values().flat_map(|w| w.functions.iter().cloned()).collect())
             .await?;
-        for (i, kind, call) in def.function_calls() {
+        for (i, kind, call) in &def.function_calls() {
+            let (i, kind) = (*i, *kind);
             if self.registry.has(kind, &call.name) {
                 self.registry.check_call(kind, call).map_err(|e| {
                     Status::invalid_argument(format!("stages[{i}].{}: {e}", kind.name()))

@@ -22,7 +22,11 @@
 //! batch `size`, a prefetch `buffer_size` (capped at [`MAX_PREFETCH`]).
 
 mod batch;
+mod combine;
+mod example;
+mod interleave;
 mod ops;
+mod parallel_map;
 mod prefetch;
 mod repeat;
 mod shuffle;
@@ -33,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::def::{DatasetDef, FnKind, Stage};
+use crate::def::{DatasetDef, FnCall, FnKind, ShardArg, Stage};
 use crate::error::DatasetError;
 use crate::registry::FunctionRegistry;
 use crate::tensor::Element;
@@ -136,14 +140,32 @@ impl Plan {
         }
         let input = || self.build(end - 1);
         let it: ElementIter = match stage {
-            Stage::Range { .. } | Stage::FromTensorSlices(_) => {
+            Stage::Range { .. }
+            | Stage::FromTensorSlices(_)
+            | Stage::ListFiles { .. }
+            | Stage::TfRecord { .. }
+            | Stage::TextLines { .. } => {
                 // `validate` guarantees sources only come first.
                 Box::new(std::iter::empty())
             }
-            Stage::Map(call) => match self.registry.map_fn(&call.name) {
-                Some(f) => Box::new(ops::Map::new(input(), call.clone(), f.clone())),
-                None => Box::new(std::iter::once(Err(self.unknown(FnKind::Map, &call.name)))),
-            },
+            Stage::Map { name, args, num_parallel_calls, deterministic } => {
+                match self.registry.map_fn(name) {
+                    Some(f) => {
+                        let call = FnCall::new(name.clone(), args.clone());
+                        match parallelism(*num_parallel_calls) {
+                            1 => Box::new(ops::Map::new(input(), call, f.clone())),
+                            n => Box::new(parallel_map::ParallelMap::new(
+                                input(),
+                                call,
+                                f.clone(),
+                                n,
+                                *deterministic,
+                            )),
+                        }
+                    }
+                    None => Box::new(std::iter::once(Err(self.unknown(FnKind::Map, name)))),
+                }
+            }
             Stage::Filter(call) => match self.registry.filter_fn(&call.name) {
                 Some(f) => Box::new(ops::Filter::new(input(), call.clone(), f.clone())),
                 None => Box::new(std::iter::once(Err(self.unknown(FnKind::Filter, &call.name)))),
@@ -166,8 +188,60 @@ impl Plan {
             Stage::Prefetch { buffer_size } => {
                 Box::new(prefetch::Prefetch::new(input(), *buffer_size))
             }
+            Stage::FlatMap(call) => match self.registry.dataset_fn(&call.name) {
+                Some(f) => Box::new(interleave::Interleave::new(
+                    input(),
+                    call.clone(),
+                    f.clone(),
+                    interleave::Shape { cycle_length: 1, block_length: 1, parallelism: 1 },
+                )),
+                None => Box::new(std::iter::once(Err(self.unknown(FnKind::Dataset, &call.name)))),
+            },
+            Stage::Interleave { name, args, cycle_length, block_length, num_parallel_calls } => {
+                match self.registry.dataset_fn(name) {
+                    Some(f) => Box::new(interleave::Interleave::new(
+                        input(),
+                        FnCall::new(name.clone(), args.clone()),
+                        f.clone(),
+                        interleave::Shape {
+                            cycle_length: *cycle_length as usize,
+                            block_length: *block_length as usize,
+                            parallelism: parallelism(*num_parallel_calls),
+                        },
+                    )),
+                    None => Box::new(std::iter::once(Err(self.unknown(FnKind::Dataset, name)))),
+                }
+            }
+            Stage::Zip { datasets } => {
+                let others: Vec<Deferred> =
+                    datasets.iter().map(|d| self.deferred(d.clone())).collect();
+                Box::new(combine::Zip::new(input(), others))
+            }
+            Stage::Concatenate { dataset } => {
+                Box::new(combine::Concatenate::new(input(), self.deferred((**dataset).clone())))
+            }
+            Stage::Enumerate { start } => Box::new(combine::Enumerate::new(input(), *start)),
+            Stage::Shard { num_shards, index } => {
+                // Outside HINT sharding (which rewrites it on the worker) the
+                // placeholder means one shard: the whole stream.
+                let value = |a: &ShardArg, hint: u64| match a {
+                    ShardArg::Value(v) => *v,
+                    ShardArg::Hint => hint,
+                };
+                Box::new(combine::Shard::new(input(), value(num_shards, 1), value(index, 0)))
+            }
+            Stage::ParseExample { features } => {
+                Box::new(example::ParseExample::new(input(), features.clone()))
+            }
         };
         Box::new(ops::Fuse::new(it))
+    }
+
+    /// A nested pipeline (`zip`, `concatenate`) started on first use, with this
+    /// plan's registry and no split provider: nested sources are not split.
+    fn deferred(&self, def: DatasetDef) -> Deferred {
+        let registry = self.registry.clone();
+        Box::new(move || Plan::start(&def, &registry, None))
     }
 
     /// Unreachable after `registry.check`; kept as an error rather than a panic.
@@ -185,6 +259,17 @@ impl Plan {
             Some(s) => lock(s).reset(),
             None => Ok(()),
         }
+    }
+}
+
+/// A pipeline to start when first needed.
+pub(crate) type Deferred = Box<dyn FnOnce() -> Result<ElementIter, DatasetError> + Send>;
+
+/// Threads for a `num_parallel_calls`: 0 means one per core.
+fn parallelism(num_parallel_calls: u32) -> usize {
+    match num_parallel_calls {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
     }
 }
 

@@ -48,7 +48,10 @@ fn function_error(name: &str, message: String) -> DatasetError {
 /// Runs a registry function, turning its error or panic into a `Function` error.
 /// `AssertUnwindSafe`: after a panic the stage yields this error and is fused, so
 /// no state the function may have left half-updated is used again by this stage.
-fn call<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, DatasetError> {
+pub(super) fn call<T>(
+    name: &str,
+    f: impl FnOnce() -> Result<T, String>,
+) -> Result<T, DatasetError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result.map_err(|m| function_error(name, m)),
         Err(panic) => {

@@ -28,6 +28,8 @@ pub(crate) fn task_def(task_id: u64, def: &DatasetDef, mode: pb::ProcessingMode)
         dataset: Some(pb::DatasetDef::from(def)),
         mode: mode as i32,
         num_split_providers: u32::from(mode == pb::ProcessingMode::Dynamic),
+        num_workers: 0,
+        worker_index: 0,
     }
 }
 
