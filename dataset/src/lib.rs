@@ -20,6 +20,7 @@
 mod builtins;
 pub mod def;
 pub mod error;
+pub mod io;
 pub mod exec;
 mod json;
 pub mod registry;
