@@ -1,149 +1,50 @@
-//! Child `sluice dispatcher` processes, one per node of a group.
+//! A Raft group of child `sluice dispatcher` processes, one per node.
 //!
-//! Each child's stderr goes to `<logs>/node-<id>.log` (appended across restarts); its
-//! stdout's first line, `listening on ADDR`, tells that it serves. A [`DispatcherProc`]
-//! is SIGKILLed and reaped when dropped, so no child outlives the bench, also on an
-//! error or a panic (unwinding). Every wait here has a deadline.
+//! Starting, logging and reaping children is the chaos harness's
+//! (`sluice_chaos::procs`): each child's stderr goes to `<logs>/node-<id>.log`
+//! (appended across restarts), it is SIGKILLed and reaped when dropped and killed by
+//! the kernel if the bench dies, and every wait has a deadline. This module adds
+//! what the bench measures: when a node was spawned and how long it took to listen.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
+use sluice_chaos::procs::{log_tail, reserve_port, Child, Spec};
 use sluice_client::{DispatcherClient, RetryPolicy};
 
-/// How long a child may take to print `listening on`, and a group to elect a leader.
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How to start one node (kept so it can be started again on the same work_dir and port).
-#[derive(Clone, Debug)]
-struct NodeSpec {
-    exe: PathBuf,
-    args: Vec<String>,
-    envs: Vec<(String, String)>,
-    log: PathBuf,
-}
+/// How long a group may take to elect a leader.
+pub const START_TIMEOUT: Duration = sluice_chaos::procs::START_TIMEOUT;
 
 /// One running `sluice dispatcher` child.
 pub struct DispatcherProc {
-    child: Child,
-    /// Kept open: the child may print more, and a closed pipe would kill it on write.
-    _stdout: BufReader<ChildStdout>,
-    /// When `spawn` was called, and how long until it printed `listening on`.
+    _child: Child,
+    /// When it was spawned, and how long until it printed `listening on`.
     pub spawned_at: Instant,
     pub listening_after: Duration,
 }
 
 impl DispatcherProc {
-    /// Starts the child and waits (bounded) for its `listening on` line.
-    fn start(spec: &NodeSpec) -> anyhow::Result<DispatcherProc> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&spec.log)
-            .with_context(|| format!("opening {}", spec.log.display()))?;
+    fn start(spec: &Spec) -> anyhow::Result<DispatcherProc> {
         let spawned_at = Instant::now();
-        let mut child = Command::new(&spec.exe)
-            .args(&spec.args)
-            .envs(spec.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("SLUICE_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {} {:?}", spec.exe.display(), spec.args))?;
-        let stdout = child.stdout.take().context("child stdout")?;
-        // Read the first line on a thread so that a child that never prints cannot
-        // block us past the deadline (killing it closes the pipe and ends the thread).
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let r = reader.read_line(&mut line).map(|_| line);
-            let _ = tx.send((r, reader));
-        });
-        let outcome = rx.recv_timeout(START_TIMEOUT);
-        let listening_after = spawned_at.elapsed();
-        let mut guard = Reaper(Some(child));
-        match outcome {
-            Ok((Ok(line), reader)) if line.starts_with("listening on ") => {
-                let child = guard.0.take().expect("child");
-                Ok(DispatcherProc { child, _stdout: reader, spawned_at, listening_after })
-            }
-            Ok((Ok(line), _)) => {
-                drop(guard);
-                bail!(
-                    "sluice {:?} printed {line:?} instead of `listening on`; {}",
-                    spec.args,
-                    log_tail(&spec.log)
-                )
-            }
-            Ok((Err(e), _)) => {
-                drop(guard);
-                bail!("reading from sluice {:?}: {e}; {}", spec.args, log_tail(&spec.log))
-            }
-            Err(_) => {
-                drop(guard);
-                bail!(
-                    "sluice {:?} did not print `listening on` within {START_TIMEOUT:?}; {}",
-                    spec.args,
-                    log_tail(&spec.log)
-                )
-            }
-        }
+        let child = Child::start(spec)?;
+        Ok(DispatcherProc { _child: child, spawned_at, listening_after: spawned_at.elapsed() })
     }
 
     /// SIGKILL and reap; returns the instant just before the signal was sent.
-    pub fn kill(mut self) -> Instant {
+    pub fn kill(self) -> Instant {
         let at = Instant::now();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self);
         at
     }
-}
-
-impl Drop for DispatcherProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Kills and reaps a child not yet handed to a [`DispatcherProc`].
-struct Reaper(Option<Child>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The last lines of a child's log, for error messages.
-pub fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let tail: Vec<&str> = text.lines().rev().take(5).collect();
-    format!(
-        "log {} ends: {}",
-        path.display(),
-        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-    )
-}
-
-/// A port nothing listens on right now (bound and released: a small race on loopback).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// A Raft group of `sluice dispatcher` processes on 127.0.0.1 sharing a work_dir (each
 /// node in `node-<id>/`). Node ids are 1..=n.
 pub struct Group {
     pub addresses: Vec<String>,
-    specs: Vec<NodeSpec>,
+    specs: Vec<Spec>,
     nodes: Vec<Option<DispatcherProc>>,
 }
 
@@ -160,9 +61,15 @@ impl Group {
         logs: &Path,
     ) -> anyhow::Result<Group> {
         let mut addresses = vec![];
+        let mut held = vec![];
         for _ in 0..n {
-            addresses.push(format!("127.0.0.1:{}", free_port()?));
+            let listener = reserve_port()?;
+            addresses.push(format!("127.0.0.1:{}", listener.local_addr()?.port()));
+            held.push(listener);
         }
+        // Released just before the nodes start; the ports stay below the ephemeral
+        // range, so nothing else takes them meanwhile or between a kill and a restart.
+        drop(held);
         let peers: Vec<String> =
             addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
         let specs = (1..=n)
@@ -184,7 +91,7 @@ impl Group {
                 if let Some(every) = snapshot_every {
                     args.extend(["--snapshot-every".to_string(), every.to_string()]);
                 }
-                NodeSpec {
+                Spec {
                     exe: exe.to_path_buf(),
                     args,
                     envs: envs.to_vec(),
