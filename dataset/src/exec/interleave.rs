@@ -1,15 +1,54 @@
-//! `flat_map` and `interleave`. (Being written; see issue 5.)
+//! `flat_map` and `interleave`: each input element becomes a stream (made by a
+//! registry dataset function, e.g. the records of the file it names) and the
+//! streams' elements are merged in a fixed order.
+//!
+//! tf.data's order: `cycle_length` slots each hold an open stream; the consumer
+//! takes `block_length` elements from the current slot, then moves to the next
+//! slot round-robin. When a slot's stream ends, the consumer moves on and the slot
+//! takes the next input element's stream. The stage ends when the input and every
+//! slot are exhausted. `flat_map` is `cycle_length = block_length = 1`.
+//!
+//! **Opening eagerly.** tf.data's sequential interleave opens a slot when it next
+//! visits it; here every slot is (re)filled as soon as it is free: the first
+//! `cycle_length` input elements at the first `next`, then the next input element
+//! whenever a stream ends. Both assign input elements to slots in the same order
+//! (a slot is revisited exactly one round after it ended, so refills happen in
+//! the order streams end), so the output is identical; opening early is what lets
+//! the streams of one round be read at the same time. An error met while opening
+//! (the input's, or the function's) is parked in the slot and yielded when the
+//! round reaches it: in the position tf.data would yield it.
+//!
+//! **Threads.** With `parallelism` > 1, a slot opened while fewer than
+//! `parallelism` producer threads run gets its own thread (named
+//! `sluice-interleave`): it calls the function and reads the stream ahead into a
+//! bounded channel of [`read_ahead`] elements, so slow reads (files, S3) overlap.
+//! Other slots are read on the consumer's thread. So at most
+//! `min(parallelism, cycle_length)` threads and `parallelism × read_ahead`
+//! buffered elements. The consumer still takes elements in the round-robin order
+//! above, so the output does not depend on `parallelism`. Unlike tf.data, no
+//! streams beyond the open `cycle_length` are prefetched.
+//!
+//! **Errors and shutdown.** The first error ends the stage. The end, an error or
+//! dropping the stage closes every channel (a producer's next `send` fails) and
+//! joins the producers: each finishes at most the `next` it is in. Panics in the
+//! dataset function or in its stream's `next` become `DatasetError::Function`.
 
-use crate::def::FnCall;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::def::{Arg, FnCall};
 use crate::error::DatasetError;
 use crate::registry::DatasetFn;
 use crate::tensor::Element;
 
-use super::ElementIter;
+use super::ops::call;
+use super::{lock, ElementIter};
+
+type Item = Result<Element, DatasetError>;
 
 /// How an interleave walks its inputs.
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)] // read once the interleave lands
 pub(super) struct Shape {
     pub cycle_length: usize,
     pub block_length: usize,
@@ -17,20 +56,276 @@ pub(super) struct Shape {
     pub parallelism: usize,
 }
 
-#[allow(dead_code)] // until the interleave lands
+/// Elements a producer thread reads ahead of the consumer: a block, but at
+/// least 16 (so short blocks still overlap reads) and at most 64 (memory).
+fn read_ahead(block_length: usize) -> usize {
+    block_length.clamp(16, 64)
+}
+
+/// One open slot of the cycle.
+enum Slot {
+    /// Read on the consumer's thread.
+    Inline(ElementIter),
+    /// Read ahead by a producer thread.
+    Threaded { rx: Receiver<Item>, handle: Option<JoinHandle<()>> },
+    /// Opening failed; the error is yielded when the round reaches the slot.
+    Failed(DatasetError),
+}
+
 pub(super) struct Interleave {
-    err: Option<DatasetError>,
+    /// `None` once the input has ended or failed.
+    input: Option<ElementIter>,
+    name: String,
+    args: Arc<[Arg]>,
+    f: DatasetFn,
+    block_length: usize,
+    parallelism: usize,
+    slots: Vec<Option<Slot>>,
+    started: bool,
+    cycle_index: usize,
+    /// Elements taken from the current slot in this block.
+    block_index: usize,
+    /// Slots holding something (`Some`).
+    num_open: usize,
+    /// Producer threads running (threaded slots).
+    threads: usize,
 }
 
 impl Interleave {
-    pub(super) fn new(_input: ElementIter, _call: FnCall, _f: DatasetFn, _shape: Shape) -> Self {
-        Interleave { err: Some(DatasetError::Unsupported("interleave: not yet".into())) }
+    pub(super) fn new(input: ElementIter, call: FnCall, f: DatasetFn, shape: Shape) -> Self {
+        let cycle_length = shape.cycle_length.max(1);
+        Interleave {
+            input: Some(input),
+            name: call.name,
+            args: call.args.into(),
+            f,
+            block_length: shape.block_length.max(1),
+            parallelism: shape.parallelism.max(1),
+            slots: (0..cycle_length).map(|_| None).collect(),
+            started: false,
+            cycle_index: 0,
+            block_index: 0,
+            num_open: 0,
+            threads: 0,
+        }
+    }
+
+    /// Fills slot `idx` with the next input element's stream (if any remains).
+    fn open(&mut self, idx: usize) {
+        let Some(input) = self.input.as_mut() else {
+            return;
+        };
+        let slot = match input.next() {
+            None => {
+                self.input = None;
+                return;
+            }
+            Some(Err(e)) => {
+                self.input = None;
+                Slot::Failed(e)
+            }
+            Some(Ok(element)) if self.parallelism > 1 && self.threads < self.parallelism => {
+                match self.spawn(element) {
+                    Ok(slot) => {
+                        self.threads += 1;
+                        slot
+                    }
+                    Err(element) => self.open_inline(element),
+                }
+            }
+            Some(Ok(element)) => self.open_inline(element),
+        };
+        if let Some(place) = self.slots.get_mut(idx) {
+            *place = Some(slot);
+            self.num_open += 1;
+        }
+    }
+
+    fn open_inline(&self, element: Element) -> Slot {
+        let (f, args) = (&self.f, &self.args[..]);
+        match call(&self.name, || f(element, args)) {
+            Ok(stream) => Slot::Inline(stream),
+            Err(e) => Slot::Failed(e),
+        }
+    }
+
+    /// Starts a producer thread for `element`; gives the element back if the
+    /// thread cannot be started.
+    fn spawn(&self, element: Element) -> Result<Slot, Element> {
+        let (tx, rx) = sync_channel(read_ahead(self.block_length));
+        // The element goes through a cell so that it can be taken back if the
+        // spawn fails (the closure is dropped then).
+        let cell = Arc::new(Mutex::new(Some(element)));
+        let producer = Producer {
+            element: cell.clone(),
+            tx,
+            name: self.name.clone(),
+            args: self.args.clone(),
+            f: self.f.clone(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name("sluice-interleave".into())
+            .spawn(move || producer.run());
+        match spawned {
+            Ok(handle) => Ok(Slot::Threaded { rx, handle: Some(handle) }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start an interleave thread; reading inline");
+                match lock(&cell).take() {
+                    Some(element) => Err(element),
+                    None => Ok(Slot::Threaded { rx, handle: None }),
+                }
+            }
+        }
+    }
+
+    /// Empties slot `idx` (its stream has ended).
+    fn close(&mut self, idx: usize) {
+        if let Some(slot) = self.slots.get_mut(idx).and_then(Option::take) {
+            self.num_open -= 1;
+            if let Slot::Threaded { handle, .. } = slot {
+                self.threads -= 1;
+                join(handle);
+            }
+        }
+    }
+
+    fn advance_to_next_in_cycle(&mut self) {
+        self.block_index = 0;
+        self.cycle_index = (self.cycle_index + 1) % self.slots.len().max(1);
+    }
+
+    /// Drops the input and every stream, stopping and joining the producers.
+    fn shutdown(&mut self) {
+        self.input = None;
+        self.num_open = 0;
+        self.threads = 0;
+        // Close every channel first so that all producers stop at once, then join.
+        let handles: Vec<JoinHandle<()>> = self
+            .slots
+            .iter_mut()
+            .filter_map(Option::take)
+            .filter_map(|slot| match slot {
+                Slot::Threaded { rx, handle } => {
+                    drop(rx);
+                    handle
+                }
+                Slot::Inline(_) | Slot::Failed(_) => None,
+            })
+            .collect();
+        handles.into_iter().for_each(|h| join(Some(h)));
     }
 }
 
 impl Iterator for Interleave {
-    type Item = Result<Element, DatasetError>;
-    fn next(&mut self) -> Option<Self::Item> {
-        self.err.take().map(Err)
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        if !self.started {
+            self.started = true;
+            (0..self.slots.len()).for_each(|i| self.open(i));
+        }
+        loop {
+            if self.num_open == 0 {
+                // Slots are refilled as they free up, so the input is exhausted too.
+                self.shutdown();
+                return None;
+            }
+            let idx = self.cycle_index;
+            let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+                self.advance_to_next_in_cycle();
+                continue;
+            };
+            match read(slot, &self.name) {
+                Some(Ok(element)) => {
+                    self.block_index += 1;
+                    if self.block_index >= self.block_length {
+                        self.advance_to_next_in_cycle();
+                    }
+                    return Some(Ok(element));
+                }
+                Some(Err(e)) => {
+                    self.shutdown();
+                    return Some(Err(e));
+                }
+                None => {
+                    self.close(idx);
+                    self.open(idx);
+                    self.advance_to_next_in_cycle();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Interleave {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The next item of a slot's stream, `None` at its end.
+fn read(slot: &mut Slot, name: &str) -> Option<Item> {
+    match slot {
+        Slot::Inline(stream) => match call(name, || Ok(stream.next())) {
+            Ok(item) => item,
+            Err(e) => Some(Err(e)),
+        },
+        Slot::Threaded { rx, handle } => match rx.recv() {
+            Ok(item) => Some(item),
+            // The producer is done: it ended its stream, or died.
+            Err(_) => match handle.take().map(JoinHandle::join) {
+                Some(Err(_)) => Some(Err(DatasetError::Function {
+                    name: name.to_string(),
+                    message: "the interleave thread panicked".into(),
+                })),
+                _ => None,
+            },
+        },
+        Slot::Failed(e) => Some(Err(e.clone())),
+    }
+}
+
+fn join(handle: Option<JoinHandle<()>>) {
+    if let Some(Err(_)) = handle.map(JoinHandle::join) {
+        tracing::warn!("an interleave thread panicked outside the dataset function");
+    }
+}
+
+/// What a producer thread runs: opens one slot's stream and reads it ahead.
+struct Producer {
+    element: Arc<Mutex<Option<Element>>>,
+    tx: SyncSender<Item>,
+    name: String,
+    args: Arc<[Arg]>,
+    f: DatasetFn,
+}
+
+impl Producer {
+    fn run(self) {
+        let Some(element) = lock(&self.element).take() else {
+            return;
+        };
+        let (f, args) = (&self.f, &self.args[..]);
+        let mut stream = match call(&self.name, || f(element, args)) {
+            Ok(stream) => stream,
+            Err(e) => {
+                let _ = self.tx.send(Err(e));
+                return;
+            }
+        };
+        loop {
+            let item = match call(&self.name, || Ok(stream.next())) {
+                Ok(Some(item)) => item,
+                Ok(None) => break,
+                Err(e) => Err(e),
+            };
+            let failed = item.is_err();
+            // A failed send: the consumer is gone.
+            if self.tx.send(item).is_err() || failed {
+                break;
+            }
+        }
+        // The stream is released on this thread, before the join returns.
+        drop(stream);
     }
 }
