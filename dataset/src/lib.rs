@@ -20,8 +20,8 @@
 mod builtins;
 pub mod def;
 pub mod error;
-pub mod io;
 pub mod exec;
+pub mod io;
 mod json;
 pub mod registry;
 pub mod sharding;
