@@ -20,8 +20,9 @@
 mod builtins;
 pub mod def;
 pub mod error;
-pub mod io;
 pub mod exec;
+pub mod formats;
+pub mod io;
 mod json;
 pub mod registry;
 pub mod sharding;
