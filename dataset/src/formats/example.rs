@@ -6,7 +6,7 @@
 //! Decoding from [`Bytes`] keeps `bytes_list` values as slices of the record (no
 //! copy until they are packed into a tensor).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,10 +22,12 @@ pub struct Example {
     pub features: Option<Features>,
 }
 
+/// A `BTreeMap` (not prost's default `HashMap`) so that encoding is
+/// deterministic: the same features always give the same bytes.
 #[derive(Clone, PartialEq, Message)]
 pub struct Features {
-    #[prost(map = "string, message", tag = "1")]
-    pub feature: HashMap<String, Feature>,
+    #[prost(btree_map = "string, message", tag = "1")]
+    pub feature: BTreeMap<String, Feature>,
 }
 
 #[derive(Clone, PartialEq, Message)]
