@@ -116,3 +116,48 @@ impl<R: BufRead> Iterator for Lines<R> {
         Some(Tensor::from_items(DType::String, vec![], &[line]).map(Element::single))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::formats::tfrecord::TfRecordWriter;
+    use crate::registry::FunctionRegistry;
+    use crate::tensor::{Element, Tensor};
+
+    fn texts(it: super::ElementIter) -> Vec<String> {
+        it.map(|r| {
+            let item = r.expect("ok").components[0].items().expect("bytes").remove(0);
+            String::from_utf8_lossy(&item).into_owned()
+        })
+        .collect()
+    }
+
+    #[test]
+    fn dataset_functions_read_the_named_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rec = dir.path().join("a.tfrecord").to_string_lossy().into_owned();
+        let mut bytes = Vec::new();
+        let mut w = TfRecordWriter::new(&mut bytes);
+        for r in ["r0", "r1", "r2"] {
+            w.write(r.as_bytes()).expect("write");
+        }
+        bytes[18 + 12] ^= 1; // r1's data (records are 12 + 2 + 4 bytes)
+        std::fs::write(&rec, &bytes).expect("write");
+        let txt = dir.path().join("a.txt").to_string_lossy().into_owned();
+        std::fs::write(&txt, "x\ny\n").expect("write");
+
+        let r = FunctionRegistry::builtin();
+        let call = |name: &str, file: &str| {
+            let f = r.dataset_fn(name).expect("registered");
+            f(Element::single(Tensor::scalar_str(file)), &[]).expect("an iterator")
+        };
+        assert_eq!(texts(call("tfrecord_skip_corrupt", &rec)), ["r0", "r2"]);
+        let out: Vec<_> = call("tfrecord", &rec).collect();
+        assert_eq!(out.len(), 2);
+        assert!(out[1].as_ref().is_err_and(|e| e.to_string().contains("byte 18")));
+        assert_eq!(texts(call("text_lines", &txt)), ["x", "y"]);
+
+        let f = r.dataset_fn("tfrecord").expect("registered");
+        let err = f(Element::single(Tensor::scalar_i64(1)), &[]).err().expect("not a name");
+        assert!(err.contains("string scalar naming a file"), "{err}");
+    }
+}
