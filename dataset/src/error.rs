@@ -24,4 +24,21 @@ pub enum DatasetError {
     Split(String),
     #[error("{0}")]
     Unsupported(String),
+    /// Reading, writing or listing a file or object failed (`file` is its URL or path).
+    #[error("I/O error on `{file}`: {message}")]
+    Io { file: String, message: String },
+    /// A file's content is malformed at byte `offset` (e.g. a TFRecord checksum
+    /// mismatch); `format` names the file format.
+    #[error("corrupt {format} in `{file}` at byte {offset}: {message}")]
+    Corrupt { format: &'static str, file: String, offset: u64, message: String },
+    /// A `tf.train.Example` does not match the `parse_example` feature specs.
+    #[error("parse_example: {0}")]
+    BadExample(String),
+}
+
+impl DatasetError {
+    /// An [`DatasetError::Io`] for `file`.
+    pub fn io(file: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        DatasetError::Io { file: file.into(), message: message.to_string() }
+    }
 }

@@ -11,7 +11,15 @@
 //!   may call (built-ins live in `builtins`; custom workers add their own).
 //! - [`exec`] — the pull-based executor (`DatasetDef::iter_local`,
 //!   `iter_with_splits`) and the [`SplitProvider`] a DYNAMIC-mode source reads.
+//! - [`io`] — file access by path or URL (`file://`, `s3://`, `gs://`): `list_files`,
+//!   streaming `open`, crash-safe `create`, and `DatasetDef::resolve_files`.
+//! - [`formats`] — TFRecord framing and `tf.train.Example` parsing.
+//! - `image` — the built-in image maps (`decode_png`, `center_crop`, `normalize`).
+//! - [`sample`] — a sample image dataset writer and the pipeline that reads it.
 //! - [`error`] — [`DatasetError`], the crate's one error type.
+//!
+//! File sources (`list_files`, `tfrecord`, `text_lines`) read through [`io`]; their
+//! split unit is a file, opened lazily by the executor's source stage (`exec`).
 //!
 //! Data flow: a client builds a `DatasetDef` (or reads its JSON form), the dispatcher
 //! stores it, a worker executes it and streams `Element`s; the same executor runs it
@@ -21,9 +29,12 @@ mod builtins;
 pub mod def;
 pub mod error;
 pub mod exec;
+pub mod formats;
+mod image;
 pub mod io;
 mod json;
 pub mod registry;
+pub mod sample;
 pub mod sharding;
 pub mod tensor;
 mod wire;

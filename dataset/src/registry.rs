@@ -82,7 +82,9 @@ impl FunctionRegistry {
     }
 
     /// The built-in functions: maps `identity`, `square`, `negate`, `add`, `mul`,
-    /// `to_string`; filters `mod_eq`, `lt`, `gt`, `eq` (see `docs/dataset-spec.md`).
+    /// `to_string`, `decode_png`, `center_crop`, `normalize`; filters `mod_eq`, `lt`,
+    /// `gt`, `eq`; dataset functions `tfrecord`, `tfrecord_skip_corrupt`,
+    /// `text_lines` (see `docs/dataset-spec.md`).
     pub fn builtin() -> Self {
         let mut r = Self::empty();
         builtins::register_all(&mut r);

@@ -8,14 +8,20 @@ fn builtin_names_are_sorted_and_prefixed() {
     assert_eq!(
         names,
         vec![
+            "dataset:text_lines",
+            "dataset:tfrecord",
+            "dataset:tfrecord_skip_corrupt",
             "filter:eq",
             "filter:gt",
             "filter:lt",
             "filter:mod_eq",
             "map:add",
+            "map:center_crop",
+            "map:decode_png",
             "map:identity",
             "map:mul",
             "map:negate",
+            "map:normalize",
             "map:square",
             "map:to_string",
         ]

@@ -95,5 +95,6 @@ pub(crate) fn stack(elements: &[Element]) -> Result<Element, DatasetError> {
         shape.extend_from_slice(proto.shape());
         components.push(Tensor::new(proto.dtype(), shape, data.freeze())?);
     }
-    Ok(Element::new(components))
+    // Named components (e.g. parsed Example features) stay named in the batch.
+    Ok(Element { components, names: first.names.clone() })
 }

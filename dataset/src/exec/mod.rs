@@ -24,6 +24,7 @@
 mod batch;
 mod combine;
 mod example;
+pub(crate) mod files;
 mod interleave;
 mod ops;
 mod parallel_map;
@@ -103,6 +104,25 @@ impl Plan {
         splits: Option<SharedSplits>,
     ) -> Result<ElementIter, DatasetError> {
         registry.check(def)?;
+        // A local run lists its own files; a worker's copy must arrive resolved (the
+        // dispatcher resolves it once, so that every worker splits the same list).
+        let resolved;
+        let def = if def.has_unresolved_files() {
+            if splits.is_some() && matches!(def.stages.first(), Some(Stage::ListFiles { .. })) {
+                return Err(DatasetError::InvalidSpec {
+                    field: "stages[0].list_files.files".into(),
+                    message: "not resolved: with splits the file list must come resolved \
+                              (DatasetDef::resolve_files, done by the dispatcher)"
+                        .into(),
+                });
+            }
+            let mut copy = def.clone();
+            copy.resolve_files()?;
+            resolved = copy;
+            &resolved
+        } else {
+            def
+        };
         let rngs = def
             .stages
             .iter()

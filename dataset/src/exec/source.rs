@@ -1,13 +1,17 @@
-//! The source stage: `range` and `from_tensor_slices`.
+//! The source stage: `range`, `from_tensor_slices` and the file sources
+//! (`list_files`, `tfrecord`, `text_lines`).
 //!
-//! Source element `i` is computed straight from its index, which is what makes
-//! dynamic sharding possible: a split is just a range of indices, and the worker
-//! that receives `[begin, end)` produces exactly those elements without touching
-//! the others.
+//! Source unit `i` is found straight from its index, which is what makes dynamic
+//! sharding possible: a split is just a range of indices, and the worker that
+//! receives `[begin, end)` produces exactly those units without touching the
+//! others. For `range`/`from_tensor_slices` a unit is one element; for a file
+//! source it is one file (its name for `list_files`, all its records or lines
+//! otherwise), opened only when the source reaches it, one at a time.
 
 use std::sync::Arc;
 
-use super::{lock, Plan, SplitRange};
+use super::files::{self, FileFormat};
+use super::{lock, ElementIter, Plan, SplitRange};
 use crate::def::{range_len, SliceValues, Stage};
 use crate::error::DatasetError;
 use crate::tensor::{Element, Tensor};
@@ -17,6 +21,8 @@ pub(super) fn cardinality(stage: &Stage) -> u64 {
     match stage {
         Stage::Range { start, stop, step } => range_len(*start, *stop, *step),
         Stage::FromTensorSlices(v) => v.len() as u64,
+        Stage::ListFiles { files, .. } => files.as_ref().map_or(0, |f| f.len() as u64),
+        Stage::TfRecord { files, .. } | Stage::TextLines { files } => files.len() as u64,
         _ => 0,
     }
 }
@@ -36,6 +42,15 @@ fn element_at(stage: &Stage, i: u64) -> Result<Element, DatasetError> {
             SliceValues::Strings(v) => Tensor::scalar_str(v.get(idx).ok_or_else(out_of_range)?),
             SliceValues::Bytes(v) => Tensor::scalar_bytes(v.get(idx).ok_or_else(out_of_range)?),
         },
+        Stage::ListFiles { files: Some(files), .. } => {
+            Tensor::scalar_str(files.get(idx).ok_or_else(out_of_range)?)
+        }
+        Stage::ListFiles { pattern, files: None, .. } => {
+            return Err(DatasetError::Unsupported(format!(
+                "list_files `{pattern}` is not resolved (the dispatcher resolves it at \
+                 registration; call DatasetDef::resolve_files first)"
+            )))
+        }
         other => {
             return Err(DatasetError::Unsupported(format!(
                 "`{}` is not a source stage",
@@ -44,6 +59,23 @@ fn element_at(stage: &Stage, i: u64) -> Result<Element, DatasetError> {
         }
     };
     Ok(Element::single(t))
+}
+
+/// The elements of file unit `i` of a `tfrecord` / `text_lines` source, or `None`
+/// for a source whose unit is one element.
+fn file_unit(stage: &Stage, i: u64) -> Option<Result<ElementIter, DatasetError>> {
+    let (files, format) = match stage {
+        Stage::TfRecord { files, skip_corrupt } => {
+            (files, FileFormat::TfRecord { skip_corrupt: *skip_corrupt })
+        }
+        Stage::TextLines { files } => (files, FileFormat::TextLines),
+        _ => return None,
+    };
+    let file = usize::try_from(i).ok().and_then(|i| files.get(i));
+    Some(match file {
+        Some(f) => Ok(files::elements(f.clone(), format)),
+        None => Err(DatasetError::Split(format!("source file index {i} out of range"))),
+    })
 }
 
 /// Produces source elements: all of `[0, cardinality)` locally, or the ranges
@@ -55,13 +87,15 @@ pub(super) struct Source {
     end: u64,
     /// In split mode: whether the provider said this epoch has no more splits.
     exhausted: bool,
+    /// The file being read (file sources only).
+    current: Option<ElementIter>,
 }
 
 impl Source {
     pub(super) fn new(plan: Arc<Plan>) -> Self {
         let cardinality = plan.source_cardinality();
         let end = if plan.splits.is_some() { 0 } else { cardinality };
-        Source { plan, cardinality, next: 0, end, exhausted: false }
+        Source { plan, cardinality, next: 0, end, exhausted: false, current: None }
     }
 
     /// Fetches the next split; `Ok(false)` at the end of the epoch.
@@ -91,22 +125,34 @@ impl Iterator for Source {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while self.next >= self.end {
-            if self.exhausted {
-                return None;
+        loop {
+            if let Some(file) = &mut self.current {
+                match file.next() {
+                    Some(item) => return Some(item),
+                    None => self.current = None,
+                }
             }
-            match self.next_split() {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.exhausted = true;
+            while self.next >= self.end {
+                if self.exhausted {
                     return None;
                 }
-                Err(e) => return Some(Err(e)),
+                match self.next_split() {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.exhausted = true;
+                        return None;
+                    }
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            let i = self.next;
+            self.next += 1;
+            let stage = self.plan.stages.first()?;
+            match file_unit(stage, i) {
+                None => return Some(element_at(stage, i)),
+                Some(Ok(file)) => self.current = Some(file),
+                Some(Err(e)) => return Some(Err(e)),
             }
         }
-        let i = self.next;
-        self.next += 1;
-        let stage = self.plan.stages.first()?;
-        Some(element_at(stage, i))
     }
 }

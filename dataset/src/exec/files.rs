@@ -1,0 +1,163 @@
+//! The elements of one file: TFRecord records, text lines, or just its name.
+//!
+//! Shared by the file sources (one file per split unit) and the `tfrecord` /
+//! `text_lines` dataset functions of `flat_map` / `interleave`. A file is opened
+//! lazily, on the first pull, so that an interleave with a long cycle holds only
+//! the files it is actually reading, and an open error arrives as an element error
+//! naming the file rather than failing the function call.
+
+use std::io::{BufRead, BufReader, Read};
+
+use crate::error::DatasetError;
+use crate::formats::tfrecord::TfRecordReader;
+use crate::io;
+use crate::tensor::{DType, Element, Tensor};
+
+use super::ElementIter;
+
+/// The longest line `text_lines` accepts (a file without newlines would otherwise
+/// have to be held whole).
+pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// How to turn a file into elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FileFormat {
+    TfRecord { skip_corrupt: bool },
+    TextLines,
+}
+
+/// The elements of `url` in `format`, opening it on first pull.
+pub(crate) fn elements(url: String, format: FileFormat) -> ElementIter {
+    Box::new(LazyFile { url, format, inner: None, done: false })
+}
+
+struct LazyFile {
+    url: String,
+    format: FileFormat,
+    inner: Option<ElementIter>,
+    done: bool,
+}
+
+impl Iterator for LazyFile {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if self.inner.is_none() {
+            match io::open(&self.url) {
+                Ok(reader) => self.inner = Some(reader_elements(reader, &self.url, self.format)),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let item = self.inner.as_mut()?.next();
+        if !matches!(item, Some(Ok(_))) {
+            self.done = true;
+            self.inner = None; // close the file now
+        }
+        item
+    }
+}
+
+fn reader_elements(reader: Box<dyn Read + Send>, url: &str, format: FileFormat) -> ElementIter {
+    match format {
+        FileFormat::TfRecord { skip_corrupt } => Box::new(
+            TfRecordReader::new(reader, url, skip_corrupt)
+                .map(|r| r.map(|b| Element::single(Tensor::scalar_bytes(&b)))),
+        ),
+        FileFormat::TextLines => {
+            Box::new(Lines { input: BufReader::new(reader), url: url.to_string(), offset: 0 })
+        }
+    }
+}
+
+/// Lines of a text file, streamed, without their `\n` / `\r\n`.
+struct Lines<R> {
+    input: R,
+    url: String,
+    offset: u64,
+}
+
+impl<R: BufRead> Iterator for Lines<R> {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut line = Vec::new();
+        let read = (&mut self.input).take(MAX_LINE_BYTES + 1).read_until(b'\n', &mut line);
+        match read {
+            Err(e) => return Some(Err(DatasetError::io(&self.url, e))),
+            Ok(0) => return None,
+            Ok(_) => {}
+        }
+        let at = self.offset;
+        self.offset += line.len() as u64;
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+        }
+        if line.len() as u64 > MAX_LINE_BYTES {
+            return Some(Err(DatasetError::Corrupt {
+                format: "text file",
+                file: self.url.clone(),
+                offset: at,
+                message: format!(
+                    "line longer than {MAX_LINE_BYTES} bytes; is this a text file? \
+                     (read binary data with tfrecord)"
+                ),
+            }));
+        }
+        // Strings are not checked for UTF-8, like tf.data's TextLineDataset.
+        Some(Tensor::from_items(DType::String, vec![], &[line]).map(Element::single))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::formats::tfrecord::TfRecordWriter;
+    use crate::registry::FunctionRegistry;
+    use crate::tensor::{Element, Tensor};
+
+    fn texts(it: super::ElementIter) -> Vec<String> {
+        it.map(|r| {
+            let item = r.expect("ok").components[0].items().expect("bytes").remove(0);
+            String::from_utf8_lossy(&item).into_owned()
+        })
+        .collect()
+    }
+
+    #[test]
+    fn dataset_functions_read_the_named_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rec = dir.path().join("a.tfrecord").to_string_lossy().into_owned();
+        let mut bytes = Vec::new();
+        let mut w = TfRecordWriter::new(&mut bytes);
+        for r in ["r0", "r1", "r2"] {
+            w.write(r.as_bytes()).expect("write");
+        }
+        bytes[18 + 12] ^= 1; // r1's data (records are 12 + 2 + 4 bytes)
+        std::fs::write(&rec, &bytes).expect("write");
+        let txt = dir.path().join("a.txt").to_string_lossy().into_owned();
+        std::fs::write(&txt, "x\ny\n").expect("write");
+
+        let r = FunctionRegistry::builtin();
+        let call = |name: &str, file: &str| {
+            let f = r.dataset_fn(name).expect("registered");
+            f(Element::single(Tensor::scalar_str(file)), &[]).expect("an iterator")
+        };
+        assert_eq!(texts(call("tfrecord_skip_corrupt", &rec)), ["r0", "r2"]);
+        let out: Vec<_> = call("tfrecord", &rec).collect();
+        assert_eq!(out.len(), 2);
+        assert!(out[1].as_ref().is_err_and(|e| e.to_string().contains("byte 18")));
+        assert_eq!(texts(call("text_lines", &txt)), ["x", "y"]);
+
+        let f = r.dataset_fn("tfrecord").expect("registered");
+        let err = f(Element::single(Tensor::scalar_i64(1)), &[]).err().expect("not a name");
+        assert!(err.contains("string scalar naming a file"), "{err}");
+    }
+}

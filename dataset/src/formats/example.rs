@@ -1,0 +1,213 @@
+//! `tf.train.Example`: the messages (written by hand with prost's derives, the
+//! same field numbers as TensorFlow's `example.proto` / `feature.proto`, so no
+//! protoc step) and [`parse`], which turns one serialized Example into an
+//! [`Element`] with one named component per [`FeatureSpec`].
+//!
+//! Decoding from [`Bytes`] keeps `bytes_list` values as slices of the record (no
+//! copy until they are packed into a tensor).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::def::{Arg, FeatureSpec};
+use crate::error::DatasetError;
+use crate::tensor::{DType, Element, Tensor};
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Example {
+    #[prost(message, optional, tag = "1")]
+    pub features: Option<Features>,
+}
+
+/// A `BTreeMap` (not prost's default `HashMap`) so that encoding is
+/// deterministic: the same features always give the same bytes.
+#[derive(Clone, PartialEq, Message)]
+pub struct Features {
+    #[prost(btree_map = "string, message", tag = "1")]
+    pub feature: BTreeMap<String, Feature>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Feature {
+    #[prost(oneof = "Kind", tags = "1, 2, 3")]
+    pub kind: Option<Kind>,
+}
+
+/// `Feature.kind`.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum Kind {
+    #[prost(message, tag = "1")]
+    BytesList(BytesList),
+    #[prost(message, tag = "2")]
+    FloatList(FloatList),
+    #[prost(message, tag = "3")]
+    Int64List(Int64List),
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct BytesList {
+    #[prost(bytes = "bytes", repeated, tag = "1")]
+    pub value: Vec<Bytes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct FloatList {
+    #[prost(float, repeated, packed = "true", tag = "1")]
+    pub value: Vec<f32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Int64List {
+    #[prost(int64, repeated, packed = "true", tag = "1")]
+    pub value: Vec<i64>,
+}
+
+impl Kind {
+    fn name(&self) -> &'static str {
+        match self {
+            Kind::BytesList(_) => "bytes_list",
+            Kind::FloatList(_) => "float_list",
+            Kind::Int64List(_) => "int64_list",
+        }
+    }
+}
+
+impl Feature {
+    pub fn bytes<B: Into<Bytes>>(values: impl IntoIterator<Item = B>) -> Self {
+        let value = values.into_iter().map(Into::into).collect();
+        Feature { kind: Some(Kind::BytesList(BytesList { value })) }
+    }
+    pub fn floats(value: Vec<f32>) -> Self {
+        Feature { kind: Some(Kind::FloatList(FloatList { value })) }
+    }
+    pub fn ints(value: Vec<i64>) -> Self {
+        Feature { kind: Some(Kind::Int64List(Int64List { value })) }
+    }
+}
+
+/// Serializes an Example made of `features` (for writers and tests).
+pub fn encode(features: impl IntoIterator<Item = (String, Feature)>) -> Vec<u8> {
+    let feature = features.into_iter().collect();
+    Example { features: Some(Features { feature }) }.encode_to_vec()
+}
+
+/// The list kind a dtype is read from.
+fn kind_for(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Int64 => "int64_list",
+        DType::Float32 => "float_list",
+        _ => "bytes_list",
+    }
+}
+
+/// The component names of `features`, built once per stage and shared.
+pub fn names(features: &[FeatureSpec]) -> Arc<[String]> {
+    features.iter().map(|f| f.name.clone()).collect()
+}
+
+/// Parses one serialized Example into one component per spec, named by `names`
+/// (from [`names`]`(features)`).
+pub fn parse(
+    record: Bytes,
+    features: &[FeatureSpec],
+    names: &Arc<[String]>,
+) -> Result<Element, DatasetError> {
+    let example = Example::decode(record).map_err(|e| {
+        DatasetError::BadExample(format!("the record is not a tf.train.Example: {e}"))
+    })?;
+    let mut map = example.features.map(|f| f.feature).unwrap_or_default();
+    let components = features
+        .iter()
+        .map(|spec| component(spec, map.remove(&spec.name)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Element::named(names.clone(), components)
+}
+
+fn bad(spec: &FeatureSpec, message: String) -> DatasetError {
+    DatasetError::BadExample(format!("feature `{}`: {message}", spec.name))
+}
+
+/// One feature's tensor: its values (or the default) in the spec's shape.
+fn component(spec: &FeatureSpec, feature: Option<Feature>) -> Result<Tensor, DatasetError> {
+    let Some(feature) = feature else {
+        return missing(spec);
+    };
+    let count = |n: usize| -> Result<Vec<u64>, DatasetError> {
+        match &spec.shape {
+            None => Ok(vec![n as u64]),
+            Some(shape) => {
+                let want: u64 = shape.iter().product();
+                if want != n as u64 {
+                    return Err(bad(
+                        spec,
+                        format!("expected {want} values (shape {shape:?}), found {n}"),
+                    ));
+                }
+                Ok(shape.clone())
+            }
+        }
+    };
+    let tensor = match (spec.dtype, feature.kind) {
+        // An empty Feature has no kind: zero values of whatever kind is expected.
+        (dtype, None) => empty(dtype, count(0)?),
+        (DType::Int64, Some(Kind::Int64List(l))) => {
+            Tensor::from_i64s(count(l.value.len())?, &l.value)
+        }
+        (DType::Float32, Some(Kind::FloatList(l))) => {
+            Tensor::from_f32s(count(l.value.len())?, &l.value)
+        }
+        (dtype @ (DType::Bytes | DType::String), Some(Kind::BytesList(l))) => {
+            Tensor::from_items(dtype, count(l.value.len())?, &l.value)
+        }
+        (dtype, Some(kind)) => {
+            return Err(bad(
+                spec,
+                format!(
+                    "expected {} (for dtype {}), found {}",
+                    kind_for(dtype),
+                    dtype.name(),
+                    kind.name()
+                ),
+            ));
+        }
+    };
+    tensor.map_err(|e| bad(spec, e.to_string()))
+}
+
+fn empty(dtype: DType, shape: Vec<u64>) -> Result<Tensor, DatasetError> {
+    match dtype {
+        DType::Int64 => Tensor::from_i64s(shape, &[]),
+        DType::Float32 => Tensor::from_f32s(shape, &[]),
+        _ => Tensor::from_items::<&[u8]>(dtype, shape, &[]),
+    }
+}
+
+/// An absent feature: the default broadcast to the fixed shape (or one value for
+/// a variable-length feature); without a default, an error for a fixed shape and
+/// an empty 1-D tensor for a variable-length one (like tf's `VarLenFeature`).
+fn missing(spec: &FeatureSpec) -> Result<Tensor, DatasetError> {
+    let Some(default) = &spec.default else {
+        return match &spec.shape {
+            Some(_) => Err(bad(spec, "missing from the Example and no default given".into())),
+            None => empty(spec.dtype, vec![0]),
+        };
+    };
+    let shape = spec.shape.clone().unwrap_or_else(|| vec![1]);
+    let n = usize::try_from(shape.iter().product::<u64>())
+        .map_err(|_| bad(spec, format!("shape {shape:?} too large")))?;
+    let wrong =
+        || bad(spec, format!("default {default:?} does not fit dtype {}", spec.dtype.name()));
+    let t = match (spec.dtype, default) {
+        (DType::Int64, Arg::Int(v)) => Tensor::from_i64s(shape, &vec![*v; n]),
+        (DType::Float32, Arg::Float(v)) => Tensor::from_f32s(shape, &vec![*v as f32; n]),
+        (DType::Float32, Arg::Int(v)) => Tensor::from_f32s(shape, &vec![*v as f32; n]),
+        (DType::Bytes | DType::String, Arg::Str(s)) => {
+            Tensor::from_items(spec.dtype, shape, &vec![s.as_bytes(); n])
+        }
+        _ => return Err(wrong()),
+    };
+    t.map_err(|e| bad(spec, e.to_string()))
+}

@@ -1,0 +1,233 @@
+//! TFRecord files: a sequence of records, each framed as
+//!
+//! ```text
+//!   u64 LE length │ u32 LE masked crc32c(length bytes) │ data │ u32 LE masked crc32c(data)
+//! ```
+//!
+//! with `mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8` (TensorFlow's
+//! `crc32c::Mask`). Both checksums are verified. A bad *data* checksum leaves the
+//! framing intact, so with `skip_corrupt` such a record is skipped (and counted);
+//! a bad *length* checksum or a truncated record cannot be resynchronised, so the
+//! reader stops that file there (with a warning). Without `skip_corrupt` all of
+//! them are a [`DatasetError::Corrupt`] naming the file and the record's offset.
+//!
+//! A record's length is capped at [`MAX_RECORD_BYTES`] so that a corrupt length
+//! (whose checksum happens to pass, or a hostile file) cannot allocate gigabytes.
+
+use std::io::{ErrorKind, Read, Write};
+
+use bytes::Bytes;
+
+use crate::error::DatasetError;
+
+/// The largest record the reader accepts.
+pub const MAX_RECORD_BYTES: u64 = 256 << 20;
+
+const FORMAT: &str = "TFRecord";
+const HEADER: usize = 12;
+
+/// TensorFlow's masked CRC-32C.
+pub fn masked_crc(data: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(data);
+    // `(crc >> 15) | (crc << 17)`, as TensorFlow writes it.
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+/// Reads records from one TFRecord file; `file` names it in errors.
+pub struct TfRecordReader<R: Read> {
+    input: R,
+    file: String,
+    skip_corrupt: bool,
+    /// Offset of the next record.
+    offset: u64,
+    /// Records skipped for a bad data checksum (with `skip_corrupt`).
+    skipped: u64,
+    done: bool,
+}
+
+/// What went wrong with a record: `Skippable` keeps the framing in sync.
+enum Bad {
+    Skippable(String),
+    Fatal(String),
+}
+
+impl<R: Read> TfRecordReader<R> {
+    pub fn new(input: R, file: impl Into<String>, skip_corrupt: bool) -> Self {
+        TfRecordReader {
+            input,
+            file: file.into(),
+            skip_corrupt,
+            offset: 0,
+            skipped: 0,
+            done: false,
+        }
+    }
+
+    /// Records skipped so far for a bad data checksum.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Fills `buf` as far as the input goes; returns the bytes read.
+    fn read_full(&mut self, buf: &mut [u8]) -> Result<usize, DatasetError> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.input.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(DatasetError::io(&self.file, e)),
+            }
+        }
+        Ok(n)
+    }
+
+    /// The next record: `Ok(None)` at a clean end of file.
+    fn read_record(&mut self) -> Result<Result<Option<Bytes>, Bad>, DatasetError> {
+        let mut header = [0u8; HEADER];
+        let n = self.read_full(&mut header)?;
+        if n == 0 {
+            return Ok(Ok(None));
+        }
+        if n < HEADER {
+            return Ok(Err(Bad::Fatal(format!(
+                "truncated record header ({n} of {HEADER} bytes); the file was cut short"
+            ))));
+        }
+        let (len_bytes, crc_bytes) = header.split_at(8);
+        let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default());
+        let stored = u32::from_le_bytes(crc_bytes.try_into().unwrap_or_default());
+        let computed = masked_crc(len_bytes);
+        if stored != computed {
+            return Ok(Err(Bad::Fatal(format!(
+                "length checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            ))));
+        }
+        if len > MAX_RECORD_BYTES {
+            return Ok(Err(Bad::Fatal(format!(
+                "record length {len} exceeds the maximum of {MAX_RECORD_BYTES} bytes"
+            ))));
+        }
+        // `len` is bounded above, so this allocation is too.
+        let mut data = vec![0u8; len as usize];
+        let got = self.read_full(&mut data)?;
+        let mut footer = [0u8; 4];
+        let got_footer = if got == data.len() { self.read_full(&mut footer)? } else { 0 };
+        if got < data.len() || got_footer < 4 {
+            return Ok(Err(Bad::Fatal(format!(
+                "truncated record ({} of {} bytes); the file was cut short",
+                HEADER + got + got_footer,
+                HEADER as u64 + len + 4
+            ))));
+        }
+        let record_len = HEADER as u64 + len + 4;
+        let stored = u32::from_le_bytes(footer);
+        let computed = masked_crc(&data);
+        if stored != computed {
+            self.offset += record_len;
+            return Ok(Err(Bad::Skippable(format!(
+                "data checksum mismatch (stored {stored:#010x}, computed {computed:#010x}) \
+                 in a record of {len} bytes"
+            ))));
+        }
+        self.offset += record_len;
+        Ok(Ok(Some(Bytes::from(data))))
+    }
+
+    fn corrupt(&self, offset: u64, message: String, skippable: bool) -> DatasetError {
+        let hint = if skippable {
+            "pass skip_corrupt to skip such records"
+        } else {
+            "the rest of the file cannot be read (skip_corrupt would stop the file here); \
+             rewrite or remove the file"
+        };
+        DatasetError::Corrupt {
+            format: FORMAT,
+            file: self.file.clone(),
+            offset,
+            message: format!("{message}; {hint}"),
+        }
+    }
+
+    /// Called once at the end of the file (or where it stopped) in skip mode.
+    fn report_skipped(&self) {
+        if self.skipped > 0 {
+            tracing::warn!(
+                file = %self.file,
+                skipped = self.skipped,
+                "skipped {} corrupt TFRecord record(s) (data checksum mismatch)",
+                self.skipped
+            );
+        }
+    }
+}
+
+impl<R: Read> Iterator for TfRecordReader<R> {
+    type Item = Result<Bytes, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let at = self.offset;
+            let bad = match self.read_record() {
+                Ok(Ok(Some(record))) => return Some(Ok(record)),
+                Ok(Ok(None)) => {
+                    self.done = true;
+                    self.report_skipped();
+                    return None;
+                }
+                Ok(Err(bad)) => bad,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            };
+            match bad {
+                Bad::Skippable(_) if self.skip_corrupt => self.skipped += 1,
+                Bad::Fatal(message) if self.skip_corrupt => {
+                    self.done = true;
+                    tracing::warn!(
+                        file = %self.file,
+                        offset = at,
+                        "stopping this TFRecord file at a record that cannot be skipped: {message}"
+                    );
+                    self.report_skipped();
+                    return None;
+                }
+                Bad::Skippable(message) => {
+                    self.done = true;
+                    return Some(Err(self.corrupt(at, message, true)));
+                }
+                Bad::Fatal(message) => {
+                    self.done = true;
+                    return Some(Err(self.corrupt(at, message, false)));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Writes TFRecord framing around each record.
+pub struct TfRecordWriter<W: Write> {
+    out: W,
+}
+
+impl<W: Write> TfRecordWriter<W> {
+    pub fn new(out: W) -> Self {
+        TfRecordWriter { out }
+    }
+
+    /// Appends one record.
+    pub fn write(&mut self, record: &[u8]) -> std::io::Result<()> {
+        let len = (record.len() as u64).to_le_bytes();
+        self.out.write_all(&len)?;
+        self.out.write_all(&masked_crc(&len).to_le_bytes())?;
+        self.out.write_all(record)?;
+        self.out.write_all(&masked_crc(record).to_le_bytes())
+    }
+
+    /// The underlying writer (e.g. to `finish` a [`crate::io::FileWriter`]).
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}

@@ -1,0 +1,125 @@
+//! Built-in image maps for the standard input pipeline (`decode_png` →
+//! `center_crop` → `normalize`). Each takes the name of the component to work on
+//! as its first argument and replaces that component, keeping the others and the
+//! names, so they compose after `parse_example`.
+//!
+//! Images are `uint8 [height, width, channels]` (channels 1 gray, 2 gray+alpha,
+//! 3 RGB, 4 RGBA) until `normalize` makes them `float32` in `[0, 1]`.
+
+use crate::def::Arg;
+use crate::registry::FunctionRegistry;
+use crate::tensor::{DType, Element, Tensor};
+
+pub(crate) fn register(r: &mut FunctionRegistry) {
+    use crate::def::FnKind::Map;
+    r.register_map("decode_png", 1, |e, args| on_component(e, args, decode_png));
+    r.set_arg_check(Map, "decode_png", check_name);
+    r.register_map("center_crop", 3, |e, args| {
+        let (h, w) = (size_arg(args, 1)?, size_arg(args, 2)?);
+        on_component(e, args, |t| center_crop(t, h, w))
+    });
+    r.set_arg_check(Map, "center_crop", check_crop);
+    r.register_map("normalize", 1, |e, args| on_component(e, args, normalize));
+    r.set_arg_check(Map, "normalize", check_name);
+}
+
+fn check_name(args: &[Arg]) -> Result<(), String> {
+    match args.first() {
+        Some(Arg::Str(_)) => Ok(()),
+        other => Err(format!("argument 0 must be a component name (a string), got {other:?}")),
+    }
+}
+
+fn check_crop(args: &[Arg]) -> Result<(), String> {
+    check_name(args)?;
+    size_arg(args, 1)?;
+    size_arg(args, 2).map(|_| ())
+}
+
+/// A positive integer argument (a crop height or width).
+fn size_arg(args: &[Arg], i: usize) -> Result<u64, String> {
+    match args.get(i) {
+        Some(Arg::Int(v)) if *v > 0 => Ok(*v as u64),
+        other => Err(format!("argument {i} must be a positive integer size, got {other:?}")),
+    }
+}
+
+/// Applies `f` to the component named by argument 0.
+fn on_component(
+    mut e: Element,
+    args: &[Arg],
+    f: impl FnOnce(&Tensor) -> Result<Tensor, String>,
+) -> Result<Element, String> {
+    let Some(Arg::Str(name)) = args.first() else {
+        return Err("argument 0 must be a component name".into());
+    };
+    let Some(i) = e.index_of(name) else {
+        let names = e.names.as_deref().map(|n| n.join(", ")).unwrap_or_else(|| "none".into());
+        return Err(format!("no component named `{name}` (the element's names: {names})"));
+    };
+    let out = f(&e.components[i]).map_err(|m| format!("component `{name}`: {m}"))?;
+    e.components[i] = out;
+    Ok(e)
+}
+
+/// A bytes scalar holding a PNG → `uint8 [h, w, c]`. Palette and low-bit images are
+/// expanded, 16-bit ones stripped to 8 bits. The png crate's default limits bound
+/// the decoded size, so a forged header cannot allocate gigabytes.
+fn decode_png(t: &Tensor) -> Result<Tensor, String> {
+    if !t.shape().is_empty() || !matches!(t.dtype(), DType::Bytes | DType::String) {
+        return Err(format!(
+            "expected a bytes scalar (a PNG file), got {} {:?}",
+            t.dtype().name(),
+            t.shape()
+        ));
+    }
+    let items = t.items().map_err(|e| e.to_string())?;
+    let data = items.first().ok_or("empty scalar")?;
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(data.as_ref()));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().map_err(|e| format!("not a valid PNG: {e}"))?;
+    let mut buf = vec![0u8; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut buf).map_err(|e| format!("not a valid PNG: {e}"))?;
+    if frame.bit_depth != png::BitDepth::Eight {
+        return Err(format!("unsupported bit depth {:?} after expansion", frame.bit_depth));
+    }
+    let channels = frame.color_type.samples() as u64;
+    buf.truncate(frame.buffer_size());
+    Tensor::from_u8s(vec![u64::from(frame.height), u64::from(frame.width), channels], buf)
+        .map_err(|e| e.to_string())
+}
+
+/// `uint8 [H, W, C]` → its centered `[h, w, C]` window.
+fn center_crop(t: &Tensor, h: u64, w: u64) -> Result<Tensor, String> {
+    let &[height, width, c] = t.shape() else {
+        return Err(format!(
+            "expected a [height, width, channels] image, got shape {:?}",
+            t.shape()
+        ));
+    };
+    if t.dtype() != DType::Uint8 {
+        return Err(format!("expected uint8 pixels, got {}", t.dtype().name()));
+    }
+    if h > height || w > width {
+        return Err(format!("cannot crop {h}x{w} out of a {height}x{width} image"));
+    }
+    let (top, left) = ((height - h) / 2, (width - w) / 2);
+    let row = (width * c) as usize;
+    let (start, len) = ((left * c) as usize, (w * c) as usize);
+    let data = t.data();
+    let mut out = Vec::with_capacity((h * w * c) as usize);
+    for y in top..top + h {
+        let at = y as usize * row + start;
+        out.extend_from_slice(&data[at..at + len]);
+    }
+    Tensor::from_u8s(vec![h, w, c], out).map_err(|e| e.to_string())
+}
+
+/// `uint8` → `float32` `x / 255`, same shape.
+fn normalize(t: &Tensor) -> Result<Tensor, String> {
+    if t.dtype() != DType::Uint8 {
+        return Err(format!("expected uint8 pixels, got {}", t.dtype().name()));
+    }
+    let values: Vec<f32> = t.data().iter().map(|&x| f32::from(x) / 255.0).collect();
+    Tensor::from_f32s(t.shape().to_vec(), &values).map_err(|e| e.to_string())
+}

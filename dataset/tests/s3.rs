@@ -1,0 +1,91 @@
+//! File sources on a real S3-compatible server (moto, installed by
+//! `scripts/install-s3-test-server.sh`; without it this test fails and says so).
+
+mod common;
+
+use std::io::Read;
+use std::sync::{Arc, OnceLock};
+
+use sluice_dataset::formats::tfrecord::TfRecordWriter;
+use sluice_dataset::{io, DatasetDef, Element};
+use sluice_journal::testing::MotoServer;
+
+/// One server for this test binary, its `AWS_*` settings in the environment
+/// before any store is built (stores are cached per bucket for the process).
+fn moto() -> Arc<MotoServer> {
+    static SERVER: OnceLock<Arc<MotoServer>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            let server = MotoServer::try_start().unwrap_or_else(|e| {
+                panic!("{e}\n(run scripts/install-s3-test-server.sh to install the S3 test server)")
+            });
+            for (k, v) in server.env() {
+                std::env::set_var(k, v);
+            }
+            Arc::new(server)
+        })
+        .clone()
+}
+
+fn strings(items: Vec<Result<Element, sluice_dataset::DatasetError>>) -> Vec<String> {
+    items
+        .into_iter()
+        .map(|r| {
+            let item = r.expect("no element fails").components[0].items().expect("bytes").remove(0);
+            String::from_utf8_lossy(&item).into_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn tfrecord_files_on_s3_list_and_read_back_through_the_executor() {
+    let server = moto();
+    let base = format!("s3://{}/dir", server.bucket());
+    // Three TFRecord files (the last with a 3 MiB record: many streamed chunks), and
+    // two objects the pattern must not match.
+    for i in 0..3 {
+        let url = format!("{base}/part-{i}.tfrecord");
+        let mut w = TfRecordWriter::new(io::create(&url).expect("create"));
+        for j in 0..2 {
+            w.write(format!("{i}-{j}").as_bytes()).expect("write");
+        }
+        if i == 2 {
+            w.write(&vec![b'z'; 3 << 20]).expect("write a big record");
+        }
+        w.into_inner().finish().expect("finish");
+    }
+    for other in ["dir/notes.txt", "dir/sub/part-9.tfrecord"] {
+        let mut w = io::create(&format!("s3://{}/{other}", server.bucket())).expect("create");
+        w.write_all(b"x").expect("write");
+        w.finish().expect("finish");
+    }
+
+    let files = io::list_files(&format!("{base}/*.tfrecord")).expect("lists");
+    assert_eq!(files, (0..3).map(|i| format!("{base}/part-{i}.tfrecord")).collect::<Vec<_>>());
+    let err = io::list_files(&format!("{base}/*.csv")).expect_err("no match");
+    assert!(err.to_string().contains("no files match"), "{err}");
+
+    let mut text = String::new();
+    io::open(&format!("s3://{}/dir/notes.txt", server.bucket()))
+        .expect("open")
+        .read_to_string(&mut text)
+        .expect("read");
+    assert_eq!(text, "x");
+    let err = io::open(&format!("{base}/missing")).and_then(|mut r| {
+        let mut buf = Vec::new();
+        r.read_to_end(&mut buf).map_err(|e| sluice_dataset::DatasetError::io("read", e))
+    });
+    assert!(err.expect_err("missing").to_string().contains("missing"));
+
+    // All records, in file order, through the executor.
+    let out = strings(common::run(&DatasetDef::tfrecord(files.clone())));
+    assert_eq!(out.len(), 7);
+    assert_eq!(out[..6], ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]);
+    assert_eq!(out[6].len(), 3 << 20);
+    assert!(out[6].bytes().all(|b| b == b'z'));
+
+    // list_files as the source, resolved at the start of a local run.
+    let names =
+        strings(common::run(&DatasetDef::list_files(&format!("{base}/part-[01].tfrecord"))));
+    assert_eq!(names, files[..2]);
+}
