@@ -26,6 +26,8 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// Dispatcher, workers and a reader in one process over a sample dataset.
     Local(cmd::local::LocalArgs),
+    /// Write a sample image data set (TFRecord files) and its preprocessing pipeline.
+    SampleData(cmd::sample::SampleArgs),
     /// Measure committed split rate, failover and restart time (docs/performance.md).
     Bench(cmd::bench::BenchArgs),
     /// Kill, pause, partition and wipe a real cluster while reading; check the history (docs/chaos.md).
@@ -59,6 +61,7 @@ fn main() -> std::process::ExitCode {
             Command::Read(a) => cmd::read::run(a).await,
             Command::Status(a) => cmd::status::run(a).await,
             Command::Local(a) => cmd::local::run(a).await,
+            Command::SampleData(a) => cmd::sample::run(a).await,
             Command::Bench(a) => cmd::bench::run(a).await,
             Command::Chaos(a) => cmd::chaos::run(a).await,
         }

@@ -9,12 +9,13 @@
 //!      ─► splits ─► driver ── (a) memory, (b) sled: in process; (c) 3×sled, (d) 3×S3: procs
 //!      ─► failover ─► driver  SIGKILL the leader of (c) under load
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
+//!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
 //!      ─► report ─────────── one table on stdout, the same figures as JSON
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
 //!   ([`driver::drive`]), the exactly-once check.
 //! - [`procs`] — `sluice dispatcher` child processes, killed and reaped on drop.
-//! - [`fsync`], [`splits`], [`failover`], [`restart`] — one measurement each.
+//! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each.
 //! - [`report`] — [`report::Report`], rendering; [`machine`] — the header.
 //!
 //! Every process started here is killed and reaped when its guard drops (also on an
@@ -23,6 +24,7 @@
 
 pub mod driver;
 pub mod failover;
+pub mod files;
 pub mod fsync;
 pub mod machine;
 pub mod procs;
@@ -50,6 +52,7 @@ pub enum Section {
     Failover,
     S3,
     Restart,
+    Files,
 }
 
 impl FromStr for Section {
@@ -63,10 +66,11 @@ impl FromStr for Section {
             "failover" => Section::Failover,
             "s3" => Section::S3,
             "restart" => Section::Restart,
+            "files" => Section::Files,
             other => {
                 return Err(format!(
                     "unknown section `{other}`; one of fsync, memory, sled, cluster, failover, s3, \
-                     restart"
+                     restart, files"
                 ))
             }
         })
@@ -96,6 +100,8 @@ pub struct BenchConfig {
     pub dir: Option<PathBuf>,
     pub json: Option<PathBuf>,
     pub skip: Vec<Section>,
+    /// The TFRecord data set of the files section.
+    pub files: files::FilesConfig,
     /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
     pub keep: bool,
 }
@@ -269,6 +275,13 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
+    let files = if cfg.runs(Section::Files) {
+        tracing::info!("--- TFRecord pipelines");
+        Outcome::from_result(files::run(&cfg.sluice_exe, cfg.files, &dir, &logs).await)
+    } else {
+        skipped()
+    };
+
     machine.load_end = machine::loadavg();
     if cfg.keep {
         let kept = temp.keep();
@@ -284,6 +297,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         split_rows,
         failover,
         restart,
+        files,
     })
 }
 

@@ -143,6 +143,7 @@ pub struct Report {
     pub split_rows: Vec<String>,
     pub failover: Outcome<Failover>,
     pub restart: Outcome<Restart>,
+    pub files: Outcome<crate::files::Files>,
 }
 
 impl Report {
@@ -163,6 +164,7 @@ impl Report {
         }
         failed("failover", failed_error(&self.failover));
         failed("restart", failed_error(&self.restart));
+        failed("files", failed_error(&self.files));
         let checks = self
             .splits
             .iter()
@@ -334,6 +336,37 @@ impl Report {
                 ));
             }
             other => line(format!("  {}", not_measured(other))),
+        }
+        line(String::new());
+        match &self.files {
+            Outcome::Measured(f) => {
+                line(format!(
+                    "TFRECORD PIPELINES  ({} files, {} records, {:.1} MB; {}x{} PNG + label per \
+                     record; DYNAMIC, a split is a file; worker processes on loopback)",
+                    f.files,
+                    f.records,
+                    f.dataset_bytes as f64 / 1e6,
+                    f.image_size,
+                    f.image_size
+                ));
+                line(format!(
+                    "  {:<22} {:<20} {:>8} {:>8} {:>11} {:>9} {:>9}",
+                    "pipeline", "setup", "records", "secs", "records/s", "MB/s", "vs local"
+                ));
+                for c in &f.cases {
+                    line(format!(
+                        "  {:<22} {:<20} {:>8} {:>8.2} {:>11.0} {:>9.1} {:>9}",
+                        c.pipeline,
+                        c.setup,
+                        c.records,
+                        c.secs,
+                        c.records_per_s,
+                        c.mb_per_s,
+                        c.vs_local.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
+                    ));
+                }
+            }
+            other => line(format!("TFRECORD PIPELINES  {}", not_measured(other))),
         }
         o
     }

@@ -45,9 +45,18 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Sections to skip, comma-separated: fsync, memory, sled, cluster, failover, s3,
-    /// restart.
+    /// restart, files.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<Section>,
+    /// TFRecord files of the files section's sample data set.
+    #[arg(long, default_value_t = 64)]
+    pub sample_files: usize,
+    /// Records per file of the sample data set.
+    #[arg(long, default_value_t = 128)]
+    pub sample_records_per_file: usize,
+    /// Width and height of the sample images, in pixels.
+    #[arg(long, default_value_t = 64)]
+    pub sample_image_size: u32,
     /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
     #[arg(long)]
     pub keep: bool,
@@ -67,6 +76,11 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         dir: a.dir,
         json: a.json,
         skip: a.skip,
+        files: sluice_bench::files::FilesConfig {
+            files: a.sample_files,
+            records_per_file: a.sample_records_per_file,
+            image_size: a.sample_image_size,
+        },
         keep: a.keep,
     };
     sluice_bench::run(config).await

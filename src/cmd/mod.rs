@@ -5,6 +5,7 @@ pub mod chaos;
 pub mod local;
 pub mod read;
 pub mod register;
+pub mod sample;
 pub mod serve;
 pub mod status;
 

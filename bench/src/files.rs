@@ -1,0 +1,221 @@
+//! A real input pipeline over TFRecord files: records/s and MB/s read locally with
+//! no service (the baseline: the same executor in this process), and through the
+//! service with one and with two `sluice worker` processes sharing the files under
+//! DYNAMIC sharding (a split is a file).
+//!
+//! The data set is the sample of `sluice sample-data` (`sluice_dataset::sample`):
+//! TFRecord files of `tf.train.Example`s holding a PNG image and a label. Two
+//! pipelines run over it: the raw records (`list_files` → `interleave(tfrecord)`),
+//! which measures reading and moving bytes, and the image preprocessing of the demo
+//! (parse, decode PNG, crop, normalise, batch), which measures CPU work. The files
+//! are written just before they are read, so every case reads them from the page
+//! cache: the figures compare Sluice against the same work done locally, not disks.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Context;
+use futures::StreamExt;
+use serde::Serialize;
+use sluice_chaos::procs::{reserve_port, Child, Spec};
+use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_dataset::{DatasetDef, Element, FunctionRegistry, Stage};
+
+/// The sample data set's shape.
+#[derive(Clone, Copy, Debug)]
+pub struct FilesConfig {
+    pub files: usize,
+    pub records_per_file: usize,
+    pub image_size: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FilesCase {
+    pub pipeline: String,
+    pub setup: String,
+    /// Records (images) delivered; a batch counts its batch size.
+    pub records: u64,
+    /// Payload bytes delivered.
+    pub bytes: u64,
+    pub secs: f64,
+    pub records_per_s: f64,
+    pub mb_per_s: f64,
+    /// records/s over the local baseline's of the same pipeline.
+    pub vs_local: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Files {
+    pub files: usize,
+    pub records: u64,
+    pub dataset_bytes: u64,
+    pub image_size: u32,
+    pub cases: Vec<FilesCase>,
+}
+
+/// Counts what a stream delivered.
+#[derive(Default)]
+struct Tally {
+    records: u64,
+    bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, e: &Element) {
+        // A raw record is one scalar; a preprocessed element is a batch of (image,
+        // label) whose first dimension is its number of records.
+        self.records += match e.components.as_slice() {
+            [_] => 1,
+            [first, ..] => first.shape().first().copied().unwrap_or(1),
+            [] => 0,
+        };
+        self.bytes += e.byte_len() as u64;
+    }
+}
+
+fn raw_pipeline(pattern: &str) -> DatasetDef {
+    let mut def = DatasetDef::list_files(pattern);
+    def.stages.push(Stage::Interleave {
+        name: "tfrecord".into(),
+        args: vec![],
+        cycle_length: 4,
+        block_length: 16,
+        num_parallel_calls: 4,
+    });
+    def
+}
+
+pub async fn run(exe: &Path, cfg: FilesConfig, dir: &Path, logs: &Path) -> anyhow::Result<Files> {
+    let data = dir.join("tfrecords");
+    let data = data.to_str().context("bench dir is not UTF-8")?.to_string();
+    let (target, c) = (data.clone(), cfg);
+    tracing::info!(files = cfg.files, records_per_file = cfg.records_per_file, "writing");
+    let summary = tokio::task::spawn_blocking(move || {
+        sluice_dataset::sample::write_image_dataset(
+            &target,
+            c.files,
+            c.records_per_file,
+            c.image_size,
+            1,
+        )
+    })
+    .await??;
+    let pattern = format!("{data}/*.tfrecord");
+    let pipelines = [
+        ("raw records", raw_pipeline(&pattern)),
+        ("image preprocessing", sluice_dataset::sample::image_pipeline(&pattern, cfg.image_size)),
+    ];
+    let mut cases = vec![];
+    for (name, def) in pipelines {
+        tracing::info!("--- files: {name}, local");
+        let local = local(&def).await?;
+        let base = local.records as f64 / local.secs;
+        cases.push(case(name, "local, no service", &local, None));
+        for workers in [1usize, 2] {
+            tracing::info!("--- files: {name}, {workers} worker(s)");
+            let m = service(exe, &def, workers, logs).await?;
+            if m.records != local.records {
+                anyhow::bail!(
+                    "{name} with {workers} worker(s) delivered {} records, locally {}: \
+                     DYNAMIC over files must deliver each record exactly once",
+                    m.records,
+                    local.records
+                );
+            }
+            let setup = format!("service, {workers} worker{}", if workers == 1 { "" } else { "s" });
+            cases.push(case(name, &setup, &m, Some(base)));
+        }
+    }
+    Ok(Files {
+        files: summary.files.len(),
+        records: summary.records,
+        dataset_bytes: summary.bytes,
+        image_size: cfg.image_size,
+        cases,
+    })
+}
+
+struct Measured {
+    records: u64,
+    bytes: u64,
+    secs: f64,
+}
+
+fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<f64>) -> FilesCase {
+    let rps = m.records as f64 / m.secs.max(1e-9);
+    FilesCase {
+        pipeline: pipeline.into(),
+        setup: setup.into(),
+        records: m.records,
+        bytes: m.bytes,
+        secs: m.secs,
+        records_per_s: rps,
+        mb_per_s: m.bytes as f64 / 1e6 / m.secs.max(1e-9),
+        vs_local: base.map(|b| rps / b),
+    }
+}
+
+/// The pipeline run by the executor in this process.
+async fn local(def: &DatasetDef) -> anyhow::Result<Measured> {
+    let def = def.clone();
+    tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        let mut tally = Tally::default();
+        for e in def.iter_local(&FunctionRegistry::builtin())? {
+            tally.add(&e?);
+        }
+        Ok(Measured {
+            records: tally.records,
+            bytes: tally.bytes,
+            secs: start.elapsed().as_secs_f64(),
+        })
+    })
+    .await?
+}
+
+/// One dispatcher (in memory) and `workers` worker processes; the reader is this
+/// process. Timed from the read request to the end of the stream.
+async fn service(
+    exe: &Path,
+    def: &DatasetDef,
+    workers: usize,
+    logs: &Path,
+) -> anyhow::Result<Measured> {
+    let spec = |args: Vec<String>, log: String| Spec {
+        exe: exe.to_path_buf(),
+        args,
+        envs: vec![],
+        log: logs.join(log),
+    };
+    let port = reserve_port()?;
+    let address = format!("127.0.0.1:{}", port.local_addr()?.port());
+    let dispatcher_args =
+        vec!["dispatcher".into(), "--port".into(), port.local_addr()?.port().to_string()];
+    drop(port);
+    let _dispatcher =
+        Child::start_async(&spec(dispatcher_args, format!("files-dispatcher-{workers}.log")))
+            .await?;
+    let mut procs = vec![];
+    for i in 0..workers {
+        let args = vec!["worker".into(), "--dispatcher".into(), address.clone()];
+        procs.push(
+            Child::start_async(&spec(args, format!("files-worker-{workers}-{i}.log"))).await?,
+        );
+    }
+    let client = Client::new(&[address], RetryPolicy::default())?;
+    // Wait until every worker registered, so each case has the workers it names.
+    let deadline = Instant::now() + sluice_chaos::procs::START_TIMEOUT;
+    while client.status().await?.workers.len() < workers {
+        if Instant::now() > deadline {
+            anyhow::bail!("{workers} worker(s) did not register within the start timeout");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let start = Instant::now();
+    let mut stream = client.distribute(def, ReadOptions::new(ProcessingMode::Dynamic)).await?;
+    let mut tally = Tally::default();
+    while let Some(e) = stream.next().await {
+        tally.add(&e?);
+    }
+    Ok(Measured { records: tally.records, bytes: tally.bytes, secs: start.elapsed().as_secs_f64() })
+}

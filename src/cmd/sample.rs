@@ -1,0 +1,71 @@
+//! `sluice sample-data`: writes a small image data set as TFRecord files (what a
+//! real training input looks like) and the pipeline spec that preprocesses it, so
+//! that `sluice local --spec` can run a realistic job. The writing lives in
+//! `sluice_dataset::sample`.
+
+use anyhow::Context;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct SampleArgs {
+    /// Directory or bucket prefix to write to (a path, file://, s3:// or gs://).
+    #[arg(long)]
+    pub out: String,
+    /// Number of TFRecord files.
+    #[arg(long, default_value_t = 64)]
+    pub files: usize,
+    /// Records (tf.train.Example: PNG `image`, int64 `label`) per file.
+    #[arg(long, default_value_t = 64)]
+    pub records_per_file: usize,
+    /// Width and height of the square RGB images, in pixels.
+    #[arg(long, default_value_t = 64)]
+    pub image_size: u32,
+    /// Seed of the pseudo-random image content and labels.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Where to write the pipeline spec (JSON). Default: `pipeline.json` inside
+    /// --out when it is a local directory, else stdout.
+    #[arg(long)]
+    pub spec: Option<String>,
+}
+
+pub async fn run(a: SampleArgs) -> anyhow::Result<()> {
+    if a.files == 0 || a.records_per_file == 0 || a.image_size < 16 {
+        anyhow::bail!(
+            "--files and --records-per-file must be at least 1, --image-size at least 16"
+        );
+    }
+    let out = a.out.trim_end_matches('/').to_string();
+    let (files, records, size, seed) = (a.files, a.records_per_file, a.image_size, a.seed);
+    let started = std::time::Instant::now();
+    let target = out.clone();
+    let summary = tokio::task::spawn_blocking(move || {
+        sluice_dataset::sample::write_image_dataset(&target, files, records, size, seed)
+    })
+    .await??;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "wrote {} records in {} files, {:.1} MB, to {out} in {secs:.1} s",
+        summary.records,
+        summary.files.len(),
+        summary.bytes as f64 / 1e6
+    );
+    let pattern = format!("{out}/*.tfrecord");
+    let json = sluice_dataset::sample::image_pipeline(&pattern, size).to_json();
+    let is_local = !out.contains("://") || out.starts_with("file://");
+    let spec = a.spec.or_else(|| {
+        is_local.then(|| {
+            let dir = out.strip_prefix("file://").unwrap_or(&out);
+            format!("{dir}/pipeline.json")
+        })
+    });
+    match spec {
+        Some(path) => {
+            std::fs::write(&path, json + "\n").with_context(|| format!("writing {path}"))?;
+            eprintln!("pipeline spec: {path}");
+            eprintln!("run it:        sluice local --spec {path} --quiet");
+        }
+        None => println!("{json}"),
+    }
+    Ok(())
+}
