@@ -18,8 +18,8 @@ pub const MAX_SPLITS_PER_GRANT: u32 = 1024;
 pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
     match cmd {
         Command::RegisterDataset { dataset_id, def } => register_dataset(state, dataset_id, def),
-        Command::GetOrCreateJob { dataset_id, mode, job_name } => {
-            get_or_create_job(state, dataset_id, mode, job_name)
+        Command::GetOrCreateJob { dataset_id, mode, job_name, target_workers, static_workers } => {
+            get_or_create_job(state, dataset_id, mode, job_name, target_workers, static_workers)
         }
         Command::GetOrCreateIteration { job_id, repetition, elements_per_split } => {
             get_or_create_iteration(state, job_id, repetition, elements_per_split)
@@ -89,32 +89,42 @@ fn get_or_create_job(
     dataset_id: DatasetId,
     mode: Mode,
     job_name: Option<String>,
+    target_workers: TargetWorkers,
+    static_workers: Vec<String>,
 ) -> Result<Response, StateError> {
-    if !state.datasets.contains_key(&dataset_id) {
+    let Some(dataset) = state.datasets.get(&dataset_id) else {
         return Err(StateError::not_found_hint(
             "dataset",
             dataset_id,
             "; register it first (sluice register, or Client::register_dataset)",
         ));
-    }
+    };
     if let Some(name) = &job_name {
         if name.is_empty() {
             return Err(StateError::InvalidArgument("job name must not be empty".into()));
         }
         if let Some(job) = state.jobs_by_name.get(name).and_then(|id| state.jobs.get(id)) {
-            if job.dataset_id != dataset_id || job.mode != mode {
+            if job.dataset_id != dataset_id
+                || job.mode != mode
+                || job.target_workers != target_workers
+            {
                 return Err(StateError::InvalidArgument(format!(
-                    "job `{name}` already exists with dataset_id={} mode={}, but this request \
-                     asked for dataset_id={dataset_id} mode={}; use the same parameters to \
-                     join it, or another job name",
+                    "job `{name}` already exists with dataset_id={} mode={} target_workers={}, \
+                     but this request asked for dataset_id={dataset_id} mode={} \
+                     target_workers={}; use the same parameters to join it, or another job name",
                     job.dataset_id,
                     job.mode.name(),
-                    mode.name()
+                    job.target_workers.name(),
+                    mode.name(),
+                    target_workers.name()
                 )));
             }
             return Ok(Response::Job { job_id: job.id, job_name: name.clone() });
         }
     }
+    check_sharding(&dataset.def, &dataset_id, mode, &static_workers)?;
+    // Only static jobs keep the worker list: it decides their shards.
+    let static_workers = if mode.static_policy().is_some() { static_workers } else { vec![] };
     let job_id = state.next_job_id;
     state.next_job_id += 1;
     let (name, anonymous) = match job_name {
@@ -132,10 +142,46 @@ fn get_or_create_job(
             anonymous,
             dataset_id,
             mode,
+            target_workers,
+            static_workers,
             iterations: Default::default(),
         },
     );
     Ok(Response::Job { job_id, job_name: name })
+}
+
+/// Whether `mode` can divide `def` (among `static_workers` for a static mode). The
+/// mode is a job property, so this runs when a job is created, not at registration.
+fn check_sharding(
+    def: &DatasetDef,
+    dataset_id: &str,
+    mode: Mode,
+    static_workers: &[String],
+) -> Result<(), StateError> {
+    let refused = |e: sluice_dataset::DatasetError| {
+        let msg = format!("cannot create a {} job over dataset `{dataset_id}`: {e}", mode.name());
+        // A condition of the server or of the mode choice (no worker list, a
+        // placeholder meant for HINT) is FailedPrecondition; a pipeline the policy
+        // cannot divide is InvalidArgument.
+        let misplaced_hint = mode != Mode::Hint && def.has_shard_hint();
+        let no_list = mode.static_policy().is_some() && static_workers.is_empty();
+        if misplaced_hint || no_list {
+            StateError::FailedPrecondition(msg)
+        } else {
+            StateError::InvalidArgument(msg)
+        }
+    };
+    match mode.static_policy() {
+        Some(policy) => def.check_static(policy, static_workers.len()).map_err(refused),
+        None if mode == Mode::Dynamic => def.check_dynamic().map_err(refused),
+        None if def.has_shard_hint() => Err(refused(sluice_dataset::DatasetError::InvalidSpec {
+            field: "stages".into(),
+            message: "shard(SHARD_HINT) is a placeholder that only the HINT processing mode \
+                      replaces, and this job's mode is OFF; use HINT, or give shard numbers"
+                .into(),
+        })),
+        None => Ok(()),
+    }
 }
 
 fn get_or_create_iteration(
@@ -155,9 +201,19 @@ fn get_or_create_iteration(
             state.next_iteration_id += 1;
             let cursors = match job.mode {
                 Mode::Dynamic => vec![SplitCursor::default()],
-                Mode::Off => vec![],
+                _ => vec![],
             };
-            let workers: Vec<String> = state.workers.keys().cloned().collect();
+            // Static modes: only the listed workers that registered so far; the
+            // others get their shard's task when they register.
+            let workers: Vec<String> = if job.mode.static_policy().is_some() {
+                job.static_workers
+                    .iter()
+                    .filter(|a| state.workers.contains_key(*a))
+                    .cloned()
+                    .collect()
+            } else {
+                state.workers.keys().cloned().collect()
+            };
             let mut iteration = Iteration {
                 id: iteration_id,
                 job_id,
@@ -169,7 +225,7 @@ fn get_or_create_iteration(
                 finished: false,
             };
             for address in workers {
-                let task_id = new_task(state, iteration_id, &address);
+                let task_id = new_task(state, job_id, iteration_id, &address);
                 iteration.tasks.push(task_id);
             }
             state.iterations.insert(iteration_id, iteration);
@@ -189,15 +245,19 @@ fn get_or_create_iteration(
 }
 
 /// Creates a task and assigns it to the worker; the caller adds it to the iteration.
-fn new_task(state: &mut State, iteration_id: IterationId, address: &str) -> TaskId {
+/// For a static job the task reads the worker's shard: its position in the job's
+/// `static_workers`.
+fn new_task(state: &mut State, job_id: JobId, iteration_id: IterationId, address: &str) -> TaskId {
     let task_id = state.next_task_id;
     state.next_task_id += 1;
+    let worker_index = state.jobs.get(&job_id).and_then(|j| shard_of(j, address)).unwrap_or(0);
     state.tasks.insert(
         task_id,
         Task {
             id: task_id,
             iteration_id,
             worker_address: address.to_string(),
+            worker_index,
             finished: false,
             last_split: None,
         },
@@ -206,6 +266,47 @@ fn new_task(state: &mut State, iteration_id: IterationId, address: &str) -> Task
         w.active_tasks.insert(task_id);
     }
     task_id
+}
+
+/// The job of an iteration.
+fn job_of(state: &State, iteration_id: IterationId) -> Option<&Job> {
+    state.iterations.get(&iteration_id).and_then(|it| state.jobs.get(&it.job_id))
+}
+
+/// A worker's shard index in a static job; `None` when the job is not static or
+/// the worker is not in its list.
+fn shard_of(job: &Job, address: &str) -> Option<u32> {
+    job.mode.static_policy()?;
+    job.static_workers.iter().position(|a| a == address).map(|i| i as u32)
+}
+
+/// Whether a worker at `address` takes part in an iteration: every worker for OFF
+/// and DYNAMIC, only the listed ones for a static mode.
+fn takes_part(state: &State, iteration_id: IterationId, address: &str) -> bool {
+    match job_of(state, iteration_id) {
+        Some(job) if job.mode.static_policy().is_some() => {
+            job.static_workers.iter().any(|a| a == address)
+        }
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// Every task of the iteration reached end of sequence, and (static modes) every
+/// shard has a task: a worker of the list that has not registered yet still owes
+/// its shard.
+fn iteration_complete(state: &State, it: &Iteration) -> bool {
+    let tasks: Vec<&Task> = it.tasks.iter().filter_map(|t| state.tasks.get(t)).collect();
+    if !tasks.iter().all(|t| t.finished) {
+        return false;
+    }
+    match state.jobs.get(&it.job_id) {
+        Some(job) if job.mode.static_policy().is_some() => {
+            let shards: BTreeSet<u32> = tasks.iter().map(|t| t.worker_index).collect();
+            shards.len() == job.static_workers.len()
+        }
+        _ => true,
+    }
 }
 
 fn release_client(state: &mut State, client_id: ClientId) -> Result<Response, StateError> {
@@ -247,14 +348,15 @@ fn register_worker(
         .filter(|t| t.worker_address == address)
         .map(|t| t.iteration_id)
         .collect();
-    let missing: Vec<IterationId> = state
+    let missing: Vec<(JobId, IterationId)> = state
         .iterations
         .values()
         .filter(|it| !it.finished && !has_task.contains(&it.id))
-        .map(|it| it.id)
+        .filter(|it| takes_part(state, it.id, &address))
+        .map(|it| (it.job_id, it.id))
         .collect();
-    for iteration_id in missing {
-        let task_id = new_task(state, iteration_id, &address);
+    for (job_id, iteration_id) in missing {
+        let task_id = new_task(state, job_id, iteration_id, &address);
         if let Some(it) = state.iterations.get_mut(&iteration_id) {
             it.tasks.push(task_id);
         }
@@ -289,10 +391,8 @@ fn finish_tasks(
     }
     let mut finished_iterations = vec![];
     for iteration_id in touched {
-        let all_done = match state.iterations.get(&iteration_id) {
-            Some(it) => it.tasks.iter().all(|t| state.tasks.get(t).is_none_or(|t| t.finished)),
-            None => false,
-        };
+        let all_done =
+            state.iterations.get(&iteration_id).is_some_and(|it| iteration_complete(state, it));
         if let Some(it) = state.iterations.get_mut(&iteration_id) {
             if all_done && !it.finished {
                 it.finished = true;

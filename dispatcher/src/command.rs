@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 use sluice_dataset::DatasetDef;
 
 use crate::error::StateError;
-use crate::state::{ClientId, DatasetId, IterationId, JobId, Mode, SplitAnswer, TaskId};
+use crate::state::{
+    ClientId, DatasetId, IterationId, JobId, Mode, SplitAnswer, TargetWorkers, TaskId,
+};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
@@ -20,11 +22,15 @@ pub enum Command {
         #[serde(with = "crate::def_serde")]
         def: DatasetDef,
     },
-    /// `job_name: None` creates an anonymous job.
+    /// `job_name: None` creates an anonymous job. `static_workers` is the
+    /// dispatcher's configured `worker_addresses`, stamped by the handler; a new
+    /// job in a static mode keeps it as its shard list.
     GetOrCreateJob {
         dataset_id: DatasetId,
         mode: Mode,
         job_name: Option<String>,
+        target_workers: TargetWorkers,
+        static_workers: Vec<String>,
     },
     /// Gets or creates (job, repetition) with one task per registered worker, and
     /// adds a client to it.

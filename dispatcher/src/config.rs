@@ -31,6 +31,10 @@ pub struct DispatcherConfig {
     pub heartbeat_interval: Duration,
     pub election_timeout_min: Duration,
     pub election_timeout_max: Duration,
+    /// The fixed worker list of static sharding (FILE, DATA, FILE_OR_DATA, HINT):
+    /// worker `i` reads shard `i`. When non-empty, only these addresses may register.
+    /// Give every dispatcher of a group the same list.
+    pub worker_addresses: Vec<String>,
 }
 
 impl Default for DispatcherConfig {
@@ -45,6 +49,7 @@ impl Default for DispatcherConfig {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),
+            worker_addresses: Vec::new(),
         }
     }
 }
@@ -71,6 +76,15 @@ impl DispatcherConfig {
         }
         if let Some((id, _)) = self.peers.iter().find(|(_, a)| a.is_empty()) {
             return bad(format!("peer {id} has an empty address"));
+        }
+        if self.worker_addresses.iter().any(|a| a.trim().is_empty()) {
+            return bad("worker_addresses: an address is empty".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(a) = self.worker_addresses.iter().find(|a| !seen.insert(a.as_str())) {
+            return bad(format!(
+                "worker_addresses: `{a}` is given twice; each worker reads one shard"
+            ));
         }
         if self.election_timeout_min <= self.heartbeat_interval
             || self.election_timeout_max <= self.election_timeout_min

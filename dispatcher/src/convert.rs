@@ -6,7 +6,7 @@ use tonic::Status;
 
 use crate::core::ProposeError;
 use crate::error::StateError;
-use crate::state::{Mode, SplitAnswer, State, Task};
+use crate::state::{Mode, SplitAnswer, State, TargetWorkers, Task};
 
 impl From<StateError> for Status {
     fn from(e: StateError) -> Status {
@@ -56,9 +56,13 @@ pub fn mode_from_wire(v: i32) -> Result<Mode, Status> {
     match pb::ProcessingMode::try_from(v) {
         Ok(pb::ProcessingMode::Off) => Ok(Mode::Off),
         Ok(pb::ProcessingMode::Dynamic) => Ok(Mode::Dynamic),
+        Ok(pb::ProcessingMode::File) => Ok(Mode::File),
+        Ok(pb::ProcessingMode::Data) => Ok(Mode::Data),
+        Ok(pb::ProcessingMode::FileOrData) => Ok(Mode::FileOrData),
+        Ok(pb::ProcessingMode::Hint) => Ok(Mode::Hint),
         _ => Err(Status::invalid_argument(format!(
-            "processing mode {v} is not supported; use OFF (parallel_epochs) or DYNAMIC \
-             (distributed_epoch)"
+            "processing mode {v} is not supported; use OFF (parallel_epochs), DYNAMIC \
+             (distributed_epoch), FILE, DATA, FILE_OR_DATA or HINT"
         ))),
     }
 }
@@ -67,6 +71,21 @@ pub fn mode_to_wire(m: Mode) -> pb::ProcessingMode {
     match m {
         Mode::Off => pb::ProcessingMode::Off,
         Mode::Dynamic => pb::ProcessingMode::Dynamic,
+        Mode::File => pb::ProcessingMode::File,
+        Mode::Data => pb::ProcessingMode::Data,
+        Mode::FileOrData => pb::ProcessingMode::FileOrData,
+        Mode::Hint => pb::ProcessingMode::Hint,
+    }
+}
+
+pub fn target_workers_from_wire(v: i32) -> Result<TargetWorkers, Status> {
+    match pb::TargetWorkers::try_from(v) {
+        Ok(pb::TargetWorkers::Auto) => Ok(TargetWorkers::Auto),
+        Ok(pb::TargetWorkers::Any) => Ok(TargetWorkers::Any),
+        Ok(pb::TargetWorkers::Local) => Ok(TargetWorkers::Local),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "target_workers {v} is not supported; use AUTO, ANY or LOCAL"
+        ))),
     }
 }
 
@@ -97,7 +116,8 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         dataset: Some(pb::DatasetDef::from(&ds.def)),
         mode: mode_to_wire(job.mode) as i32,
         num_split_providers: it.cursors.len() as u32,
-        num_workers: 0,
-        worker_index: 0,
+        // Static modes: the shard this task reads (0 and 0 otherwise).
+        num_workers: job.static_workers.len() as u32,
+        worker_index: task.worker_index,
     })
 }

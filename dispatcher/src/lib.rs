@@ -38,4 +38,4 @@ pub use config::{parse_peers, DispatcherConfig};
 pub use core::{Core, ProposeError};
 pub use error::{DispatcherError, StateError};
 pub use server::{run, spawn, DispatcherHandle};
-pub use state::{Mode, State};
+pub use state::{Mode, State, TargetWorkers};

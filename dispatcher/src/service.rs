@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sluice_dataset::{DatasetError, FunctionRegistry};
+use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, Stage};
 use sluice_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
@@ -92,6 +92,9 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let req = req.into_inner();
         let def = def_from_wire(req.dataset)?;
         self.check_functions(&def).await?;
+        // `list_files` is listed once, here, so the file list (and with it the
+        // split order and every static shard) is part of the replicated state.
+        let def = resolve_files(def).await?;
         let dataset_id: Option<DatasetId> = Some(req.dataset_id).filter(|id| !id.is_empty());
         match self.core.propose(Command::RegisterDataset { dataset_id, def }).await? {
             R::DatasetRegistered { dataset_id } => {
@@ -133,8 +136,16 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
     ) -> Result<Response<pb::GetOrCreateJobResponse>, Status> {
         let req = req.into_inner();
         let mode = mode_from_wire(req.mode)?;
+        let target_workers = target_workers_from_wire(req.target_workers)?;
         let job_name = Some(req.job_name).filter(|n| !n.is_empty());
-        let cmd = Command::GetOrCreateJob { dataset_id: req.dataset_id, mode, job_name };
+        let cmd = Command::GetOrCreateJob {
+            dataset_id: req.dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            // Stamped here so the job keeps the list it was created with.
+            static_workers: self.config.worker_addresses.clone(),
+        };
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name } => {
                 Ok(Response::new(pb::GetOrCreateJobResponse { job_id, job_name }))
@@ -214,6 +225,16 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
         let req = req.into_inner();
         let address = req.address.clone();
+        let allowed = &self.config.worker_addresses;
+        if !allowed.is_empty() && !allowed.contains(&address) {
+            // FailedPrecondition: the worker gives up (and exits) instead of retrying.
+            return Err(Status::failed_precondition(format!(
+                "worker address {address} is not in the dispatcher's worker_addresses \
+                 [{}]; start the worker with one of these addresses or add it to \
+                 --worker-addresses on every dispatcher",
+                allowed.join(", ")
+            )));
+        }
         let cmd = Command::RegisterWorker {
             address: req.address,
             worker_uid: req.worker_uid,
@@ -311,6 +332,33 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         status.from_leader = from_leader;
         Ok(Response::new(status))
     }
+}
+
+/// Lists the files of `list_files` stages, off the runtime's threads (it may block
+/// on a file system or object store).
+async fn resolve_files(mut def: DatasetDef) -> Result<DatasetDef, Status> {
+    let patterns: Vec<String> = def
+        .stages
+        .iter()
+        .filter_map(|s| match s {
+            Stage::ListFiles { pattern, files: None, .. } => Some(pattern.clone()),
+            _ => None,
+        })
+        .collect();
+    if patterns.is_empty() {
+        return Ok(def);
+    }
+    let resolved = tokio::task::spawn_blocking(move || def.resolve_files().map(|()| def))
+        .await
+        .map_err(|e| Status::internal(format!("listing files: {e}")))?;
+    resolved.map_err(|e| {
+        let msg = e.to_string();
+        if patterns.iter().any(|p| msg.contains(p.as_str())) {
+            Status::invalid_argument(msg)
+        } else {
+            Status::invalid_argument(format!("list_files `{}`: {msg}", patterns.join("`, `")))
+        }
+    })
 }
 
 impl DispatcherService {

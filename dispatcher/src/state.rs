@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use sluice_dataset::DatasetDef;
+use sluice_dataset::{DatasetDef, StaticPolicy};
 
 pub type DatasetId = String;
 pub type JobId = u64;
@@ -24,6 +24,16 @@ pub enum Mode {
     Off,
     /// Splits of the source are handed out, each to one worker ("distributed_epoch").
     Dynamic,
+    // Static sharding over the job's `static_workers` (appended after the first two
+    // so that logged commands keep their bincode variant indices).
+    /// Worker `i` of `n` reads the files `f` with `f mod n == i`.
+    File,
+    /// Worker `i` of `n` keeps the output elements with index `mod n == i`.
+    Data,
+    /// FILE for a file source with at least `n` files, DATA otherwise.
+    FileOrData,
+    /// Every `shard(SHARD_HINT, SHARD_HINT)` becomes `shard(n, i)`.
+    Hint,
 }
 
 impl Mode {
@@ -31,6 +41,42 @@ impl Mode {
         match self {
             Mode::Off => "OFF",
             Mode::Dynamic => "DYNAMIC",
+            Mode::File => "FILE",
+            Mode::Data => "DATA",
+            Mode::FileOrData => "FILE_OR_DATA",
+            Mode::Hint => "HINT",
+        }
+    }
+
+    /// The static sharding policy of a static mode; `None` for OFF and DYNAMIC.
+    pub fn static_policy(self) -> Option<StaticPolicy> {
+        match self {
+            Mode::Off | Mode::Dynamic => None,
+            Mode::File => Some(StaticPolicy::File),
+            Mode::Data => Some(StaticPolicy::Data),
+            Mode::FileOrData => Some(StaticPolicy::FileOrData),
+            Mode::Hint => Some(StaticPolicy::Hint),
+        }
+    }
+}
+
+/// Which workers' tasks the consumers of a job read. Part of the job's identity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TargetWorkers {
+    /// ANY: Sluice has no COLOCATED worker tags (docs/architecture.md).
+    #[default]
+    Auto,
+    Any,
+    /// Only workers running in the consumer's own process.
+    Local,
+}
+
+impl TargetWorkers {
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetWorkers::Auto => "AUTO",
+            TargetWorkers::Any => "ANY",
+            TargetWorkers::Local => "LOCAL",
         }
     }
 }
@@ -52,6 +98,11 @@ pub struct Job {
     pub anonymous: bool,
     pub dataset_id: DatasetId,
     pub mode: Mode,
+    pub target_workers: TargetWorkers,
+    /// Static modes: the dispatcher's `worker_addresses` when the job was created.
+    /// Worker `i` of the shard is `static_workers[i]`; later configuration changes
+    /// do not move an existing job's shards. Empty for OFF and DYNAMIC.
+    pub static_workers: Vec<String>,
     /// repetition → iteration.
     pub iterations: BTreeMap<u64, IterationId>,
 }
@@ -101,6 +152,9 @@ pub struct Task {
     pub id: TaskId,
     pub iteration_id: IterationId,
     pub worker_address: String,
+    /// Static modes: the worker's position in the job's `static_workers`, i.e. which
+    /// shard this task reads. 0 otherwise.
+    pub worker_index: u32,
     pub finished: bool,
     pub last_split: Option<SplitRecord>,
 }

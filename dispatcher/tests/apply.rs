@@ -2,7 +2,7 @@
 
 use sluice_dataset::DatasetDef;
 use sluice_dispatcher::state::{SplitAnswer, SplitCursor};
-use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError};
+use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
 
 fn ok(s: &mut State, c: Command) -> Response {
     apply(s, c).expect("command applies")
@@ -16,8 +16,24 @@ fn register(s: &mut State, def: DatasetDef) -> String {
 }
 
 fn job(s: &mut State, ds: &str, mode: Mode, name: Option<&str>) -> Result<u64, StateError> {
-    let c =
-        Command::GetOrCreateJob { dataset_id: ds.into(), mode, job_name: name.map(String::from) };
+    job_with(s, ds, mode, name, TargetWorkers::Auto, &[])
+}
+
+fn job_with(
+    s: &mut State,
+    ds: &str,
+    mode: Mode,
+    name: Option<&str>,
+    target_workers: TargetWorkers,
+    static_workers: &[&str],
+) -> Result<u64, StateError> {
+    let c = Command::GetOrCreateJob {
+        dataset_id: ds.into(),
+        mode,
+        job_name: name.map(String::from),
+        target_workers,
+        static_workers: static_workers.iter().map(|a| a.to_string()).collect(),
+    };
     apply(s, c).map(|r| match r {
         Response::Job { job_id, .. } => job_id,
         r => panic!("{r:?}"),
@@ -206,6 +222,8 @@ fn replaying_the_same_commands_rebuilds_the_same_state() {
             dataset_id: "1000".into(),
             mode: Mode::Dynamic,
             job_name: Some("j".into()),
+            target_workers: TargetWorkers::Auto,
+            static_workers: vec![],
         },
         Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 3 },
         Command::GetSplit {
@@ -271,11 +289,19 @@ fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
     let mut s = State::default();
     let batch = Command::Batch(vec![
         Command::RegisterDataset { dataset_id: Some("a".into()), def: DatasetDef::range(3) },
-        Command::GetOrCreateJob { dataset_id: "missing".into(), mode: Mode::Off, job_name: None },
+        Command::GetOrCreateJob {
+            dataset_id: "missing".into(),
+            mode: Mode::Off,
+            job_name: None,
+            target_workers: TargetWorkers::Auto,
+            static_workers: vec![],
+        },
         Command::GetOrCreateJob {
             dataset_id: "a".into(),
             mode: Mode::Off,
             job_name: Some("j".into()),
+            target_workers: TargetWorkers::Any,
+            static_workers: vec![],
         },
         Command::Batch(vec![]),
     ]);
@@ -290,4 +316,100 @@ fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
     );
     assert!(matches!(results[3], Err(StateError::InvalidArgument(_))), "batches do not nest");
     assert!(s.jobs_by_name.contains_key("j"));
+}
+
+fn text_files(n: usize) -> DatasetDef {
+    DatasetDef::text_lines((0..n).map(|f| format!("/data/f{f}.txt")).collect())
+}
+
+fn finish(s: &mut State, address: &str, task_ids: Vec<u64>) -> Vec<u64> {
+    let c = Command::FinishTasks { worker_address: address.into(), task_ids };
+    match ok(s, c) {
+        Response::TasksFinished { finished_iterations } => finished_iterations,
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn a_static_iteration_has_one_task_per_listed_worker_with_its_index_and_waits_for_all_shards() {
+    let mut s = State::default();
+    let list = ["w0:1", "w1:1", "w2:1"];
+    worker(&mut s, "w1:1", 1);
+    worker(&mut s, "other:1", 9);
+    let ds = register(&mut s, text_files(6));
+    let j = job_with(&mut s, &ds, Mode::File, Some("f"), TargetWorkers::Any, &list).unwrap();
+    assert_eq!(s.jobs[&j].static_workers, list.map(String::from).to_vec());
+    let (it, _) = iteration(&mut s, j, 1);
+    // Only the registered listed worker has a task so far, reading shard 1.
+    let tasks: Vec<_> = s.iterations[&it].tasks.iter().map(|t| s.tasks[t].clone()).collect();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!((tasks[0].worker_address.as_str(), tasks[0].worker_index), ("w1:1", 1));
+    assert_eq!(finish(&mut s, "w1:1", vec![tasks[0].id]), Vec::<u64>::new(), "shards 0, 2 owed");
+    // Listed workers registering later get their own shard; an unlisted one gets none.
+    let t2 = worker(&mut s, "w2:1", 2);
+    let t0 = worker(&mut s, "w0:1", 3);
+    assert_eq!(worker(&mut s, "late:1", 4), Vec::<u64>::new());
+    assert_eq!((s.tasks[&t0[0]].worker_index, s.tasks[&t2[0]].worker_index), (0, 2));
+    assert_eq!(finish(&mut s, "w2:1", t2), Vec::<u64>::new());
+    assert_eq!(finish(&mut s, "w0:1", t0), vec![it], "all three shards finished");
+    // The list stays the job's own: a job created later with another list keeps its own.
+    let j2 = job_with(&mut s, &ds, Mode::Data, None, TargetWorkers::Any, &list[..2]).unwrap();
+    assert_eq!(s.jobs[&j2].static_workers.len(), 2);
+    // OFF and DYNAMIC jobs keep no list.
+    let j3 = job_with(&mut s, &ds, Mode::Off, None, TargetWorkers::Any, &list).unwrap();
+    assert!(s.jobs[&j3].static_workers.is_empty());
+}
+
+#[test]
+fn job_creation_refuses_what_the_mode_cannot_shard_naming_the_numbers() {
+    let mut s = State::default();
+    let five = ["a:1", "b:1", "c:1", "d:1", "e:1"];
+    let files = register(&mut s, text_files(3));
+    let range = register(&mut s, DatasetDef::range(10));
+    let hinted = register(
+        &mut s,
+        DatasetDef::range(20).shard(sluice_dataset::ShardArg::Hint, sluice_dataset::ShardArg::Hint),
+    );
+    let zipped = register(&mut s, DatasetDef::range(3).zip(vec![DatasetDef::range(3)]));
+    let before = s.clone();
+    let err = |s: &mut State, ds: &str, mode: Mode, workers: &[&str]| {
+        job_with(s, ds, mode, None, TargetWorkers::Auto, workers).unwrap_err()
+    };
+
+    let e = err(&mut s, &files, Mode::File, &five);
+    assert!(matches!(e, StateError::InvalidArgument(_)), "{e:?}");
+    assert!(e.to_string().contains("3 file(s)") && e.to_string().contains("5 workers"), "{e}");
+    let e = err(&mut s, &range, Mode::File, &five).to_string();
+    assert!(e.contains("reads no files") && e.contains("range"), "{e}");
+    let e = err(&mut s, &range, Mode::Data, &[]);
+    assert!(matches!(e, StateError::FailedPrecondition(_)), "{e:?}");
+    assert!(e.to_string().contains("--worker-addresses"), "{e}");
+    for mode in [Mode::Off, Mode::Dynamic, Mode::Data] {
+        let e = err(&mut s, &hinted, mode, &five);
+        assert!(matches!(e, StateError::FailedPrecondition(_)), "{mode:?}: {e:?}");
+        assert!(e.to_string().contains("SHARD_HINT") && e.to_string().contains("HINT"), "{e}");
+    }
+    let e = err(&mut s, &zipped, Mode::Dynamic, &[]).to_string();
+    assert!(e.contains("`zip`") && e.contains("DYNAMIC"), "{e}");
+    let e = err(&mut s, &range, Mode::Hint, &five).to_string();
+    assert!(e.contains("SHARD_HINT") && e.contains("has none"), "{e}");
+    assert_eq!(s, before, "refused jobs change nothing");
+
+    // What the modes can divide is accepted.
+    job_with(&mut s, &files, Mode::File, None, TargetWorkers::Auto, &five[..3]).unwrap();
+    job_with(&mut s, &files, Mode::FileOrData, None, TargetWorkers::Auto, &five).unwrap();
+    job_with(&mut s, &range, Mode::Data, None, TargetWorkers::Auto, &five).unwrap();
+    job_with(&mut s, &hinted, Mode::Hint, None, TargetWorkers::Auto, &five[..2]).unwrap();
+    job_with(&mut s, &files, Mode::Dynamic, None, TargetWorkers::Auto, &[]).unwrap();
+}
+
+#[test]
+fn target_workers_is_part_of_a_named_jobs_identity() {
+    let mut s = State::default();
+    let ds = register(&mut s, DatasetDef::range(3));
+    let j = job_with(&mut s, &ds, Mode::Off, Some("t"), TargetWorkers::Local, &[]).unwrap();
+    assert_eq!(job_with(&mut s, &ds, Mode::Off, Some("t"), TargetWorkers::Local, &[]), Ok(j));
+    let e = job_with(&mut s, &ds, Mode::Off, Some("t"), TargetWorkers::Any, &[]).unwrap_err();
+    let e = e.to_string();
+    assert!(e.contains("target_workers=LOCAL") && e.contains("target_workers=ANY"), "{e}");
 }
