@@ -100,8 +100,9 @@ impl Schedule {
     pub fn plan(scenario: &Scenario, seed: u64) -> Schedule {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let copies = match scenario.mode {
-            sluice_client::ProcessingMode::Dynamic => 1,
             sluice_client::ProcessingMode::Off => scenario.workers as u64,
+            // DYNAMIC and the static modes deliver each element once.
+            _ => 1,
         };
         let epoch = scenario.dataset_len * copies;
         let first_after_elements = epoch * rng.gen_range(15..=50) / 100;

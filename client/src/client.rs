@@ -5,7 +5,8 @@ use sluice_proto::v1 as pb;
 
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
-use crate::options::ReadOptions;
+use crate::local_workers;
+use crate::options::{ReadOptions, TargetWorkers};
 use crate::reader::ElementStream;
 use crate::retry::RetryPolicy;
 
@@ -48,13 +49,25 @@ impl Client {
         opts: ReadOptions,
     ) -> Result<ElementStream, ClientError> {
         opts.validate()?;
+        if opts.target_workers == TargetWorkers::Local && local_workers::is_empty() {
+            let static_note = if opts.mode.is_static() {
+                " (for a static mode the worker must also be in the dispatcher's \
+                 --worker-addresses)"
+            } else {
+                ""
+            };
+            return Err(ClientError::InvalidArgument(format!(
+                "target_workers=LOCAL reads only workers in this process, and there are none; \
+                 start a worker in-process (sluice local) or use ANY{static_note}"
+            )));
+        }
         let job = self
             .dispatcher
             .get_or_create_job(pb::GetOrCreateJobRequest {
                 dataset_id: dataset_id.to_string(),
                 mode: opts.mode.to_wire() as i32,
                 job_name: opts.job_name.clone().unwrap_or_default(),
-                target_workers: pb::TargetWorkers::Auto as i32,
+                target_workers: opts.target_workers.to_wire() as i32,
             })
             .await?;
         let it = self

@@ -21,16 +21,20 @@
 //!   dispatcher's task list, one reader per task streams from its worker.
 //! - [`blocking`] — the same as a blocking iterator, for callers without a runtime.
 //! - [`options`] — [`ReadOptions`], [`ProcessingMode`] (`"parallel_epochs"` /
-//!   `"distributed_epoch"` accepted).
+//!   `"distributed_epoch"` accepted, and the static `file`, `data`, `file_or_data`,
+//!   `hint`), [`TargetWorkers`].
 //! - [`dispatcher`] — [`DispatcherClient`] — retrying calls to one or more dispatchers
 //!   (also used by workers).
 //! - [`retry`] — [`RetryPolicy`] — bounded backoff for every remote call.
+//! - [`local_workers`] — the process-wide registry of in-process workers, which
+//!   `TargetWorkers::Local` reads are limited to.
 //! - [`error`] — [`ClientError`].
 
 pub mod blocking;
 pub mod client;
 pub mod dispatcher;
 pub mod error;
+pub mod local_workers;
 pub mod options;
 pub mod reader;
 pub mod retry;
@@ -38,6 +42,6 @@ pub mod retry;
 pub use client::Client;
 pub use dispatcher::DispatcherClient;
 pub use error::ClientError;
-pub use options::{ProcessingMode, ReadOptions};
+pub use options::{ProcessingMode, ReadOptions, TargetWorkers};
 pub use reader::ElementStream;
 pub use retry::RetryPolicy;

@@ -18,6 +18,15 @@ pub enum ProcessingMode {
     /// The dispatcher hands out splits of the source, each to one worker; every
     /// element arrives once. tf.data's "distributed_epoch".
     Dynamic,
+    /// Static: worker `i` of the dispatcher's `n` listed workers reads the files
+    /// `f` with `f mod n == i`.
+    File,
+    /// Static: worker `i` of `n` keeps the elements with index `mod n == i`.
+    Data,
+    /// Static: FILE for a file source with at least `n` files, DATA otherwise.
+    FileOrData,
+    /// Static: every `shard(SHARD_HINT, SHARD_HINT)` becomes `shard(n, i)`.
+    Hint,
 }
 
 impl ProcessingMode {
@@ -25,20 +34,36 @@ impl ProcessingMode {
         match self {
             ProcessingMode::Off => pb::ProcessingMode::Off,
             ProcessingMode::Dynamic => pb::ProcessingMode::Dynamic,
+            ProcessingMode::File => pb::ProcessingMode::File,
+            ProcessingMode::Data => pb::ProcessingMode::Data,
+            ProcessingMode::FileOrData => pb::ProcessingMode::FileOrData,
+            ProcessingMode::Hint => pb::ProcessingMode::Hint,
         }
+    }
+
+    /// FILE, DATA, FILE_OR_DATA and HINT: sharded over the dispatcher's fixed
+    /// worker list.
+    pub fn is_static(self) -> bool {
+        !matches!(self, ProcessingMode::Off | ProcessingMode::Dynamic)
     }
 }
 
 impl FromStr for ProcessingMode {
     type Err = ClientError;
-    /// Accepts `off`/`parallel_epochs` and `dynamic`/`distributed_epoch`, any case.
+    /// Accepts `off`/`parallel_epochs`, `dynamic`/`distributed_epoch`, `file`,
+    /// `data`, `file_or_data` and `hint`, any case.
     fn from_str(s: &str) -> Result<Self, ClientError> {
         match s.to_ascii_lowercase().as_str() {
             "off" | "parallel_epochs" => Ok(ProcessingMode::Off),
             "dynamic" | "distributed_epoch" => Ok(ProcessingMode::Dynamic),
+            "file" => Ok(ProcessingMode::File),
+            "data" => Ok(ProcessingMode::Data),
+            "file_or_data" => Ok(ProcessingMode::FileOrData),
+            "hint" => Ok(ProcessingMode::Hint),
             _ => Err(ClientError::InvalidArgument(format!(
-                "unknown processing mode `{s}`; use `off` (alias `parallel_epochs`) or \
-                 `dynamic` (alias `distributed_epoch`)"
+                "unknown processing mode `{s}`; use `off` (alias `parallel_epochs`), \
+                 `dynamic` (alias `distributed_epoch`), or a static mode over the \
+                 dispatcher's --worker-addresses: `file`, `data`, `file_or_data`, `hint`"
             ))),
         }
     }
@@ -49,6 +74,59 @@ impl fmt::Display for ProcessingMode {
         f.write_str(match self {
             ProcessingMode::Off => "off",
             ProcessingMode::Dynamic => "dynamic",
+            ProcessingMode::File => "file",
+            ProcessingMode::Data => "data",
+            ProcessingMode::FileOrData => "file_or_data",
+            ProcessingMode::Hint => "hint",
+        })
+    }
+}
+
+/// Which workers' tasks a reader reads. Part of a job's identity: readers of one
+/// named job must agree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TargetWorkers {
+    /// The same as ANY: Sluice has no COLOCATED worker tags to avoid.
+    #[default]
+    Auto,
+    /// Every task of the iteration.
+    Any,
+    /// Only tasks of workers running in this process (see [`crate::local_workers`]);
+    /// the read ends when those tasks end.
+    Local,
+}
+
+impl TargetWorkers {
+    pub fn to_wire(self) -> pb::TargetWorkers {
+        match self {
+            TargetWorkers::Auto => pb::TargetWorkers::Auto,
+            TargetWorkers::Any => pb::TargetWorkers::Any,
+            TargetWorkers::Local => pb::TargetWorkers::Local,
+        }
+    }
+}
+
+impl FromStr for TargetWorkers {
+    type Err = ClientError;
+    /// Accepts `auto` (or empty), `any`, `local`, any case.
+    fn from_str(s: &str) -> Result<Self, ClientError> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(TargetWorkers::Auto),
+            "any" => Ok(TargetWorkers::Any),
+            "local" => Ok(TargetWorkers::Local),
+            _ => Err(ClientError::InvalidArgument(format!(
+                "unknown target workers `{s}`; use `auto`, `any` or `local`"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for TargetWorkers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TargetWorkers::Auto => "auto",
+            TargetWorkers::Any => "any",
+            TargetWorkers::Local => "local",
         })
     }
 }
@@ -57,6 +135,8 @@ impl fmt::Display for ProcessingMode {
 #[derive(Clone, Debug)]
 pub struct ReadOptions {
     pub mode: ProcessingMode,
+    /// Which workers' tasks to read (default AUTO = ANY).
+    pub target_workers: TargetWorkers,
     /// Readers with the same job name share one job, first come first served;
     /// `None` makes a private, anonymous job.
     pub job_name: Option<String>,
@@ -77,6 +157,7 @@ impl ReadOptions {
     pub fn new(mode: ProcessingMode) -> Self {
         ReadOptions {
             mode,
+            target_workers: TargetWorkers::Auto,
             job_name: None,
             repetition: 0,
             max_outstanding_requests: 16,
@@ -88,6 +169,11 @@ impl ReadOptions {
 
     pub fn job_name(mut self, name: impl Into<String>) -> Self {
         self.job_name = Some(name.into());
+        self
+    }
+
+    pub fn target_workers(mut self, target: TargetWorkers) -> Self {
+        self.target_workers = target;
         self
     }
 

@@ -6,12 +6,15 @@
 //!                                   │                     │
 //!                                   └──── end ────►  [bounded channel of element batches] ──► ElementStream
 //! ```
-//! The stream ends only when the dispatcher reports the iteration finished and
-//! every task reader has seen its task's end of sequence. Memory is bounded by
+//! The stream ends when the dispatcher reports the iteration finished and every
+//! task reader has seen its task's end of sequence. A reader that skips tasks
+//! (`TargetWorkers::Local` reads only workers in this process) cannot wait for the
+//! iteration to finish, since it does not read all of it: it ends once it has read
+//! a task and every task it reads has reached end of sequence. Memory is bounded by
 //! `max_outstanding_requests`: that many batches in the channel, that many task
 //! streams at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -28,16 +31,23 @@ use tracing::{debug, Instrument};
 
 use crate::dispatcher::{channel, DispatcherClient};
 use crate::error::ClientError;
-use crate::options::ReadOptions;
+use crate::local_workers;
+use crate::options::{ReadOptions, TargetWorkers};
 use crate::retry::is_retryable_status;
 
-type Batch = Result<Vec<Element>, ClientError>;
+/// Elements of one message, with the address of the worker that produced them.
+type Batch = Result<(Arc<str>, Vec<Element>), ClientError>;
+
+/// An element and the address of the worker that produced it.
+pub type SourcedElement = (Arc<str>, Element);
 
 /// The elements of one iteration, as an async [`Stream`]. Dropping it stops the
 /// readers and releases the client from the iteration.
 pub struct ElementStream {
     rx: mpsc::Receiver<Batch>,
     current: std::vec::IntoIter<Element>,
+    /// The worker that produced `current`.
+    current_source: Arc<str>,
     manager: JoinHandle<()>,
     dispatcher: DispatcherClient,
     runtime: tokio::runtime::Handle,
@@ -61,6 +71,7 @@ impl ElementStream {
         ElementStream {
             rx,
             current: Vec::new().into_iter(),
+            current_source: Arc::from(""),
             manager,
             dispatcher,
             runtime: tokio::runtime::Handle::current(),
@@ -79,18 +90,26 @@ impl ElementStream {
     pub fn job_name(&self) -> &str {
         &self.job_name
     }
-}
 
-impl Stream for ElementStream {
-    type Item = Result<Element, ClientError>;
+    /// The next element and the address of the worker that produced it (one shared
+    /// `Arc<str>` per message, not a string per element). `None` at the end.
+    pub async fn next_with_source(&mut self) -> Option<Result<(Arc<str>, Element), ClientError>> {
+        std::future::poll_fn(|cx| self.poll_with_source(cx)).await
+    }
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_with_source(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<SourcedElement, ClientError>>> {
         loop {
             if let Some(e) = self.current.next() {
-                return Poll::Ready(Some(Ok(e)));
+                return Poll::Ready(Some(Ok((self.current_source.clone(), e))));
             }
             match self.rx.poll_recv(cx) {
-                Poll::Ready(Some(Ok(batch))) => self.current = batch.into_iter(),
+                Poll::Ready(Some(Ok((source, batch)))) => {
+                    self.current_source = source;
+                    self.current = batch.into_iter();
+                }
                 Poll::Ready(Some(Err(e))) => {
                     self.rx.close();
                     return Poll::Ready(Some(Err(e)));
@@ -99,6 +118,14 @@ impl Stream for ElementStream {
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+impl Stream for ElementStream {
+    type Item = Result<Element, ClientError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.poll_with_source(cx).map(|r| r.map(|r| r.map(|(_, e)| e)))
     }
 }
 
@@ -128,6 +155,9 @@ async fn manage(
     let mut ticker = tokio::time::interval(opts.heartbeat_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut finished = false;
+    // Tasks left to other readers by `target_workers`; once there is one, this
+    // reader ends with its own tasks instead of with the iteration.
+    let mut skipped: HashSet<u64> = HashSet::new();
     loop {
         tokio::select! {
             _ = ticker.tick(), if !finished => {
@@ -145,7 +175,14 @@ async fn manage(
                         }
                         continue;
                     }
-                    if task.finished {
+                    if task.finished || skipped.contains(&task.task_id) {
+                        continue;
+                    }
+                    if opts.target_workers == TargetWorkers::Local
+                        && !local_workers::contains(&task.worker_address)
+                    {
+                        debug!(task_id = task.task_id, worker = %task.worker_address, "not a local worker; skipping its task");
+                        skipped.insert(task.task_id);
                         continue;
                     }
                     let (done, finished_rx) = watch::channel(false);
@@ -170,7 +207,9 @@ async fn manage(
                 }
             }
         }
-        if finished && readers.is_empty() {
+        // Every started reader has returned: its task reached end of sequence.
+        let own_tasks_done = !skipped.is_empty() && !started.is_empty() && readers.is_empty();
+        if (finished || own_tasks_done) && readers.is_empty() {
             // Dropping `tx` ends the stream.
             return;
         }
@@ -190,6 +229,7 @@ async fn read_task(
         message: "reader stopped".into(),
     })?;
     let address = task.worker_address.clone();
+    let source: Arc<str> = Arc::from(address.as_str());
     let policy = &opts.worker_retry;
     let mut grpc = WorkerClient::new(channel(&address, policy)?)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -221,7 +261,9 @@ async fn read_task(
                                     address: address.clone(),
                                     message: format!("malformed element: {e}"),
                                 })?;
-                            if !elements.is_empty() && tx.send(Ok(elements)).await.is_err() {
+                            if !elements.is_empty()
+                                && tx.send(Ok((source.clone(), elements))).await.is_err()
+                            {
                                 return Ok(()); // the reader was dropped
                             }
                             if batch.end_of_sequence {
