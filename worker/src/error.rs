@@ -14,6 +14,10 @@ pub enum WorkerError {
     /// A dispatcher call failed after its retries (or was refused).
     #[error(transparent)]
     Dispatcher(#[from] sluice_client::ClientError),
+    /// The dispatcher refused this worker for good (e.g. its address is not in the
+    /// dispatcher's `worker_addresses`); restarting it unchanged will not help.
+    #[error("the dispatcher refused this worker: {0}")]
+    Refused(String),
     #[error("worker I/O error: {0}")]
     Io(#[from] std::io::Error),
 }

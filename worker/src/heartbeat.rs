@@ -8,7 +8,8 @@
 //!
 //! Every dispatcher call is bounded by the `RetryPolicy` inside `DispatcherClient`;
 //! this loop only decides what to do after one gave up: registration is tried again
-//! until it succeeds or the worker stops, a failed heartbeat is logged and the next
+//! until it succeeds or the worker stops (a FailedPrecondition refusal — the address
+//! is not in the dispatcher's worker list — stops the worker), a failed heartbeat is logged and the next
 //! one carries the same reports. NotFound means the dispatcher lost this worker (an
 //! in-memory dispatcher restarted, or it timed us out), so the worker registers again.
 
@@ -44,6 +45,17 @@ async fn register(worker: &Worker, shutdown: &mut watch::Receiver<bool>) -> bool
                 tracing::info!(tasks = resp.tasks.len(), "registered with the dispatcher");
                 worker.start_tasks(resp.tasks);
                 return true;
+            }
+            // A refusal that no retry changes (the address is not in the dispatcher's
+            // worker list): stop the worker, which then exits with the reason.
+            Err(e) if e.code() == Some(Code::FailedPrecondition) => {
+                let reason = match &e {
+                    sluice_client::ClientError::Rpc { message, .. } => message.clone(),
+                    e => e.to_string(),
+                };
+                tracing::error!(%reason, "the dispatcher refused this worker; stopping");
+                worker.refuse(reason);
+                return false;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "registration failed; trying again");

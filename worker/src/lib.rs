@@ -70,6 +70,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Serves until `shutdown` resolves: the Worker service starts on `listener` at
 /// once, registration (retried until it succeeds or the worker stops) and
 /// heartbeats run in the background, and tasks run as the dispatcher assigns them.
+/// Returns [`WorkerError::Refused`] if the dispatcher refuses the worker for good
+/// (its address is not in the dispatcher's `worker_addresses`).
 pub async fn run(
     listener: TcpListener,
     config: WorkerConfig,
@@ -100,17 +102,24 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), WorkerError> {
     tracing::info!(dispatchers = ?worker.config.dispatcher_addresses, "worker serving");
+    // Readers in this process find this worker for `TargetWorkers::Local` reads
+    // until `serve` returns (or its future is dropped).
+    let _local = sluice_client::local_workers::Registration::new(&worker.address);
     let control = tokio::spawn(heartbeat::run(worker.clone()).in_current_span());
 
     let service = WorkerServer::new(WorkerService::new(worker.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // Stopping the tasks first ends their streams, which lets graceful shutdown finish.
+    // The worker may also stop itself (the dispatcher refused it).
     let signal = {
         let worker = worker.clone();
+        let mut stopping = worker.shutdown_signal();
         async move {
-            shutdown.await;
-            tracing::info!("worker shutting down");
+            tokio::select! {
+                _ = shutdown => tracing::info!("worker shutting down"),
+                _ = stopping.wait_for(|stopping| *stopping) => {}
+            }
             worker.shut_down();
         }
     };
@@ -141,6 +150,9 @@ async fn serve(
         }
     }
     tracing::info!("worker stopped");
+    if let Some(reason) = worker.refusal() {
+        return Err(WorkerError::Refused(reason));
+    }
     result.map_err(WorkerError::from)
 }
 

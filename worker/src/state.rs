@@ -33,6 +33,8 @@ pub(crate) struct Worker {
     /// Wakes the heartbeat loop early: a task finished and the dispatcher should know.
     pub task_finished: Notify,
     shutdown: watch::Sender<bool>,
+    /// Why the dispatcher refused this worker for good, once it did.
+    refused: Mutex<Option<String>>,
 }
 
 /// What a GetElements request finds under its task id.
@@ -102,6 +104,7 @@ impl Worker {
             table: Mutex::new(TaskTable::default()),
             task_finished: Notify::new(),
             shutdown: watch::channel(false).0,
+            refused: Mutex::new(None),
         }
     }
 
@@ -245,6 +248,16 @@ impl Worker {
             task.stop(StopReason::ShuttingDown);
         }
         self.shutdown.send_replace(true);
+    }
+
+    /// The dispatcher refused this worker for good: remember why, and stop.
+    pub(crate) fn refuse(&self, reason: String) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+        self.shut_down();
+    }
+
+    pub(crate) fn refusal(&self) -> Option<String> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {

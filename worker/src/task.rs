@@ -11,13 +11,14 @@
 //!
 //! Soft state: the buffer and the pipeline's position exist only in this process. A
 //! restarted worker gets its unfinished tasks back from the dispatcher and runs them
-//! from the beginning (OFF) or on new splits (DYNAMIC).
+//! from the beginning (OFF, and its whole shard again in a static mode, as tf.data)
+//! or on new splits (DYNAMIC).
 
 use std::sync::Arc;
 
 use prost::Message;
 use sluice_client::DispatcherClient;
-use sluice_dataset::{DatasetDef, DatasetError, Element, FunctionRegistry};
+use sluice_dataset::{DatasetDef, DatasetError, Element, FunctionRegistry, StaticPolicy};
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch, Mutex};
@@ -25,6 +26,17 @@ use tonic::Status;
 
 use crate::config::WorkerConfig;
 use crate::splits::RemoteSplitProvider;
+
+/// The static sharding policy of a static mode; `None` for OFF and DYNAMIC.
+fn static_policy(mode: pb::ProcessingMode) -> Option<StaticPolicy> {
+    match mode {
+        pb::ProcessingMode::File => Some(StaticPolicy::File),
+        pb::ProcessingMode::Data => Some(StaticPolicy::Data),
+        pb::ProcessingMode::FileOrData => Some(StaticPolicy::FileOrData),
+        pb::ProcessingMode::Hint => Some(StaticPolicy::Hint),
+        _ => None,
+    }
+}
 
 /// Why a task's streams were cut short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,16 +257,17 @@ pub(crate) struct Batch {
 
 /// A task's dataset and how its source is read.
 struct Pipeline {
+    /// For a static mode, already this worker's shard.
     def: DatasetDef,
     mode: pb::ProcessingMode,
 }
 
 impl Pipeline {
     fn from_def(def: pb::TaskDef) -> Result<Pipeline, String> {
-        let mode = match pb::ProcessingMode::try_from(def.mode) {
-            Ok(m @ (pb::ProcessingMode::Off | pb::ProcessingMode::Dynamic)) => m,
-            _ => return Err(format!("unsupported processing mode {}", def.mode)),
-        };
+        let mode = pb::ProcessingMode::try_from(def.mode)
+            .ok()
+            .filter(|m| *m != pb::ProcessingMode::Unspecified)
+            .ok_or_else(|| format!("unsupported processing mode {}", def.mode))?;
         // One source per pipeline, hence at most one split provider.
         if mode == pb::ProcessingMode::Dynamic && def.num_split_providers > 1 {
             return Err(format!(
@@ -263,8 +276,33 @@ impl Pipeline {
             ));
         }
         let wire = def.dataset.ok_or("the task definition has no dataset")?;
-        let def = DatasetDef::try_from(wire).map_err(|e| e.to_string())?;
-        Ok(Pipeline { def, mode })
+        let dataset = DatasetDef::try_from(wire).map_err(|e| e.to_string())?;
+        let dataset = match static_policy(mode) {
+            // Static sharding: this worker's shard of the pipeline (tf.data's
+            // auto-shard rewrite), from its position in the dispatcher's list.
+            Some(policy) => dataset
+                .for_worker(policy, def.num_workers as usize, def.worker_index as usize)
+                .map_err(|e| {
+                    format!(
+                        "{} sharding as worker {} of {}: {e}",
+                        policy.name(),
+                        def.worker_index,
+                        def.num_workers
+                    )
+                })?,
+            None => dataset,
+        };
+        Ok(Pipeline { def: dataset, mode })
+    }
+
+    /// Splits to ask for per GetSplit. A split of a file source is a whole file:
+    /// granting several at once would leave one worker with many files while the
+    /// others run dry, so file sources take one per request.
+    fn splits_per_request(&self, configured: u32) -> u32 {
+        match self.def.stages.first() {
+            Some(stage) if stage.is_file_source() => 1,
+            _ => configured,
+        }
     }
 
     /// The body of the pipeline thread.
@@ -285,7 +323,7 @@ impl Pipeline {
                     task_id,
                     ctx.worker_uid,
                     0,
-                    ctx.splits_per_request,
+                    self.splits_per_request(ctx.splits_per_request),
                 );
                 self.def.iter_with_splits(&ctx.registry, Box::new(splits))
             }
