@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::bail;
 use clap::Args;
 use futures::StreamExt;
-use sluice_client::{ElementStream, ProcessingMode, ReadOptions};
+use sluice_client::{ElementStream, ProcessingMode, ReadOptions, TargetWorkers};
 
 #[derive(Args, Debug)]
 pub struct ReadArgs {
@@ -19,9 +19,13 @@ pub struct ReadArgs {
     /// Or a JSON spec to register and read in one go.
     #[arg(long)]
     pub spec: Option<String>,
-    /// off (parallel_epochs) or dynamic (distributed_epoch).
+    /// off (parallel_epochs), dynamic (distributed_epoch), or a static mode over the
+    /// dispatcher's --worker-addresses: file, data, file_or_data, hint.
     #[arg(long, default_value = "dynamic")]
     pub mode: String,
+    /// Which workers to read: any, local (only workers in this process) or auto (= any).
+    #[arg(long, default_value = "auto")]
+    pub target_workers: String,
     /// Share a job with other readers of the same name.
     #[arg(long)]
     pub job_name: Option<String>,
@@ -35,7 +39,10 @@ pub struct ReadArgs {
 
 pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
     let mode: ProcessingMode = a.mode.parse()?;
-    let mut opts = ReadOptions::new(mode).max_outstanding_requests(a.max_outstanding_requests);
+    let target: TargetWorkers = a.target_workers.parse()?;
+    let mut opts = ReadOptions::new(mode)
+        .target_workers(target)
+        .max_outstanding_requests(a.max_outstanding_requests);
     opts.job_name = a.job_name.clone();
     opts.worker_retry = a.dispatcher.retry();
     let client = a.dispatcher.client()?;

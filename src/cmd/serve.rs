@@ -39,6 +39,11 @@ pub struct DispatcherArgs {
     /// Default: 10000 on local disk, 1000 on object storage.
     #[arg(long)]
     pub snapshot_every: Option<u64>,
+    /// The fixed worker list for static sharding (--mode file|data|file_or_data|hint):
+    /// host:port of each worker, comma-separated; worker i reads shard i. When set,
+    /// only these workers may register. Give every dispatcher the same list.
+    #[arg(long, value_delimiter = ',')]
+    pub worker_addresses: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -102,6 +107,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         snapshot_every: a
             .snapshot_every
             .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(a.work_dir.as_deref())),
+        worker_addresses: a.worker_addresses.iter().map(|w| w.trim().to_string()).collect(),
         ..DispatcherConfig::default()
     };
     config.validate()?;
