@@ -68,6 +68,45 @@ impl Cluster {
         cluster
     }
 
+    /// A dispatcher whose `worker_addresses` lists `workers` workers, and those
+    /// workers, in list order: `workers[i]` reads static shard `i`. Their ports are
+    /// bound before the dispatcher starts, so the list is known without a race.
+    pub async fn start_listed(workers: usize) -> Cluster {
+        init_tracing();
+        let mut listeners = vec![];
+        for _ in 0..workers {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        let worker_addresses: Vec<String> =
+            listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+        let config = DispatcherConfig { worker_addresses, ..DispatcherConfig::default() };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dispatcher =
+            sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap();
+        let dispatcher_address = dispatcher.address().to_string();
+        let mut cluster =
+            Cluster { dispatcher: Some(dispatcher), dispatcher_address, workers: vec![] };
+        for listener in listeners {
+            let config = WorkerConfig::for_tests(cluster.addresses());
+            let w = sluice_worker::spawn(listener, config, FunctionRegistry::builtin());
+            cluster.workers.push(w.await.unwrap());
+        }
+        cluster.wait_workers(workers).await;
+        cluster
+    }
+
+    /// Stops worker `i` and starts a new one (new `worker_uid`, no state) on the
+    /// same address, at the same position in `workers`.
+    pub async fn restart_worker(&mut self, i: usize) {
+        let old = self.workers.remove(i);
+        let address = old.address().to_string();
+        old.shutdown().await.unwrap();
+        let listener = TcpListener::bind(&address).await.unwrap();
+        let config = WorkerConfig::for_tests(self.addresses());
+        let new = sluice_worker::spawn(listener, config, FunctionRegistry::builtin());
+        self.workers.insert(i, new.await.unwrap());
+    }
+
     pub fn addresses(&self) -> Vec<String> {
         vec![self.dispatcher_address.clone()]
     }
