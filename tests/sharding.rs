@@ -91,6 +91,35 @@ async fn file_sharding_gives_worker_i_the_files_f_with_f_mod_n_equal_i_in_order(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_files_is_resolved_at_registration_and_file_sharding_divides_the_listed_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_text_files(dir.path(), 10, 1);
+    let cluster = Cluster::start_listed(5).await;
+    let client = cluster.client();
+    let pattern = format!("{}/f*.txt", dir.path().display());
+    let id = client.register_dataset(&DatasetDef::list_files(&pattern), None).await.unwrap();
+    tracing::info!("--- the registered definition holds the sorted file list");
+    let registered = client.dispatcher().get_dataset(&id).await.unwrap();
+    assert_eq!(registered.source_cardinality, Some(10));
+    let stream = client.from_dataset_id(&id, opts(ProcessingMode::File)).await.unwrap();
+    let got = read_by_source(stream, as_string).await;
+    for (i, w) in cluster.workers.iter().enumerate() {
+        let expected = vec![files[i].clone(), files[i + 5].clone()];
+        assert_eq!(
+            got[w.address()],
+            expected,
+            "worker {i} reads the names of files {i}, {}",
+            i + 5
+        );
+    }
+    tracing::info!("--- a pattern that cannot be listed is refused naming it");
+    let missing = format!("{}/no-such-dir/*.txt", dir.path().display());
+    let e = client.register_dataset(&DatasetDef::list_files(&missing), None).await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    assert!(e.to_string().contains("no-such-dir"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn data_sharding_gives_worker_i_the_elements_i_mod_n_in_order() {
     let cluster = Cluster::start_listed(5).await;
     let stream = cluster

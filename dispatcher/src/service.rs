@@ -337,6 +337,9 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
 /// Lists the files of `list_files` stages, off the runtime's threads (it may block
 /// on a file system or object store).
 async fn resolve_files(mut def: DatasetDef) -> Result<DatasetDef, Status> {
+    if !def.has_unresolved_files() {
+        return Ok(def);
+    }
     let patterns: Vec<String> = def
         .stages
         .iter()
@@ -345,15 +348,12 @@ async fn resolve_files(mut def: DatasetDef) -> Result<DatasetDef, Status> {
             _ => None,
         })
         .collect();
-    if patterns.is_empty() {
-        return Ok(def);
-    }
     let resolved = tokio::task::spawn_blocking(move || def.resolve_files().map(|()| def))
         .await
         .map_err(|e| Status::internal(format!("listing files: {e}")))?;
     resolved.map_err(|e| {
         let msg = e.to_string();
-        if patterns.iter().any(|p| msg.contains(p.as_str())) {
+        if patterns.is_empty() || patterns.iter().any(|p| msg.contains(p.as_str())) {
             Status::invalid_argument(msg)
         } else {
             Status::invalid_argument(format!("list_files `{}`: {msg}", patterns.join("`, `")))
