@@ -365,3 +365,27 @@ fn mode_and_target_strings_parse_in_any_case_and_bad_ones_name_the_choices() {
     let e = "near".parse::<TargetWorkers>().unwrap_err().to_string();
     assert!(e.contains("auto") && e.contains("local"), "{e}");
 }
+
+#[test]
+fn the_cli_runs_data_sharding_over_dispatcher_and_worker_processes() {
+    let ports = [common::free_port(), common::free_port()];
+    let listed: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let list = listed.join(",");
+    let dispatcher = Proc::server(&["dispatcher", "--port", "0", "--worker-addresses", &list]);
+    let workers: Vec<Proc> = ports
+        .iter()
+        .map(|p| {
+            let port = p.to_string();
+            Proc::server(&["worker", "--dispatcher", dispatcher.address(), "--port", &port])
+        })
+        .collect();
+    assert_eq!(workers.len(), 2);
+    let spec = r#"{"stages": [{"range": {"stop": 40}}]}"#;
+    let args = ["read", "--dispatcher", dispatcher.address(), "--spec", "-", "--mode", "DATA"];
+    let (ok, stdout, stderr) =
+        run_sluice(&[&args[..], &["--target-workers", "any"]].concat(), Some(spec));
+    assert!(ok, "{stderr}");
+    let mut got: Vec<i64> = stdout.lines().map(|l| l.trim().parse().expect(l)).collect();
+    got.sort();
+    assert_eq!(got, (0..40).collect::<Vec<i64>>(), "each element once across the two shards");
+}

@@ -23,7 +23,8 @@
 //! The worker is stateless: nothing it holds survives a restart, and nothing needs
 //! to. A restarted process at the same address picks a new `worker_uid`, registers,
 //! and the dispatcher hands back its unfinished tasks, which start again from the
-//! beginning (OFF) or take new splits (DYNAMIC). Clients retry `Unavailable` until
+//! beginning (OFF, and a static mode's shard, as in tf.data) or take new splits
+//! (DYNAMIC). Clients retry `Unavailable` until
 //! the task is known again.
 
 pub mod config;
