@@ -37,6 +37,10 @@ pub struct FilesCase {
     pub records: u64,
     /// Payload bytes delivered.
     pub bytes: u64,
+    /// From the read request (job creation, task start on the workers) to the first
+    /// element.
+    pub first_element_s: f64,
+    /// From the first element to the end of the stream: what the rates divide by.
     pub secs: f64,
     pub records_per_s: f64,
     pub mb_per_s: f64,
@@ -53,15 +57,31 @@ pub struct Files {
     pub cases: Vec<FilesCase>,
 }
 
-/// Counts what a stream delivered.
-#[derive(Default)]
+/// Counts what a stream delivered, and when.
 struct Tally {
     records: u64,
     bytes: u64,
+    start: Instant,
+    first: Option<Instant>,
 }
 
 impl Tally {
+    fn new() -> Tally {
+        Tally { records: 0, bytes: 0, start: Instant::now(), first: None }
+    }
+
+    fn done(self) -> Measured {
+        let first = self.first.unwrap_or(self.start);
+        Measured {
+            records: self.records,
+            bytes: self.bytes,
+            first_element_s: (first - self.start).as_secs_f64(),
+            secs: first.elapsed().as_secs_f64(),
+        }
+    }
+
     fn add(&mut self, e: &Element) {
+        self.first.get_or_insert_with(Instant::now);
         // A raw record is one scalar; a preprocessed element is a batch of (image,
         // label) whose first dimension is its number of records.
         self.records += match e.components.as_slice() {
@@ -138,6 +158,7 @@ pub async fn run(exe: &Path, cfg: FilesConfig, dir: &Path, logs: &Path) -> anyho
 struct Measured {
     records: u64,
     bytes: u64,
+    first_element_s: f64,
     secs: f64,
 }
 
@@ -148,6 +169,7 @@ fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<f64>) -> FilesCa
         setup: setup.into(),
         records: m.records,
         bytes: m.bytes,
+        first_element_s: m.first_element_s,
         secs: m.secs,
         records_per_s: rps,
         mb_per_s: m.bytes as f64 / 1e6 / m.secs.max(1e-9),
@@ -159,16 +181,11 @@ fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<f64>) -> FilesCa
 async fn local(def: &DatasetDef) -> anyhow::Result<Measured> {
     let def = def.clone();
     tokio::task::spawn_blocking(move || {
-        let start = Instant::now();
-        let mut tally = Tally::default();
+        let mut tally = Tally::new();
         for e in def.iter_local(&FunctionRegistry::builtin())? {
             tally.add(&e?);
         }
-        Ok(Measured {
-            records: tally.records,
-            bytes: tally.bytes,
-            secs: start.elapsed().as_secs_f64(),
-        })
+        Ok(tally.done())
     })
     .await?
 }
@@ -211,11 +228,10 @@ async fn service(
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let start = Instant::now();
+    let mut tally = Tally::new();
     let mut stream = client.distribute(def, ReadOptions::new(ProcessingMode::Dynamic)).await?;
-    let mut tally = Tally::default();
     while let Some(e) = stream.next().await {
         tally.add(&e?);
     }
-    Ok(Measured { records: tally.records, bytes: tally.bytes, secs: start.elapsed().as_secs_f64() })
+    Ok(tally.done())
 }

@@ -349,16 +349,29 @@ impl Report {
                     f.image_size,
                     f.image_size
                 ));
+                line(
+                    "  rates from the first element to the last; `1st element` includes job \
+                     creation and the workers picking up their tasks (heartbeat)"
+                        .into(),
+                );
                 line(format!(
-                    "  {:<22} {:<20} {:>8} {:>8} {:>11} {:>9} {:>9}",
-                    "pipeline", "setup", "records", "secs", "records/s", "MB/s", "vs local"
+                    "  {:<22} {:<20} {:>8} {:>13} {:>8} {:>11} {:>9} {:>9}",
+                    "pipeline",
+                    "setup",
+                    "records",
+                    "1st element",
+                    "secs",
+                    "records/s",
+                    "MB/s",
+                    "vs local"
                 ));
                 for c in &f.cases {
                     line(format!(
-                        "  {:<22} {:<20} {:>8} {:>8.2} {:>11.0} {:>9.1} {:>9}",
+                        "  {:<22} {:<20} {:>8} {:>13} {:>8.2} {:>11.0} {:>9.1} {:>9}",
                         c.pipeline,
                         c.setup,
                         c.records,
+                        ms(c.first_element_s * 1e3),
                         c.secs,
                         c.records_per_s,
                         c.mb_per_s,

@@ -52,7 +52,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 64)]
     pub sample_files: usize,
     /// Records per file of the sample data set.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 256)]
     pub sample_records_per_file: usize,
     /// Width and height of the sample images, in pixels.
     #[arg(long, default_value_t = 64)]

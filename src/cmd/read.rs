@@ -67,11 +67,12 @@ impl Summary {
     pub fn line(&self) -> String {
         let secs = self.started.elapsed().as_secs_f64();
         format!(
-            "{} elements, {} payload bytes in {:.3} s ({:.0} elements/s)",
+            "{} elements, {} payload bytes in {:.3} s ({:.0} elements/s, {:.1} MB/s)",
             self.elements,
             self.bytes,
             secs,
-            self.elements as f64 / secs.max(1e-9)
+            self.elements as f64 / secs.max(1e-9),
+            self.bytes as f64 / 1e6 / secs.max(1e-9)
         )
     }
 }
