@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use common::{Cluster, DEADLINE};
 use futures::StreamExt;
@@ -216,21 +216,8 @@ async fn the_image_pipeline_through_the_service_matches_the_local_run() {
     assert!(service == oracle, "the service's images and labels equal the local run's");
 }
 
-/// One moto server for this binary; its `AWS_*` settings go into the environment
-/// before any store is built (the dataset crate caches stores per bucket).
 fn moto() -> Arc<MotoServer> {
-    static SERVER: OnceLock<Arc<MotoServer>> = OnceLock::new();
-    SERVER
-        .get_or_init(|| {
-            let server = MotoServer::try_start().unwrap_or_else(|e| {
-                panic!("{e}\n(run scripts/install-s3-test-server.sh to install the S3 test server)")
-            });
-            for (k, v) in server.env() {
-                std::env::set_var(k, v);
-            }
-            Arc::new(server)
-        })
-        .clone()
+    MotoServer::in_process_env()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

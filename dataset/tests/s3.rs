@@ -4,27 +4,14 @@
 mod common;
 
 use std::io::Read;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use sluice_dataset::formats::tfrecord::TfRecordWriter;
 use sluice_dataset::{io, DatasetDef, Element};
 use sluice_journal::testing::MotoServer;
 
-/// One server for this test binary, its `AWS_*` settings in the environment
-/// before any store is built (stores are cached per bucket for the process).
 fn moto() -> Arc<MotoServer> {
-    static SERVER: OnceLock<Arc<MotoServer>> = OnceLock::new();
-    SERVER
-        .get_or_init(|| {
-            let server = MotoServer::try_start().unwrap_or_else(|e| {
-                panic!("{e}\n(run scripts/install-s3-test-server.sh to install the S3 test server)")
-            });
-            for (k, v) in server.env() {
-                std::env::set_var(k, v);
-            }
-            Arc::new(server)
-        })
-        .clone()
+    MotoServer::in_process_env()
 }
 
 fn strings(items: Vec<Result<Element, sluice_dataset::DatasetError>>) -> Vec<String> {

@@ -54,6 +54,26 @@ impl MotoServer {
         server
     }
 
+    /// One server for the whole process, never stopped before it exits, whose `AWS_*`
+    /// settings are put in this process's environment on first use: for code that
+    /// reads the environment, like the dataset crate's file layer (which caches one
+    /// store per bucket, so the settings must be there before any store is built).
+    /// Panics, saying how to install moto, if it cannot be started.
+    pub fn in_process_env() -> Arc<MotoServer> {
+        static SERVER: std::sync::OnceLock<Arc<MotoServer>> = std::sync::OnceLock::new();
+        SERVER
+            .get_or_init(|| {
+                let server = MotoServer::start();
+                for (k, v) in server.env() {
+                    // Set once, before any thread of this process reads these
+                    // variables (the first store is built after this returns).
+                    std::env::set_var(k, v);
+                }
+                Arc::new(server)
+            })
+            .clone()
+    }
+
     /// Starts a server, or says why not.
     pub fn try_start() -> Result<MotoServer, String> {
         let binary = moto_binary();
