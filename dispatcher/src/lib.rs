@@ -20,12 +20,14 @@
 //! - [`config`], [`error`].
 
 pub mod apply;
+mod apply_liveness;
 pub mod command;
 pub mod config;
 mod convert;
 pub mod core;
 mod def_serde;
 pub mod error;
+mod liveness;
 pub mod raft;
 pub mod server;
 mod service;
