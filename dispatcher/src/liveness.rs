@@ -211,3 +211,76 @@ impl Liveness {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> DispatcherConfig {
+        DispatcherConfig {
+            worker_timeout: Duration::from_secs(1),
+            client_timeout: Duration::from_secs(2),
+            job_gc_timeout: Duration::from_secs(3),
+            ..DispatcherConfig::default()
+        }
+    }
+
+    fn view() -> View {
+        View { workers: vec![("w:1".into(), 7)], clients: vec![3000], idle: vec![2000] }
+    }
+
+    fn names(cmds: &[Command]) -> Vec<&'static str> {
+        cmds.iter().map(Command::name).collect()
+    }
+
+    #[test]
+    fn a_new_leading_epoch_starts_every_timer_afresh_whatever_was_seen_before() {
+        let l = Liveness::default();
+        let t0 = Instant::now();
+        // Sightings from long ago (e.g. from an earlier term of this node).
+        l.timers().workers.insert("w:1".into(), (7, t0));
+        l.timers().clients.insert(3000, t0);
+        let now = t0 + Duration::from_secs(60);
+        assert!(l.due(&config(), 2, view(), now).is_empty(), "a new leader declares nobody late");
+        let later = now + Duration::from_millis(1500);
+        assert_eq!(names(&l.due(&config(), 2, view(), later)), ["WorkerLost"]);
+        // Another term (a failover and back): afresh again.
+        assert!(l.due(&config(), 3, view(), later).is_empty());
+        // A failed leadership check voids the epoch too.
+        l.stop_leading();
+        let much_later = later + Duration::from_secs(10);
+        assert!(l.due(&config(), 3, view(), much_later).is_empty());
+        let all = l.due(&config(), 3, view(), much_later + Duration::from_secs(4));
+        assert_eq!(names(&all), ["WorkerLost", "ReleaseClient", "GcIteration"]);
+    }
+
+    #[test]
+    fn a_heartbeat_resets_its_timer_and_only_for_the_uid_it_came_from() {
+        let l = Liveness::default();
+        let t0 = Instant::now();
+        assert!(l.due(&config(), 1, view(), t0).is_empty());
+        l.timers().workers.insert("w:1".into(), (7, t0 + Duration::from_secs(5)));
+        let due = l.due(&config(), 1, view(), t0 + Duration::from_millis(5500));
+        assert!(!names(&due).contains(&"WorkerLost"), "seen 0.5 s ago");
+        // A sighting of another process at that address does not count for uid 7.
+        l.timers().workers.insert("w:1".into(), (8, t0 + Duration::from_secs(6)));
+        let due = l.due(&config(), 1, view(), t0 + Duration::from_millis(6500));
+        assert!(names(&due).contains(&"WorkerLost"));
+    }
+
+    #[test]
+    fn zero_disables_a_timer() {
+        let l = Liveness::default();
+        let t0 = Instant::now();
+        let off = DispatcherConfig {
+            worker_timeout: Duration::ZERO,
+            client_timeout: Duration::ZERO,
+            job_gc_timeout: Duration::ZERO,
+            ..DispatcherConfig::default()
+        };
+        assert!(l.due(&off, 1, view(), t0).is_empty());
+        assert!(l.due(&off, 1, view(), t0 + Duration::from_secs(3600)).is_empty());
+        assert_eq!(off.liveness_check_interval(), Duration::from_secs(1));
+        assert_eq!(config().liveness_check_interval(), Duration::from_millis(250));
+    }
+}
