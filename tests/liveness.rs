@@ -323,3 +323,66 @@ async fn a_worker_paused_past_the_timeout_is_lost_and_registers_again_when_it_re
     let stream = c.distribute(&DatasetDef::range(50), opts).await.unwrap();
     assert_eq!(collect_i64(stream).await, (0..50).collect::<Vec<_>>());
 }
+
+/// Three dispatcher processes; the leader is SIGKILLed while a worker serves a
+/// DYNAMIC read. The worker's heartbeats go unanswered during the election; the
+/// new leader starts its timers afresh, so it declares nobody lost (with a 2 s
+/// worker timeout), and every element arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_leader_does_not_declare_workers_lost_because_of_the_failover() {
+    const N: i64 = 3000;
+    let work_dir = tempfile::tempdir().unwrap();
+    let wd = work_dir.path().to_str().unwrap().to_string();
+    let addresses: Vec<String> =
+        (0..3).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
+    let peers: Vec<String> =
+        addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+    let peers = peers.join(",");
+    let mut nodes: Vec<Option<Proc>> = (1..=3)
+        .map(|id: u64| {
+            let id = id.to_string();
+            Some(Proc::server(&[
+                "dispatcher",
+                "--node-id",
+                &id,
+                "--peers",
+                &peers,
+                "--work-dir",
+                &wd,
+                "--worker-timeout-secs",
+                "2",
+                "--elements-per-split",
+                "10",
+            ]))
+        })
+        .collect();
+    let all = addresses.join(",");
+    let _w = worker(&all, "4");
+    let c = Client::new(&addresses, RetryPolicy::for_tests()).unwrap();
+    let s = common::leader_status(&c).await;
+    let leader = s.raft.as_ref().unwrap().node_id;
+    wait_until("the worker registers", || async {
+        common::leader_status(&c).await.workers.len() == 1
+    })
+    .await;
+
+    let opts = ReadOptions::new(ProcessingMode::Dynamic)
+        .max_outstanding_requests(1)
+        .worker_retry(RetryPolicy::for_tests());
+    let mut stream = c.distribute(&DatasetDef::range(N), opts).await.unwrap();
+    let mut got = vec![];
+    for _ in 0..100 {
+        got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
+    }
+    tracing::info!("--- SIGKILL the leader mid-epoch");
+    if let Some(mut p) = nodes[leader as usize - 1].take() {
+        p.kill();
+    }
+    got.extend(collect_i64(stream).await);
+    assert_eq!(got.len() as i64, N, "every element once: no task was ended as lost");
+    assert_eq!(counts(&got).len() as i64, N);
+    let s = common::leader_status(&c).await;
+    assert_ne!(s.raft.as_ref().unwrap().node_id, leader);
+    assert!(s.workers.iter().all(|w| !w.lost), "{:?}", s.workers);
+    assert!(iterations(&s).iter().all(|it| it.lost_tasks == 0 && it.lost_splits == 0));
+}
