@@ -44,6 +44,12 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
                 })
                 .collect(),
         )),
+        Command::WorkerLost { address, worker_uid } => {
+            crate::apply_liveness::worker_lost(state, &address, worker_uid)
+        }
+        Command::GcIteration { iteration_id } => {
+            crate::apply_liveness::gc_iteration(state, iteration_id)
+        }
     }
 }
 
@@ -194,7 +200,13 @@ fn get_or_create_iteration(
     if elements_per_split == 0 {
         return Err(StateError::InvalidArgument("elements_per_split must be > 0".into()));
     }
-    let iteration_id = match job.iterations.get(&repetition) {
+    // A garbage-collected iteration is never rejoined: the key gets a new one
+    // (tf.data), whose data starts over.
+    let existing = job
+        .iterations
+        .get(&repetition)
+        .filter(|id| state.iterations.get(id).is_some_and(|it| !it.garbage_collected));
+    let iteration_id = match existing {
         Some(id) => *id,
         None => {
             let iteration_id = state.next_iteration_id;
@@ -223,6 +235,9 @@ fn get_or_create_iteration(
                 cursors,
                 elements_per_split,
                 finished: false,
+                lost_splits: vec![],
+                lost_tasks: BTreeSet::new(),
+                garbage_collected: false,
             };
             for address in workers {
                 let task_id = new_task(state, job_id, iteration_id, &address);
@@ -260,6 +275,7 @@ fn new_task(state: &mut State, job_id: JobId, iteration_id: IterationId, address
             worker_index,
             finished: false,
             last_split: None,
+            lost: false,
         },
     );
     if let Some(w) = state.workers.get_mut(address) {
@@ -295,7 +311,7 @@ fn takes_part(state: &State, iteration_id: IterationId, address: &str) -> bool {
 /// Every task of the iteration reached end of sequence, and (static modes) every
 /// shard has a task: a worker of the list that has not registered yet still owes
 /// its shard.
-fn iteration_complete(state: &State, it: &Iteration) -> bool {
+pub(crate) fn iteration_complete(state: &State, it: &Iteration) -> bool {
     let tasks: Vec<&Task> = it.tasks.iter().filter_map(|t| state.tasks.get(t)).collect();
     if !tasks.iter().all(|t| t.finished) {
         return false;
@@ -332,26 +348,31 @@ fn register_worker(
     if address.is_empty() {
         return Err(StateError::InvalidArgument("worker address must not be empty".into()));
     }
+    crate::apply_liveness::record_restart_loss(state, &address, worker_uid);
     let worker = state.workers.entry(address.clone()).or_insert_with(|| Worker {
         address: address.clone(),
         worker_uid,
         functions: BTreeSet::new(),
         active_tasks: BTreeSet::new(),
+        lost: false,
     });
     worker.worker_uid = worker_uid;
+    worker.lost = false;
     worker.functions = functions.into_iter().collect();
     // A worker gets a task in every unfinished iteration it has none in: a new
     // worker joins running iterations, and a restarted one keeps the tasks it had.
+    // A task ended because the worker was lost does not count: the worker, back,
+    // gets a fresh one (OFF: a whole copy again; static: its shard again).
     let has_task: BTreeSet<IterationId> = state
         .tasks
         .values()
-        .filter(|t| t.worker_address == address)
+        .filter(|t| t.worker_address == address && !t.lost)
         .map(|t| t.iteration_id)
         .collect();
     let missing: Vec<(JobId, IterationId)> = state
         .iterations
         .values()
-        .filter(|it| !it.finished && !has_task.contains(&it.id))
+        .filter(|it| it.is_live() && !has_task.contains(&it.id))
         .filter(|it| takes_part(state, it.id, &address))
         .map(|it| (it.job_id, it.id))
         .collect();
@@ -413,6 +434,12 @@ fn get_split(
     max_splits: u32,
 ) -> Result<Response, StateError> {
     let task = state.tasks.get(&task_id).ok_or_else(|| StateError::not_found("task", task_id))?;
+    // A task ended by liveness or GC takes nothing more, not even a replay of a
+    // range already counted as lost: its worker is told to delete it.
+    let collected = state.iterations.get(&task.iteration_id).is_some_and(|i| i.garbage_collected);
+    if task.lost || (collected && task.finished) {
+        return Ok(Response::Split(SplitAnswer::EndOfSplits));
+    }
     if let Some(last) = task.last_split.filter(|l| l.worker_uid == worker_uid) {
         if sequence == last.sequence {
             // A retry whose answer was lost: the same split again, never a second one.

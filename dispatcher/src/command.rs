@@ -71,6 +71,18 @@ pub enum Command {
     /// (one refused command does not affect the others): group commit above Raft,
     /// one log entry and one fsync for all of them.
     Batch(Vec<Command>),
+    /// Proposed by the leader's worker timer: the worker at `address` with
+    /// `worker_uid` stopped heartbeating. A no-op if the worker is unknown, is
+    /// already lost, or re-registered meanwhile as another process (another uid).
+    WorkerLost {
+        address: String,
+        worker_uid: u64,
+    },
+    /// Proposed by the leader's GC timer: the iteration had no consumer for
+    /// `job_gc_timeout`. A no-op if it finished, was collected, or gained a client.
+    GcIteration {
+        iteration_id: IterationId,
+    },
 }
 
 impl Command {
@@ -85,6 +97,8 @@ impl Command {
             Command::FinishTasks { .. } => "FinishTasks",
             Command::GetSplit { .. } => "GetSplit",
             Command::Batch(_) => "Batch",
+            Command::WorkerLost { .. } => "WorkerLost",
+            Command::GcIteration { .. } => "GcIteration",
         }
     }
 }
@@ -114,4 +128,12 @@ pub enum Response {
     Split(SplitAnswer),
     /// One result per command of a `Batch`, in order.
     Batch(Vec<Result<Response, StateError>>),
+    /// `changed` is false when the command was a no-op (already applied, or
+    /// overtaken by a re-registration or a new client).
+    WorkerLost {
+        changed: bool,
+    },
+    IterationCollected {
+        changed: bool,
+    },
 }

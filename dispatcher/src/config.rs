@@ -35,6 +35,23 @@ pub struct DispatcherConfig {
     /// worker `i` reads shard `i`. When non-empty, only these addresses may register.
     /// Give every dispatcher of a group the same list.
     pub worker_addresses: Vec<String>,
+    /// Liveness (leader timers, `liveness.rs`): a worker silent this long is
+    /// declared lost and its unfinished tasks are ended. Default 10 s: 20 worker
+    /// heartbeats (500 ms), far above a leader failover (timers restart at a new
+    /// leader anyway), and well below the readers' 30–60 s retry deadline on a
+    /// worker, so readers of a dead worker's task are released by the dispatcher
+    /// before they give up on it. Zero disables it.
+    pub worker_timeout: Duration,
+    /// A consumer silent this long is released (its client id freed). Default
+    /// 60 s: 600 client heartbeats (100 ms); a trainer paused longer than that
+    /// (e.g. a long checkpoint) must rejoin. Zero disables it.
+    pub client_timeout: Duration,
+    /// An unfinished iteration with no consumer this long is garbage-collected.
+    /// Default 5 min (tf.data). Zero disables GC.
+    pub job_gc_timeout: Duration,
+    /// Also collect DYNAMIC iterations. Off by default (tf.data): a collected
+    /// iteration cannot be rejoined, and a new one hands out every split again.
+    pub gc_dynamic_jobs: bool,
 }
 
 impl Default for DispatcherConfig {
@@ -50,11 +67,28 @@ impl Default for DispatcherConfig {
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),
             worker_addresses: Vec::new(),
+            worker_timeout: Duration::from_secs(10),
+            client_timeout: Duration::from_secs(60),
+            job_gc_timeout: Duration::from_secs(300),
+            gc_dynamic_jobs: false,
         }
     }
 }
 
 impl DispatcherConfig {
+    /// How often the leader checks its liveness timers: a quarter of the shortest
+    /// enabled timeout, between 20 ms and 1 s (so a timeout fires at most that
+    /// much late).
+    pub fn liveness_check_interval(&self) -> Duration {
+        [self.worker_timeout, self.client_timeout, self.job_gc_timeout]
+            .into_iter()
+            .filter(|t| !t.is_zero())
+            .min()
+            .map(|t| t / 4)
+            .unwrap_or(Duration::from_secs(1))
+            .clamp(Duration::from_millis(20), Duration::from_secs(1))
+    }
+
     pub fn validate(&self) -> Result<(), DispatcherError> {
         let bad = |m: String| Err(DispatcherError::Config(m));
         if self.elements_per_split == 0 {

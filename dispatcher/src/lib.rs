@@ -16,16 +16,20 @@
 //!   state machine around `apply`, and the peer RPCs.
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
 //!   `status`: the `GetStatus` rendering.
+//! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
+//!   `ReleaseClient` and `GcIteration`; `apply_liveness`: what those do in `apply`.
 //! - [`server`] — `run` / `spawn` on a bound listener with an injectable shutdown.
 //! - [`config`], [`error`].
 
 pub mod apply;
+mod apply_liveness;
 pub mod command;
 pub mod config;
 mod convert;
 pub mod core;
 mod def_serde;
 pub mod error;
+mod liveness;
 pub mod raft;
 pub mod server;
 mod service;

@@ -15,6 +15,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::config::DispatcherConfig;
 use crate::core::Core;
 use crate::error::DispatcherError;
+use crate::liveness::Liveness;
 use crate::raft::peer_service::PeerService;
 use crate::service::DispatcherService;
 
@@ -30,7 +31,9 @@ pub async fn run(
     let address = listener.local_addr()?;
     let core = Arc::new(Core::start(&config, &address.to_string()).await?);
     let peer = PeerService::new(core.raft().clone());
-    let service = DispatcherService::new(core.clone(), config.clone(), registry);
+    let liveness = Arc::new(Liveness::default());
+    let timers = liveness.spawn(core.clone(), config.clone());
+    let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness);
     tracing::info!(%address, node_id = config.node_id, "dispatcher serving");
     // Crash-only: if Raft stops on its own (e.g. its journal failed for longer
     // than the retry budget), stop serving and fail, so a supervisor restarts the
@@ -73,6 +76,7 @@ pub async fn run(
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
         .await;
     watcher.abort();
+    timers.abort();
     core.shutdown().await;
     served?;
     if let Some(reason) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {

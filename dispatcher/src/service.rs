@@ -1,12 +1,12 @@
 //! The Dispatcher gRPC service: checks a request, turns it into one [`Command`],
 //! proposes it to the [`Core`], and renders the answer.
 //!
-//! Soft state (not replicated, rebuilt after a restart): the time each worker last
-//! heartbeated, shown by `GetStatus`. Nothing decides on it yet.
+//! Soft state (not replicated, rebuilt after a restart): the liveness timers
+//! (`liveness.rs`), fed by the heartbeat handlers here; the leader turns silence
+//! into replicated commands.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, Stage};
 use sluice_proto::v1 as pb;
@@ -18,6 +18,7 @@ use crate::config::DispatcherConfig;
 use crate::convert::*;
 use crate::core::Core;
 use crate::error::StateError;
+use crate::liveness::Liveness;
 use crate::state::{DatasetId, State};
 
 /// How long `GetStatus` waits for a leader to confirm itself before answering
@@ -29,13 +30,18 @@ pub struct DispatcherService {
     config: DispatcherConfig,
     /// The functions this dispatcher's binary knows; workers may add more.
     registry: FunctionRegistry,
-    /// Soft state: last heartbeat per worker address. Short sections, no await.
-    last_heartbeat: Mutex<HashMap<String, Instant>>,
+    /// Soft state: heartbeat times and the leader's timers.
+    liveness: Arc<Liveness>,
 }
 
 impl DispatcherService {
-    pub fn new(core: Arc<Core>, config: DispatcherConfig, registry: FunctionRegistry) -> Self {
-        DispatcherService { core, config, registry, last_heartbeat: Mutex::new(HashMap::new()) }
+    pub(crate) fn new(
+        core: Arc<Core>,
+        config: DispatcherConfig,
+        registry: FunctionRegistry,
+        liveness: Arc<Liveness>,
+    ) -> Self {
+        DispatcherService { core, config, registry, liveness }
     }
 
     fn unexpected(cmd: &str, r: R) -> Status {
@@ -167,6 +173,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         };
         match self.core.propose(cmd).await? {
             R::Iteration { iteration_id, client_id } => {
+                self.liveness.client_seen(client_id);
                 info!(iteration_id, client_id, "client joined iteration");
                 Ok(Response::new(pb::GetOrCreateIterationResponse { iteration_id, client_id }))
             }
@@ -207,6 +214,9 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             })
         });
         let resp = resp.await?;
+        if resp.is_some() {
+            self.liveness.client_seen(client_id);
+        }
         resp.map(Response::new).ok_or_else(|| {
             StateError::not_found_hint(
                 "iteration client",
@@ -224,7 +234,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::RegisterWorkerRequest>,
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
         let req = req.into_inner();
-        let address = req.address.clone();
+        let (address, worker_uid) = (req.address.clone(), req.worker_uid);
         let allowed = &self.config.worker_addresses;
         if !allowed.is_empty() && !allowed.contains(&address) {
             // FailedPrecondition: the worker gives up (and exits) instead of retrying.
@@ -243,7 +253,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         match self.core.propose(cmd).await? {
             R::WorkerRegistered { tasks } => {
                 info!(tasks = tasks.len(), "worker registered");
-                self.touch(&address);
+                self.liveness.worker_seen(&address, worker_uid);
                 let tasks = self.core.read_leader(|s| Self::task_defs(s, &address)).await?;
                 Ok(Response::new(pb::RegisterWorkerResponse { tasks }))
             }
@@ -257,11 +267,14 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
         let req = req.into_inner();
         let address = req.address;
-        if !self.core.read_leader(|s| s.workers.contains_key(&address)).await? {
+        // A worker declared lost is unknown until it registers again.
+        let known = |s: &State| s.workers.get(&address).is_some_and(|w| !w.lost);
+        if !self.core.read_leader(known).await? {
             return Err(StateError::not_found_hint(
                 "worker",
                 address,
-                "; register it again (the dispatcher may have restarted)",
+                "; register it again (the dispatcher may have restarted, or declared the \
+                 worker lost after its worker timeout)",
             )
             .into());
         }
@@ -276,7 +289,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                 }
             }
         }
-        self.touch(&address);
+        self.liveness.worker_seen(&address, req.worker_uid);
         let current: BTreeSet<u64> = req.current_tasks.into_iter().collect();
         let resp = self.core.read_leader(|s| {
             let active: BTreeSet<u64> =
@@ -317,7 +330,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         _req: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
-        let heartbeats = self.last_heartbeat.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let heartbeats = self.liveness.heartbeats();
         // The leader answers with everything committed applied (a new leader
         // re-applies the log after its first commit); a follower answers with what
         // it has, flagged as not from the leader.
@@ -359,13 +372,4 @@ async fn resolve_files(mut def: DatasetDef) -> Result<DatasetDef, Status> {
             Status::invalid_argument(format!("list_files `{}`: {msg}", patterns.join("`, `")))
         }
     })
-}
-
-impl DispatcherService {
-    fn touch(&self, address: &str) {
-        self.last_heartbeat
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(address.to_string(), Instant::now());
-    }
 }

@@ -130,6 +130,25 @@ pub struct Iteration {
     pub elements_per_split: u64,
     /// Every task has reached end of sequence (and there is at least one task).
     pub finished: bool,
+    // Liveness and GC (docs/architecture.md, "Liveness and garbage collection").
+    /// DYNAMIC: split ranges granted to tasks whose worker was lost or restarted
+    /// before it could deliver them (see `apply_liveness`).
+    pub lost_splits: Vec<LostSplit>,
+    /// Tasks ended because their worker was lost: in OFF an incomplete copy, in a
+    /// static mode an incomplete shard, in DYNAMIC the splits above.
+    pub lost_tasks: BTreeSet<TaskId>,
+    /// Collected after `job_gc_timeout` without a consumer: its tasks were ended
+    /// and nobody may join it again (a new reader gets a new iteration).
+    pub garbage_collected: bool,
+}
+
+/// A split range a lost (or restarted) worker held: granted, never known delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostSplit {
+    pub task_id: TaskId,
+    /// Source element indices `[begin, end)`, as granted.
+    pub begin: u64,
+    pub end: u64,
 }
 
 /// A split hand-out as answered to a worker.
@@ -157,6 +176,9 @@ pub struct Task {
     pub worker_index: u32,
     pub finished: bool,
     pub last_split: Option<SplitRecord>,
+    /// Ended because its worker was lost (`Command::WorkerLost`), not by reaching
+    /// end of sequence.
+    pub lost: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -168,6 +190,8 @@ pub struct Worker {
     pub functions: BTreeSet<String>,
     /// Its tasks that have not finished.
     pub active_tasks: BTreeSet<TaskId>,
+    /// Declared lost by the leader's worker timeout; cleared when it registers again.
+    pub lost: bool,
 }
 
 /// The whole replicated state.
@@ -203,6 +227,24 @@ impl Default for State {
             next_task_id: 4000,
             next_job_id: 5000,
         }
+    }
+}
+
+impl Iteration {
+    /// Still handing out work: neither finished nor garbage-collected.
+    pub fn is_live(&self) -> bool {
+        !self.finished && !self.garbage_collected
+    }
+
+    /// Splits in `lost_splits` (a grant of several splits is one range).
+    pub fn lost_split_count(&self) -> u64 {
+        let per = self.elements_per_split.max(1);
+        self.lost_splits.iter().map(|l| l.end.saturating_sub(l.begin).div_ceil(per)).sum()
+    }
+
+    /// Source elements in `lost_splits`.
+    pub fn lost_elements(&self) -> u64 {
+        self.lost_splits.iter().map(|l| l.end.saturating_sub(l.begin)).sum()
     }
 }
 

@@ -18,6 +18,8 @@ pub fn render(s: &State, heartbeats: &HashMap<String, Instant>) -> pb::GetStatus
             last_heartbeat_ms_ago: heartbeats
                 .get(&w.address)
                 .map(|t| t.elapsed().as_millis() as u64),
+            lost: w.lost,
+            worker_uid: w.worker_uid,
         })
         .collect();
     let datasets = s
@@ -36,10 +38,11 @@ pub fn render(s: &State, heartbeats: &HashMap<String, Instant>) -> pb::GetStatus
             job_name: j.name.clone(),
             dataset_id: j.dataset_id.clone(),
             mode: mode_to_wire(j.mode) as i32,
-            iterations: j
+            // Every iteration of the job, also one garbage-collected and replaced.
+            iterations: s
                 .iterations
                 .values()
-                .filter_map(|id| s.iterations.get(id))
+                .filter(|it| it.job_id == j.id)
                 .map(|it| pb::IterationStatus {
                     iteration_id: it.id,
                     repetition: it.repetition,
@@ -53,6 +56,10 @@ pub fn render(s: &State, heartbeats: &HashMap<String, Instant>) -> pb::GetStatus
                     finished: it.finished,
                     split_cursor: it.cursors.first().map(|c| c.next),
                     split_repetition: it.cursors.first().map(|c| c.repetition),
+                    lost_splits: it.lost_split_count(),
+                    lost_elements: it.lost_elements(),
+                    lost_tasks: it.lost_tasks.len() as u32,
+                    garbage_collected: it.garbage_collected,
                 })
                 .collect(),
         })

@@ -44,6 +44,21 @@ pub struct DispatcherArgs {
     /// only these workers may register. Give every dispatcher the same list.
     #[arg(long, value_delimiter = ',')]
     pub worker_addresses: Vec<String>,
+    /// Declare a worker lost after this many seconds without a heartbeat and end
+    /// its unfinished tasks (fractions allowed; 0 = never).
+    #[arg(long, default_value_t = 10.0)]
+    pub worker_timeout_secs: f64,
+    /// Release a consumer after this many seconds without a heartbeat (0 = never).
+    #[arg(long, default_value_t = 60.0)]
+    pub client_timeout_secs: f64,
+    /// Garbage-collect an unfinished iteration after this many seconds without a
+    /// consumer (0 = never).
+    #[arg(long, default_value_t = 300.0)]
+    pub job_gc_timeout_secs: f64,
+    /// Also garbage-collect DYNAMIC iterations (a new reader of a collected one
+    /// starts the epoch over).
+    #[arg(long)]
+    pub gc_dynamic_jobs: bool,
 }
 
 #[derive(Args, Debug)]
@@ -108,6 +123,10 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
             .snapshot_every
             .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(a.work_dir.as_deref())),
         worker_addresses: a.worker_addresses.iter().map(|w| w.trim().to_string()).collect(),
+        worker_timeout: secs("--worker-timeout-secs", a.worker_timeout_secs)?,
+        client_timeout: secs("--client-timeout-secs", a.client_timeout_secs)?,
+        job_gc_timeout: secs("--job-gc-timeout-secs", a.job_gc_timeout_secs)?,
+        gc_dynamic_jobs: a.gc_dynamic_jobs,
         ..DispatcherConfig::default()
     };
     config.validate()?;
@@ -128,6 +147,12 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
     };
     sluice_dispatcher::run(listener, config, FunctionRegistry::builtin(), stop_signal()).await?;
     Ok(())
+}
+
+/// A non-negative number of seconds.
+fn secs(flag: &str, v: f64) -> anyhow::Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(v)
+        .map_err(|_| anyhow::anyhow!("{flag} {v}: give a number of seconds >= 0"))
 }
 
 pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {

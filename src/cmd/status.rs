@@ -62,8 +62,39 @@ fn mode_name(m: i32) -> &'static str {
     match pb::ProcessingMode::try_from(m) {
         Ok(pb::ProcessingMode::Off) => "OFF",
         Ok(pb::ProcessingMode::Dynamic) => "DYNAMIC",
+        Ok(pb::ProcessingMode::File) => "FILE",
+        Ok(pb::ProcessingMode::Data) => "DATA",
+        Ok(pb::ProcessingMode::FileOrData) => "FILE_OR_DATA",
+        Ok(pb::ProcessingMode::Hint) => "HINT",
         _ => "?",
     }
+}
+
+/// The STATE column: finished / running / collected, and what liveness lost.
+fn iteration_state(mode: &str, it: &pb::IterationStatus) -> String {
+    let mut state = if it.garbage_collected {
+        "collected (no consumer for the GC timeout)".to_string()
+    } else if it.finished {
+        "finished".to_string()
+    } else {
+        "running".to_string()
+    };
+    if it.lost_tasks > 0 {
+        let incomplete = match mode {
+            "DYNAMIC" => "",
+            "OFF" => " (their copies are incomplete)",
+            _ => " (their shards are incomplete)",
+        };
+        state
+            .push_str(&format!("; {} task(s) ended with a lost worker{incomplete}", it.lost_tasks));
+    }
+    if it.lost_splits > 0 {
+        state.push_str(&format!(
+            "; {} split(s) / {} element(s) lost with lost or restarted workers",
+            it.lost_splits, it.lost_elements
+        ));
+    }
+    state
 }
 
 /// CURSOR is dynamic sharding's split cursor: `eR@N` = epoch R, next source
@@ -74,7 +105,8 @@ pub fn render(s: &pb::GetStatusResponse) -> String {
     out.push_str(&format!("  {:<24} {:>12} {:>16}\n", "ADDRESS", "ACTIVE TASKS", "LAST HEARTBEAT"));
     for w in &s.workers {
         let hb = w.last_heartbeat_ms_ago.map(|ms| format!("{ms} ms ago")).unwrap_or("-".into());
-        out.push_str(&format!("  {:<24} {:>12} {:>16}\n", w.address, w.active_tasks, hb));
+        let lost = if w.lost { "  LOST (no heartbeat within the worker timeout)" } else { "" };
+        out.push_str(&format!("  {:<24} {:>12} {:>16}{lost}\n", w.address, w.active_tasks, hb));
     }
     out.push_str(&format!("DATASETS ({})\n", s.datasets.len()));
     out.push_str(&format!("  {:<24} {:>18}\n", "ID", "SOURCE ELEMENTS"));
@@ -109,7 +141,7 @@ pub fn render(s: &pb::GetStatusResponse) -> String {
                 (Some(r), Some(c)) => format!("e{r}@{c}"),
                 _ => "-".into(),
             };
-            let state = if it.finished { "finished" } else { "running" };
+            let state = iteration_state(mode, it);
             out.push_str(&format!(
                 "  {:<8} {:<24} {:<10} {:<8} {:<10} {:>6} {:>11} {:>8} {:>9} {}\n",
                 j.job_id,

@@ -1,0 +1,130 @@
+//! The pure half of liveness and garbage collection: what `Command::WorkerLost`
+//! and `Command::GcIteration` do to the state. The clock half (who is late) is the
+//! leader's timer in `liveness.rs`; it only proposes, and everything here holds
+//! however late or often a proposal arrives:
+//!
+//! - `WorkerLost { address, worker_uid }` acts only on a known, not yet lost worker
+//!   still registered with that uid; otherwise it changes nothing.
+//! - `GcIteration { iteration_id }` acts only on a live iteration without clients.
+//!
+//! What a lost worker costs, and how it is counted (`docs/guarantees.md`, L-rows):
+//! each of its unfinished tasks is ended and recorded in `Iteration::lost_tasks`.
+//! In DYNAMIC, the **last range granted to each such task** (its `last_split`, if
+//! that was a split and was granted to the uid being declared lost) is recorded in
+//! `Iteration::lost_splits`: it is the range the task's pipeline was reading. This
+//! is what the dispatcher knows, not an exact count of undelivered elements: part
+//! of that range may have reached a reader, and elements of earlier ranges may
+//! still have been in the worker's task buffer (at most `task_buffer_elements` per
+//! task) or in flight to readers. A worker that restarts (registers with a new
+//! uid) loses its last ranges the same way, and they are recorded the same way.
+
+use crate::command::Response;
+use crate::error::StateError;
+use crate::state::{IterationId, LostSplit, SplitAnswer, State, TaskId};
+
+pub(crate) fn worker_lost(
+    state: &mut State,
+    address: &str,
+    worker_uid: u64,
+) -> Result<Response, StateError> {
+    let Some(worker) = state.workers.get_mut(address) else {
+        return Ok(Response::WorkerLost { changed: false });
+    };
+    if worker.lost || worker.worker_uid != worker_uid {
+        return Ok(Response::WorkerLost { changed: false });
+    }
+    worker.lost = true;
+    let tasks: Vec<TaskId> = std::mem::take(&mut worker.active_tasks).into_iter().collect();
+    let mut touched = std::collections::BTreeSet::new();
+    for task_id in tasks {
+        let Some(task) = state.tasks.get_mut(&task_id) else { continue };
+        if task.finished {
+            continue;
+        }
+        task.finished = true;
+        task.lost = true;
+        let lost_range = match task.last_split.take() {
+            Some(r) if r.worker_uid == worker_uid => match r.answer {
+                SplitAnswer::Split { begin, end } => Some(LostSplit { task_id, begin, end }),
+                SplitAnswer::EndOfSplits => None,
+            },
+            other => {
+                task.last_split = other;
+                None
+            }
+        };
+        let iteration_id = task.iteration_id;
+        if let Some(it) = state.iterations.get_mut(&iteration_id) {
+            it.lost_tasks.insert(task_id);
+            it.lost_splits.extend(lost_range);
+        }
+        touched.insert(iteration_id);
+    }
+    for iteration_id in touched {
+        finish_if_complete(state, iteration_id);
+    }
+    Ok(Response::WorkerLost { changed: true })
+}
+
+/// A worker registering with a uid other than the one on record is a new process:
+/// the split ranges its predecessor held are lost (D5). Records them like a lost
+/// worker's, and clears them so they are counted once. Call before the uid changes.
+pub(crate) fn record_restart_loss(state: &mut State, address: &str, new_uid: u64) {
+    let Some(worker) = state.workers.get(address) else { return };
+    let old_uid = worker.worker_uid;
+    if old_uid == new_uid || worker.lost {
+        return;
+    }
+    let tasks: Vec<TaskId> = worker.active_tasks.iter().copied().collect();
+    for task_id in tasks {
+        let Some(task) = state.tasks.get_mut(&task_id) else { continue };
+        let Some(r) = task.last_split.filter(|r| r.worker_uid == old_uid) else { continue };
+        // Requests carrying the new uid never matched the old record anyway.
+        task.last_split = None;
+        if let SplitAnswer::Split { begin, end } = r.answer {
+            let iteration_id = task.iteration_id;
+            if let Some(it) = state.iterations.get_mut(&iteration_id) {
+                it.lost_splits.push(LostSplit { task_id, begin, end });
+            }
+        }
+    }
+}
+
+pub(crate) fn gc_iteration(
+    state: &mut State,
+    iteration_id: IterationId,
+) -> Result<Response, StateError> {
+    let Some(it) = state.iterations.get_mut(&iteration_id) else {
+        return Err(StateError::not_found("iteration", iteration_id));
+    };
+    if !it.is_live() || !it.clients.is_empty() {
+        return Ok(Response::IterationCollected { changed: false });
+    }
+    it.garbage_collected = true;
+    let tasks = it.tasks.clone();
+    for task_id in tasks {
+        let Some(task) = state.tasks.get_mut(&task_id) else { continue };
+        if task.finished {
+            continue;
+        }
+        // Ended, so the worker's next heartbeat answer lists it in tasks_to_delete.
+        task.finished = true;
+        let address = task.worker_address.clone();
+        if let Some(w) = state.workers.get_mut(&address) {
+            w.active_tasks.remove(&task_id);
+        }
+    }
+    Ok(Response::IterationCollected { changed: true })
+}
+
+fn finish_if_complete(state: &mut State, iteration_id: IterationId) {
+    let complete = state
+        .iterations
+        .get(&iteration_id)
+        .is_some_and(|it| it.is_live() && crate::apply::iteration_complete(state, it));
+    if let Some(it) = state.iterations.get_mut(&iteration_id) {
+        if complete {
+            it.finished = true;
+        }
+    }
+}
