@@ -32,7 +32,7 @@ pub(crate) async fn run(worker: Arc<Worker>) {
 
 /// Registers, retrying until success (true) or shutdown (false), and starts the
 /// tasks the dispatcher hands back.
-async fn register(worker: &Worker, shutdown: &mut watch::Receiver<bool>) -> bool {
+async fn register(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) -> bool {
     let mut attempt = 0u32;
     loop {
         let call = worker.dispatcher.register_worker(worker.register_request());
@@ -72,7 +72,7 @@ async fn register(worker: &Worker, shutdown: &mut watch::Receiver<bool>) -> bool
 
 /// Heartbeats until the worker stops (false) or the dispatcher no longer knows this
 /// worker (true: the caller registers again).
-async fn heartbeat_until_lost(worker: &Worker, shutdown: &mut watch::Receiver<bool>) -> bool {
+async fn heartbeat_until_lost(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) -> bool {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(worker.config.heartbeat_interval) => {}

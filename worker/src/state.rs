@@ -130,7 +130,7 @@ impl Worker {
     }
 
     /// Starts the tasks not running yet (registration answers and `new_tasks`).
-    pub(crate) fn start_tasks(&self, defs: Vec<pb::TaskDef>) {
+    pub(crate) fn start_tasks(self: &Arc<Self>, defs: Vec<pb::TaskDef>) {
         for def in defs {
             let task_id = def.task_id;
             {
@@ -154,7 +154,16 @@ impl Worker {
                 continue;
             }
             tracing::info!(task_id, iteration_id = task.iteration_id, "task started");
-            table.running.insert(task_id, task);
+            table.running.insert(task_id, task.clone());
+            drop(table);
+            // Finishes the task if its pipeline ends with nobody left to read the end
+            // (a stream that sees it first finishes it the usual way).
+            let worker = self.clone();
+            self.runner.runtime.spawn(async move {
+                if task.ended_when_drained().await {
+                    worker.finish(&task);
+                }
+            });
         }
     }
 

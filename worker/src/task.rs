@@ -96,6 +96,8 @@ pub(crate) struct Task {
     pub job_id: u64,
     buffer: Mutex<Buffer>,
     stop: watch::Sender<Option<StopReason>>,
+    /// Fires when the pipeline thread returns (or could not start).
+    pipeline_done: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
 
 struct Buffer {
@@ -120,10 +122,12 @@ impl Task {
     pub(crate) fn start(def: pb::TaskDef, ctx: &RunnerContext) -> Arc<Task> {
         let (tx, rx) = mpsc::channel(ctx.buffer_elements.max(1));
         let (stop, _) = watch::channel(None);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let mut task = Task {
             task_id: def.task_id,
             iteration_id: def.iteration_id,
             job_id: def.job_id,
+            pipeline_done: std::sync::Mutex::new(Some(done_rx)),
             buffer: Mutex::new(Buffer { rx, carry: None, state: State::Open }),
             stop,
         };
@@ -143,6 +147,7 @@ impl Task {
                 .spawn(move || {
                     let _entered = span.enter();
                     pipeline.run(task_id, &ctx, stop, tx);
+                    let _ = done_tx.send(());
                 })
                 .map(drop)
                 .map_err(|e| format!("cannot start the pipeline thread: {e}"))
@@ -227,6 +232,40 @@ impl Task {
             }
         }
         Ok(Batch { elements, end_of_sequence: false })
+    }
+
+    /// Waits for the pipeline thread to return; then, if every element it produced
+    /// has been taken by a stream, marks the task ended and returns true. This
+    /// finishes a task whose consumers are no longer reading it: e.g. a restarted
+    /// worker whose task got no splits left while its consumers had already seen
+    /// the end of sequence from the previous process. Without it such a task would
+    /// never be reported finished, and its iteration would never end.
+    pub(crate) async fn ended_when_drained(&self) -> bool {
+        let done = self.pipeline_done.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(done) = done {
+            // An error means the thread never started or panicked: same check.
+            let _ = done.await;
+        }
+        let mut buf = self.buffer.lock().await;
+        if !matches!(buf.state, State::Open) || buf.carry.is_some() {
+            return false;
+        }
+        match buf.rx.try_recv() {
+            Err(mpsc::error::TryRecvError::Disconnected) => {
+                buf.state = State::Ended;
+                true
+            }
+            // Left for a stream, which will see the end after it.
+            Ok(Ok(element)) => {
+                buf.carry = Some(pb::Element::from(element));
+                false
+            }
+            Ok(Err(e)) => {
+                buf.fail(self, e);
+                false
+            }
+            Err(mpsc::error::TryRecvError::Empty) => false,
+        }
     }
 
     fn failure(&self, message: &str) -> Status {

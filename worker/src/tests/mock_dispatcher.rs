@@ -132,6 +132,11 @@ impl MockDispatcher {
         self.shared.state().split_requests.clone()
     }
 
+    /// Tasks reported finished so far.
+    pub(crate) fn finished(&self) -> BTreeSet<u64> {
+        self.shared.finished.borrow().clone()
+    }
+
     pub(crate) async fn wait_finished(&self, task_id: u64) {
         let mut rx = self.shared.finished.subscribe();
         tokio::time::timeout(WAIT, rx.wait_for(|f| f.contains(&task_id)))

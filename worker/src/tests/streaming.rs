@@ -192,3 +192,41 @@ async fn byte_bound_sends_an_oversized_element_alone() {
     worker.shutdown().await.expect("worker stops");
     dispatcher.shutdown().await;
 }
+
+/// A restarted worker whose task has no splits left, while its consumers already saw
+/// the end of sequence from the previous process: nobody opens a stream, yet the
+/// task must be reported finished, or its iteration never ends (found by `sluice
+/// chaos`, scenario workers, seed 1).
+#[tokio::test]
+async fn a_task_whose_pipeline_ends_with_no_reader_is_reported_finished() {
+    let dispatcher =
+        MockDispatcher::start(vec![task_def(3, &DatasetDef::range(100), DYNAMIC)]).await;
+    dispatcher.set_splits(vec![]);
+    let worker = start_worker(&dispatcher).await;
+    dispatcher.wait_finished(3).await;
+
+    // A late reader gets the end of sequence, nothing else.
+    let mut client = connect(&worker).await;
+    let got = read_to_end(open_stream(&mut client, request(3, 0, 0)).await.expect("opens")).await;
+    assert!(got.error.is_none() && got.end_of_sequence && got.values.is_empty(), "{got:?}");
+    worker.shutdown().await.expect("worker stops");
+    dispatcher.shutdown().await;
+}
+
+/// Elements still buffered when the pipeline ends keep the task open until a
+/// stream takes them: finishing early would let consumers stop reading it.
+#[tokio::test]
+async fn a_task_with_buffered_elements_finishes_only_when_a_stream_takes_them() {
+    let dispatcher = MockDispatcher::start(vec![task_def(4, &DatasetDef::range(5), OFF)]).await;
+    let worker = start_worker(&dispatcher).await;
+    // Wait until the pipeline has certainly ended (its 5 elements fit the buffer):
+    // the dispatcher has heard heartbeats since, and the task is still not finished.
+    dispatcher.wait_heartbeats(3).await;
+    assert!(!dispatcher.finished().contains(&4), "finished before anyone read its elements");
+    let mut client = connect(&worker).await;
+    let got = read_to_end(open_stream(&mut client, request(4, 0, 0)).await.expect("opens")).await;
+    assert_eq!(got.values, (0..5).collect::<Vec<_>>());
+    dispatcher.wait_finished(4).await;
+    worker.shutdown().await.expect("worker stops");
+    dispatcher.shutdown().await;
+}
