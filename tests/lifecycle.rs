@@ -42,7 +42,7 @@ async fn sigterm_drains_a_dynamic_worker_mid_stream_and_the_read_still_gets_ever
     let d = dispatcher.address().to_string();
     let mut leaving = worker(&d, &["--drain-timeout-secs", "20"]);
     let _staying = worker(&d, &[]);
-    let client = Client::new(&[d.clone()], RetryPolicy::for_tests()).unwrap();
+    let client = Client::new(std::slice::from_ref(&d), RetryPolicy::for_tests()).unwrap();
     common::wait_until("two workers", || {
         let client = client.clone();
         async move { client.status().await.map(|s| s.workers.len() == 2).unwrap_or(false) }
