@@ -66,6 +66,9 @@ fn main() -> std::process::ExitCode {
             Command::Chaos(a) => cmd::chaos::run(a).await,
         }
     });
+    // Background work (a best-effort release, a retrying call) must not hold the
+    // process after its command is done.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

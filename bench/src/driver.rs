@@ -98,6 +98,7 @@ impl Fleet {
                 mode: pb::ProcessingMode::Dynamic as i32,
                 job_name: String::new(),
                 target_workers: 0,
+                use_cross_trainer_cache: false,
             })
             .await
             .context("GetOrCreateJob")?;

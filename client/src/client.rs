@@ -68,6 +68,7 @@ impl Client {
                 mode: opts.mode.to_wire() as i32,
                 job_name: opts.job_name.clone().unwrap_or_default(),
                 target_workers: opts.target_workers.to_wire() as i32,
+                use_cross_trainer_cache: opts.use_cross_trainer_cache,
             })
             .await?;
         let it = self

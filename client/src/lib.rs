@@ -28,9 +28,11 @@
 //! - [`retry`] — [`RetryPolicy`] — bounded backoff for every remote call.
 //! - [`local_workers`] — the process-wide registry of in-process workers, which
 //!   `TargetWorkers::Local` reads are limited to.
+//! - `cache_options`: the checks of a cross-trainer cache read (`ReadOptions`).
 //! - [`error`] — [`ClientError`].
 
 pub mod blocking;
+mod cache_options;
 pub mod client;
 pub mod dispatcher;
 pub mod error;

@@ -151,6 +151,14 @@ pub struct ReadOptions {
     pub heartbeat_interval: Duration,
     /// Retries of an unavailable worker.
     pub worker_retry: RetryPolicy,
+    /// This reader's trainer in a cross-trainer cache job: each trainer id reads
+    /// the workers' cached windows at its own cursor; readers with the same id split
+    /// the stream. Set with [`ReadOptions::cross_trainer_cache`].
+    pub trainer_id: Option<String>,
+    /// The job shares each worker's element sequence among trainers through a
+    /// byte-bounded sliding window (tf.data's cross-trainer cache). Part of a named
+    /// job's identity; needs a job name, an infinite dataset and a `trainer_id`.
+    pub use_cross_trainer_cache: bool,
 }
 
 impl ReadOptions {
@@ -164,7 +172,17 @@ impl ReadOptions {
             max_elements_per_message: 0,
             heartbeat_interval: Duration::from_millis(100),
             worker_retry: RetryPolicy::default(),
+            trainer_id: None,
+            use_cross_trainer_cache: false,
         }
+    }
+
+    /// Reads a cross-trainer cache job as `trainer_id` (see `docs/architecture.md`,
+    /// "Cross-trainer cache"). The job needs a name and an infinite dataset.
+    pub fn cross_trainer_cache(mut self, trainer_id: impl Into<String>) -> Self {
+        self.trainer_id = Some(trainer_id.into());
+        self.use_cross_trainer_cache = true;
+        self
     }
 
     pub fn job_name(mut self, name: impl Into<String>) -> Self {
@@ -198,6 +216,7 @@ impl ReadOptions {
                 "job_name must not be empty; leave it unset for an anonymous job".into(),
             ));
         }
+        crate::cache_options::validate(self)?;
         if self.heartbeat_interval.is_zero() {
             return Err(ClientError::InvalidArgument("heartbeat_interval must be > 0".into()));
         }

@@ -239,12 +239,13 @@ async fn read_task(
         client_id,
         max_elements_per_message: opts.max_elements_per_message,
         max_bytes_per_message: 0,
+        trainer_id: opts.trainer_id.clone().unwrap_or_default(),
     };
     // Time and count of failures since the last message that arrived.
     let mut failing_since: Option<Instant> = None;
     let mut attempts = 0u32;
     loop {
-        let status = match grpc.get_elements(req).await {
+        let status = match grpc.get_elements(req.clone()).await {
             Ok(resp) => {
                 let mut stream = resp.into_inner();
                 loop {

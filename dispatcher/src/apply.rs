@@ -18,8 +18,16 @@ pub const MAX_SPLITS_PER_GRANT: u32 = 1024;
 pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
     match cmd {
         Command::RegisterDataset { dataset_id, def } => register_dataset(state, dataset_id, def),
-        Command::GetOrCreateJob { dataset_id, mode, job_name, target_workers, static_workers } => {
-            get_or_create_job(state, dataset_id, mode, job_name, target_workers, static_workers)
+        Command::GetOrCreateJob {
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            cross_trainer_cache,
+        } => {
+            let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
+            get_or_create_job(state, job, static_workers)
         }
         Command::GetOrCreateIteration { job_id, repetition, elements_per_split } => {
             get_or_create_iteration(state, job_id, repetition, elements_per_split)
@@ -90,14 +98,21 @@ fn register_dataset(
     Ok(Response::DatasetRegistered { dataset_id: id })
 }
 
-fn get_or_create_job(
-    state: &mut State,
+/// What a `GetOrCreateJob` asks for: the job's identity.
+struct NewJob {
     dataset_id: DatasetId,
     mode: Mode,
     job_name: Option<String>,
     target_workers: TargetWorkers,
+    cross_trainer_cache: bool,
+}
+
+fn get_or_create_job(
+    state: &mut State,
+    job: NewJob,
     static_workers: Vec<String>,
 ) -> Result<Response, StateError> {
+    let NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache } = job;
     let Some(dataset) = state.datasets.get(&dataset_id) else {
         return Err(StateError::not_found_hint(
             "dataset",
@@ -110,6 +125,13 @@ fn get_or_create_job(
             return Err(StateError::InvalidArgument("job name must not be empty".into()));
         }
         if let Some(job) = state.jobs_by_name.get(name).and_then(|id| state.jobs.get(id)) {
+            if job.cross_trainer_cache != cross_trainer_cache {
+                return Err(crate::cache_check::identity_conflict(
+                    name,
+                    job.cross_trainer_cache,
+                    cross_trainer_cache,
+                ));
+            }
             if job.dataset_id != dataset_id
                 || job.mode != mode
                 || job.target_workers != target_workers
@@ -129,6 +151,9 @@ fn get_or_create_job(
         }
     }
     check_sharding(&dataset.def, &dataset_id, mode, &static_workers)?;
+    if cross_trainer_cache {
+        crate::cache_check::check(&dataset.def, &dataset_id, job_name.as_deref())?;
+    }
     // Only static jobs keep the worker list: it decides their shards.
     let static_workers = if mode.static_policy().is_some() { static_workers } else { vec![] };
     let job_id = state.next_job_id;
@@ -151,6 +176,7 @@ fn get_or_create_job(
             target_workers,
             static_workers,
             iterations: Default::default(),
+            cross_trainer_cache,
         },
     );
     Ok(Response::Job { job_id, job_name: name })

@@ -31,6 +31,9 @@ pub enum Command {
         job_name: Option<String>,
         target_workers: TargetWorkers,
         static_workers: Vec<String>,
+        /// tf.data's cross-trainer cache: part of the job's identity; needs a job
+        /// name and a pipeline not known to be finite.
+        cross_trainer_cache: bool,
     },
     /// Gets or creates (job, repetition) with one task per registered worker, and
     /// adds a client to it.

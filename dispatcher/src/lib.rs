@@ -9,7 +9,8 @@
 //! ```
 //! - [`state`] — [`State`], the whole replicated state, and its types.
 //! - [`command`] — [`Command`] / [`Response`], one per whole operation.
-//! - [`apply`] — the pure state machine.
+//! - [`apply`] — the pure state machine; `cache_check`: what a cross-trainer cache
+//!   job requires (checked by `apply` when the job is created).
 //! - [`core`] — [`Core`], the single owner of the state: commands go through Raft
 //!   ([`raft`]) and its journal before they are applied and answered.
 //! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
@@ -23,6 +24,7 @@
 
 pub mod apply;
 mod apply_liveness;
+mod cache_check;
 pub mod command;
 pub mod config;
 mod convert;

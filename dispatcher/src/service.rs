@@ -151,6 +151,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             target_workers,
             // Stamped here so the job keeps the list it was created with.
             static_workers: self.config.worker_addresses.clone(),
+            cross_trainer_cache: req.use_cross_trainer_cache,
         };
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name } => {

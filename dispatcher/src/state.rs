@@ -105,6 +105,9 @@ pub struct Job {
     pub static_workers: Vec<String>,
     /// repetition → iteration.
     pub iterations: BTreeMap<u64, IterationId>,
+    /// Consumers read through each worker's cross-trainer cache (a sliding window
+    /// every trainer reads at its own cursor). Part of the job's identity.
+    pub cross_trainer_cache: bool,
 }
 
 /// Where dynamic sharding stands for one source of one iteration.

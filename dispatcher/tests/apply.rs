@@ -33,6 +33,7 @@ fn job_with(
         job_name: name.map(String::from),
         target_workers,
         static_workers: static_workers.iter().map(|a| a.to_string()).collect(),
+        cross_trainer_cache: false,
     };
     apply(s, c).map(|r| match r {
         Response::Job { job_id, .. } => job_id,
@@ -224,6 +225,7 @@ fn replaying_the_same_commands_rebuilds_the_same_state() {
             job_name: Some("j".into()),
             target_workers: TargetWorkers::Auto,
             static_workers: vec![],
+            cross_trainer_cache: false,
         },
         Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 3 },
         Command::GetSplit {
@@ -295,6 +297,7 @@ fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
             job_name: None,
             target_workers: TargetWorkers::Auto,
             static_workers: vec![],
+            cross_trainer_cache: false,
         },
         Command::GetOrCreateJob {
             dataset_id: "a".into(),
@@ -302,6 +305,7 @@ fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
             job_name: Some("j".into()),
             target_workers: TargetWorkers::Any,
             static_workers: vec![],
+            cross_trainer_cache: false,
         },
         Command::Batch(vec![]),
     ]);

@@ -21,6 +21,7 @@ fn job(s: &mut State, n: u64, mode: Mode) -> u64 {
         job_name: Some("j".into()),
         target_workers: TargetWorkers::Auto,
         static_workers: vec![],
+        cross_trainer_cache: false,
     };
     match ok(s, c) {
         Response::Job { job_id, .. } => job_id,
@@ -233,6 +234,7 @@ fn liveness_commands_replay_to_the_same_state_and_survive_the_log_codec() {
                 job_name: None,
                 target_workers: TargetWorkers::Auto,
                 static_workers: vec![],
+                cross_trainer_cache: false,
             },
             Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 2 },
             Command::GetSplit {

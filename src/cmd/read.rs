@@ -32,6 +32,10 @@ pub struct ReadArgs {
     /// Bound on buffered element messages and concurrent task streams.
     #[arg(long, default_value_t = 16)]
     pub max_outstanding_requests: usize,
+    /// Read through the workers' cross-trainer cache as this trainer (needs
+    /// --job-name and an infinite dataset; trainers of one job share the data).
+    #[arg(long)]
+    pub trainer_id: Option<String>,
     /// Print only the summary line, not the elements.
     #[arg(long)]
     pub quiet: bool,
@@ -45,6 +49,9 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         .max_outstanding_requests(a.max_outstanding_requests);
     opts.job_name = a.job_name.clone();
     opts.worker_retry = a.dispatcher.retry();
+    if let Some(trainer) = &a.trainer_id {
+        opts = opts.cross_trainer_cache(trainer.clone());
+    }
     let client = a.dispatcher.client()?;
     let stream = match (&a.dataset_id, &a.spec) {
         (Some(id), _) => client.from_dataset_id(id, opts).await?,

@@ -79,6 +79,21 @@ pub struct WorkerArgs {
     /// DYNAMIC mode: splits taken per request to the dispatcher (1..=1024).
     #[arg(long, default_value_t = 1)]
     pub splits_per_request: u32,
+    /// Byte bound of each cross-trainer cache task's window (default 256 MiB).
+    #[arg(long, default_value_t = sluice_worker::DEFAULT_CROSS_TRAINER_CACHE_BYTES)]
+    pub cross_trainer_cache_bytes: u64,
+    /// On SIGTERM/Ctrl-C: stop taking tasks and streams, and give streams in
+    /// progress this long to finish (DYNAMIC tasks end with the splits they hold)
+    /// before cutting them. 0 stops at once.
+    #[arg(long, default_value_t = 20)]
+    pub drain_timeout_secs: u64,
+    /// Exit (status 0) once every task this worker ran has finished and been
+    /// reported, and no new one came for --idle-grace-secs.
+    #[arg(long)]
+    pub exit_when_idle: bool,
+    /// With --exit-when-idle: how long to stay idle before exiting.
+    #[arg(long, default_value_t = 5)]
+    pub idle_grace_secs: u64,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -161,6 +176,10 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     config.task_buffer_elements = a.buffer;
     config.splits_per_request = a.splits_per_request;
     config.dispatcher_retry = a.dispatcher.retry();
+    config.cross_trainer_cache_bytes = a.cross_trainer_cache_bytes;
+    config.drain_timeout = std::time::Duration::from_secs(a.drain_timeout_secs);
+    config.exit_when_idle =
+        a.exit_when_idle.then(|| std::time::Duration::from_secs(a.idle_grace_secs));
     config.validate()?;
     let listener = bind(&a.host, a.port).await?;
     sluice_worker::run(listener, config, FunctionRegistry::builtin(), stop_signal()).await?;

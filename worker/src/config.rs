@@ -28,7 +28,23 @@ pub struct WorkerConfig {
     /// DYNAMIC mode: splits taken per GetSplit (1..=1024). More means fewer round
     /// trips and log entries per element, and coarser balance at the end of an epoch.
     pub splits_per_request: u32,
+    /// Byte bound of each cross-trainer cache task's window (tf.data's
+    /// `cross_trainer_cache_size_bytes`). See [`DEFAULT_CROSS_TRAINER_CACHE_BYTES`].
+    pub cross_trainer_cache_bytes: u64,
+    /// On shutdown, how long streams in progress may run to their end before they
+    /// are cut (`sluice worker --drain-timeout-secs`). Zero: stop at once.
+    pub drain_timeout: Duration,
+    /// Exit once no task has been unfinished for this long, after at least one
+    /// task ran (`sluice worker --exit-when-idle`). `None`: serve until stopped.
+    pub exit_when_idle: Option<Duration>,
 }
+
+/// 256 MiB per cache task. tf.data defaults to 10 GiB, sized for dedicated
+/// input hosts; a Sluice worker may run several cache tasks at once and shares the
+/// host with its pipelines. 256 MiB still holds 64 full-size messages (4 MiB, the
+/// default `max_bytes_per_message`), i.e. room for trainers a few hundred batches
+/// apart; raise it when trainers drift further and memory allows.
+pub const DEFAULT_CROSS_TRAINER_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
 impl Default for WorkerConfig {
     fn default() -> Self {
@@ -41,6 +57,9 @@ impl Default for WorkerConfig {
             max_bytes_per_message: 4 * 1024 * 1024,
             dispatcher_retry: RetryPolicy::default(),
             splits_per_request: 1,
+            cross_trainer_cache_bytes: DEFAULT_CROSS_TRAINER_CACHE_BYTES,
+            drain_timeout: Duration::ZERO,
+            exit_when_idle: None,
         }
     }
 }
@@ -75,6 +94,9 @@ impl WorkerConfig {
         }
         if self.heartbeat_interval.is_zero() {
             return bad("heartbeat_interval: must be > 0");
+        }
+        if self.cross_trainer_cache_bytes == 0 {
+            return bad("cross_trainer_cache_bytes: must be > 0");
         }
         if self.task_buffer_elements == 0 {
             return bad("task_buffer_elements: must be > 0");

@@ -8,7 +8,10 @@
 //!   report finished ones.
 //! - `task`: one task — its pipeline thread and the bounded buffer consumers share.
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
-//! - `service`: the `Worker` gRPC service (`GetElements`).
+//! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`).
+//! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
+//!   trainer reads at its own cursor, extended from the task's buffer.
+//! - `drain`: leaving cleanly — drain on shutdown, exit when idle.
 //! - [`error`]: [`WorkerError`], what stops a worker.
 //!
 //! ```text
@@ -27,7 +30,9 @@
 //! (DYNAMIC). Clients retry `Unavailable` until
 //! the task is known again.
 
+mod cache;
 pub mod config;
+mod drain;
 pub mod error;
 mod heartbeat;
 mod service;
@@ -53,7 +58,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tracing::Instrument;
 
-pub use config::WorkerConfig;
+pub use config::{WorkerConfig, DEFAULT_CROSS_TRAINER_CACHE_BYTES};
 pub use error::WorkerError;
 
 use crate::service::WorkerService;
@@ -117,9 +122,14 @@ async fn serve(
         let worker = worker.clone();
         let mut stopping = worker.shutdown_signal();
         async move {
-            tokio::select! {
-                _ = shutdown => tracing::info!("worker shutting down"),
-                _ = stopping.wait_for(|stopping| *stopping) => {}
+            let asked = tokio::select! {
+                _ = shutdown => true,
+                _ = stopping.wait_for(|stopping| *stopping) => false,
+                _ = drain::idle(worker.clone()) => false,
+            };
+            if asked {
+                tracing::info!("worker shutting down");
+                drain::drain(&worker).await;
             }
             worker.shut_down();
         }

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::state::{Lookup, Worker};
-use crate::task::{Limits, StopReason, Task};
+use crate::task::{Batch, Limits, StopReason, Task};
 
 /// Batches a stream may have produced and the client not yet read.
 const RESPONSE_BUFFER: usize = 2;
@@ -58,6 +58,8 @@ impl pb::worker_server::Worker for WorkerService {
                 )))
             }
         };
+        crate::cache::check_request(&task, &req.trainer_id)?;
+        let trainer = Some(req.trainer_id).filter(|t| !t.is_empty());
         let limits = Limits::new(
             &self.worker.config,
             req.max_elements_per_message,
@@ -71,8 +73,31 @@ impl pb::worker_server::Worker for WorkerService {
             iteration_id = task.iteration_id,
             client_id = req.client_id,
         );
-        tokio::spawn(produce(self.worker.clone(), task, limits, tx).instrument(span));
+        tokio::spawn(produce(self.worker.clone(), task, trainer, limits, tx).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn cache_status(
+        &self,
+        _request: Request<pb::CacheStatusRequest>,
+    ) -> Result<Response<pb::CacheStatusResponse>, Status> {
+        let (running, _, _) = self.worker.activity();
+        let mut tasks: Vec<pb::CacheTaskStatus> =
+            running.iter().filter_map(|t| t.cache.as_ref().map(|c| c.status())).collect();
+        tasks.sort_by_key(|t| t.task_id);
+        Ok(Response::new(pb::CacheStatusResponse { tasks }))
+    }
+}
+
+/// The next message of a stream: from the task's cross-trainer cache at the
+/// trainer's cursor, or first come first served from its buffer.
+async fn next_batch(task: &Task, trainer: Option<&str>, limits: Limits) -> Result<Batch, Status> {
+    match (&task.cache, trainer) {
+        (Some(cache), Some(trainer)) => {
+            let elements = cache.next_batch(task, trainer, limits).await?;
+            Ok(Batch { elements, end_of_sequence: false })
+        }
+        _ => task.next_batch(limits).await,
     }
 }
 
@@ -87,9 +112,11 @@ fn end_of_sequence_stream() -> ReceiverStream<BatchResult> {
 async fn produce(
     worker: Arc<Worker>,
     task: Arc<Task>,
+    trainer: Option<String>,
     limits: Limits,
     tx: mpsc::Sender<BatchResult>,
 ) {
+    let _open = crate::drain::OpenStream::new(&task);
     let mut sent = 0u64;
     loop {
         let permit = tokio::select! {
@@ -107,7 +134,7 @@ async fn produce(
             }
         };
         let batch = tokio::select! {
-            batch = task.next_batch(limits) => batch,
+            batch = next_batch(&task, trainer.as_deref(), limits) => batch,
             reason = task.stopped() => Err(reason.status(task.task_id)),
             _ = tx.closed() => break,
         };

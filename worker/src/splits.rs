@@ -27,6 +27,9 @@ pub(crate) struct RemoteSplitProvider {
     /// Fires when the task is deleted or the worker stops, so a pipeline thread
     /// waiting for a split is released at once instead of after the retry deadline.
     stop: watch::Receiver<Option<StopReason>>,
+    /// True once the worker drains: no new split is taken, so the pipeline ends
+    /// with the splits it holds, delivers them and the task finishes normally.
+    draining: watch::Receiver<bool>,
     task_id: u64,
     worker_uid: u64,
     split_provider_index: u32,
@@ -34,6 +37,8 @@ pub(crate) struct RemoteSplitProvider {
     repetition: u64,
     /// Splits asked for per request (one grant, answered as one range).
     max_splits: u32,
+    /// End of splits was answered once because of draining.
+    drained: bool,
 }
 
 impl RemoteSplitProvider {
@@ -50,13 +55,21 @@ impl RemoteSplitProvider {
             dispatcher,
             runtime,
             stop,
+            draining: watch::channel(false).1,
             task_id,
             worker_uid,
             split_provider_index,
             sequence: 0,
             repetition: 0,
             max_splits,
+            drained: false,
         }
+    }
+
+    /// Follows the worker's draining flag (see `drain.rs`).
+    pub(crate) fn draining(mut self, draining: watch::Receiver<bool>) -> Self {
+        self.draining = draining;
+        self
     }
 
     fn request(&self) -> pb::GetSplitRequest {
@@ -96,6 +109,23 @@ impl RemoteSplitProvider {
 
 impl SplitProvider for RemoteSplitProvider {
     fn next_split(&mut self) -> Result<Option<SplitRange>, DatasetError> {
+        if *self.draining.borrow() {
+            if !self.drained {
+                tracing::info!(task_id = self.task_id, "draining: no new split");
+                self.drained = true;
+                return Ok(None);
+            }
+            // Asked again (a `repeat` started another epoch): wait for the task to
+            // stop instead of spinning through empty epochs.
+            let mut stop = self.stop.clone();
+            let (tx, rx) = oneshot::channel::<()>();
+            self.runtime.spawn(async move {
+                let _ = stop.wait_for(Option::is_some).await;
+                let _ = tx.send(());
+            });
+            let _ = rx.blocking_recv();
+            return Err(DatasetError::Split("the worker drained and stopped the task".into()));
+        }
         let req = self.request();
         let resp = self.call(req)?;
         // The dispatcher has answered this key; the next call must take a new split.

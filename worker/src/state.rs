@@ -35,6 +35,8 @@ pub(crate) struct Worker {
     shutdown: watch::Sender<bool>,
     /// Why the dispatcher refused this worker for good, once it did.
     refused: Mutex<Option<String>>,
+    /// True once the worker drains (see `drain.rs`): no new tasks, streams, splits.
+    pub draining: watch::Sender<bool>,
 }
 
 /// What a GetElements request finds under its task id.
@@ -62,6 +64,8 @@ struct TaskTable {
     /// Finished tasks no successful heartbeat has carried yet.
     unreported: BTreeSet<u64>,
     shutting_down: bool,
+    /// Tasks ever started by this process (for `exit_when_idle`).
+    started: u64,
 }
 
 impl TaskTable {
@@ -86,6 +90,7 @@ impl Worker {
         dispatcher: DispatcherClient,
         runtime: Handle,
     ) -> Self {
+        let draining = watch::channel(false).0;
         let runner = RunnerContext {
             registry,
             dispatcher: dispatcher.clone(),
@@ -94,6 +99,8 @@ impl Worker {
             worker_address: address.clone(),
             buffer_elements: config.task_buffer_elements,
             splits_per_request: config.splits_per_request,
+            cross_trainer_cache_bytes: config.cross_trainer_cache_bytes,
+            draining: draining.subscribe(),
         };
         Worker {
             address,
@@ -105,6 +112,7 @@ impl Worker {
             task_finished: Notify::new(),
             shutdown: watch::channel(false).0,
             refused: Mutex::new(None),
+            draining,
         }
     }
 
@@ -116,7 +124,7 @@ impl Worker {
 
     pub(crate) fn lookup(&self, task_id: u64) -> Lookup {
         let table = self.table();
-        if table.shutting_down {
+        if table.shutting_down || *self.draining.borrow() {
             return Lookup::ShuttingDown;
         }
         if let Some(task) = table.running.get(&task_id) {
@@ -135,7 +143,10 @@ impl Worker {
             let task_id = def.task_id;
             {
                 let mut table = self.table();
-                if table.shutting_down || table.running.contains_key(&task_id) {
+                if table.shutting_down
+                    || *self.draining.borrow()
+                    || table.running.contains_key(&task_id)
+                {
                     continue;
                 }
                 // Finished here but the dispatcher has not heard yet: the pending
@@ -155,6 +166,7 @@ impl Worker {
             }
             tracing::info!(task_id, iteration_id = task.iteration_id, "task started");
             table.running.insert(task_id, task.clone());
+            table.started += 1;
             drop(table);
             // Finishes the task if its pipeline ends with nobody left to read the end
             // (a stream that sees it first finishes it the usual way).
@@ -267,6 +279,13 @@ impl Worker {
 
     pub(crate) fn refusal(&self) -> Option<String> {
         self.refused.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// What `drain.rs` decides on: the running tasks, how many tasks this process
+    /// ever started, and how many finished tasks the dispatcher has not heard of.
+    pub(crate) fn activity(&self) -> (Vec<Arc<Task>>, u64, usize) {
+        let table = self.table();
+        (table.running.values().cloned().collect(), table.started, table.unreported.len())
     }
 
     pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {

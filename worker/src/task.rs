@@ -69,13 +69,17 @@ pub(crate) struct RunnerContext {
     pub buffer_elements: usize,
     /// Splits asked for per GetSplit (one grant, one range).
     pub splits_per_request: u32,
+    /// Byte bound of each cross-trainer cache task's window.
+    pub cross_trainer_cache_bytes: u64,
+    /// True once the worker drains: DYNAMIC sources take no new split.
+    pub draining: watch::Receiver<bool>,
 }
 
 /// Per-message bounds of one GetElements stream.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
-    max_elements: usize,
-    max_bytes: u64,
+    pub(crate) max_elements: usize,
+    pub(crate) max_bytes: u64,
 }
 
 impl Limits {
@@ -88,6 +92,11 @@ impl Limits {
             max_bytes: lower(max_bytes, config.max_bytes_per_message).max(1),
         }
     }
+
+    /// Explicit bounds (each at least 1).
+    pub(crate) fn bounded(max_elements: usize, max_bytes: u64) -> Self {
+        Limits { max_elements: max_elements.max(1), max_bytes: max_bytes.max(1) }
+    }
 }
 
 pub(crate) struct Task {
@@ -98,6 +107,10 @@ pub(crate) struct Task {
     stop: watch::Sender<Option<StopReason>>,
     /// Fires when the pipeline thread returns (or could not start).
     pipeline_done: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// The job's cross-trainer cache over this task's elements, if it uses one.
+    pub cache: Option<crate::cache::CrossTrainerCache>,
+    /// GetElements streams open on this task (a draining worker waits for them).
+    pub open_streams: std::sync::atomic::AtomicUsize,
 }
 
 struct Buffer {
@@ -123,6 +136,9 @@ impl Task {
         let (tx, rx) = mpsc::channel(ctx.buffer_elements.max(1));
         let (stop, _) = watch::channel(None);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let cache = def.use_cross_trainer_cache.then(|| {
+            crate::cache::CrossTrainerCache::new(def.task_id, ctx.cross_trainer_cache_bytes)
+        });
         let mut task = Task {
             task_id: def.task_id,
             iteration_id: def.iteration_id,
@@ -130,6 +146,8 @@ impl Task {
             pipeline_done: std::sync::Mutex::new(Some(done_rx)),
             buffer: Mutex::new(Buffer { rx, carry: None, state: State::Open }),
             stop,
+            cache,
+            open_streams: Default::default(),
         };
         let span = tracing::info_span!(
             "task",
@@ -363,7 +381,8 @@ impl Pipeline {
                     ctx.worker_uid,
                     0,
                     self.splits_per_request(ctx.splits_per_request),
-                );
+                )
+                .draining(ctx.draining.clone());
                 self.def.iter_with_splits(&ctx.registry, Box::new(splits))
             }
             _ => self.def.iter_local(&ctx.registry),

@@ -31,6 +31,7 @@ pub(crate) fn request(task_id: u64, max_elements: u32, max_bytes: u64) -> pb::Ge
         client_id: 1,
         max_elements_per_message: max_elements,
         max_bytes_per_message: max_bytes,
+        trainer_id: String::new(),
     }
 }
 
@@ -42,7 +43,7 @@ pub(crate) async fn open_stream(
 ) -> Result<Streaming<pb::ElementBatch>, Status> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        match client.get_elements(req).await {
+        match client.get_elements(req.clone()).await {
             Err(s) if s.code() == Code::Unavailable && tokio::time::Instant::now() < deadline => {
                 // Client-style retry pacing, not synchronisation: the outcome does not
                 // depend on how long this waits.

@@ -30,6 +30,7 @@ pub(crate) fn task_def(task_id: u64, def: &DatasetDef, mode: pb::ProcessingMode)
         num_split_providers: u32::from(mode == pb::ProcessingMode::Dynamic),
         num_workers: 0,
         worker_index: 0,
+        use_cross_trainer_cache: false,
     }
 }
 
