@@ -27,6 +27,7 @@ async fn a_replayed_get_split_returns_the_same_split_and_none_is_lost_or_doubled
             mode: pb::ProcessingMode::Dynamic as i32,
             job_name: String::new(),
             target_workers: 0,
+            num_consumers: None,
         })
         .await
         .unwrap();

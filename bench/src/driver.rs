@@ -98,6 +98,7 @@ impl Fleet {
                 mode: pb::ProcessingMode::Dynamic as i32,
                 job_name: String::new(),
                 target_workers: 0,
+                num_consumers: None,
             })
             .await
             .context("GetOrCreateJob")?;

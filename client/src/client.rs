@@ -68,6 +68,7 @@ impl Client {
                 mode: opts.mode.to_wire() as i32,
                 job_name: opts.job_name.clone().unwrap_or_default(),
                 target_workers: opts.target_workers.to_wire() as i32,
+                num_consumers: opts.num_consumers,
             })
             .await?;
         let it = self

@@ -151,6 +151,12 @@ pub struct ReadOptions {
     pub heartbeat_interval: Duration,
     /// Retries of an unavailable worker.
     pub worker_retry: RetryPolicy,
+    /// Coordinated reads: this many consumers read the named job in rounds, each
+    /// round's elements from one worker (see [`crate::round_robin`]). Set with
+    /// [`ReadOptions::coordinated`], together with `consumer_index`.
+    pub num_consumers: Option<u32>,
+    /// Coordinated reads: which consumer this reader is (`< num_consumers`).
+    pub consumer_index: Option<u32>,
 }
 
 impl ReadOptions {
@@ -164,7 +170,17 @@ impl ReadOptions {
             max_elements_per_message: 0,
             heartbeat_interval: Duration::from_millis(100),
             worker_retry: RetryPolicy::default(),
+            num_consumers: None,
+            consumer_index: None,
         }
+    }
+
+    /// Coordinated reads: this reader is consumer `consumer_index` of
+    /// `num_consumers` reading the (named, infinite) job in rounds.
+    pub fn coordinated(mut self, num_consumers: u32, consumer_index: u32) -> Self {
+        self.num_consumers = Some(num_consumers);
+        self.consumer_index = Some(consumer_index);
+        self
     }
 
     pub fn job_name(mut self, name: impl Into<String>) -> Self {
@@ -201,6 +217,6 @@ impl ReadOptions {
         if self.heartbeat_interval.is_zero() {
             return Err(ClientError::InvalidArgument("heartbeat_interval must be > 0".into()));
         }
-        Ok(())
+        crate::round_robin::validate(self)
     }
 }

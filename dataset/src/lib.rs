@@ -4,6 +4,7 @@
 //! - [`tensor`] — [`Tensor`] (dtype, shape, `Bytes` payload) and [`Element`] (a tuple
 //!   of tensors) — the values that flow from the executor to the client uncopied.
 //! - [`def`] — [`DatasetDef`], a list of [`Stage`]s with a builder API; plain data.
+//! - [`cardinality`] — how many elements a definition yields (finite, infinite, unknown).
 //! - `wire`: conversions to and from the protobuf types of `sluice-proto`.
 //! - `json`: the JSON form (`DatasetDef::from_json` / `to_json`) with errors that
 //!   name the offending field; documented in `docs/dataset-spec.md`.
@@ -26,6 +27,7 @@
 //! locally, which tests use as the oracle.
 
 mod builtins;
+pub mod cardinality;
 pub mod def;
 pub mod error;
 pub mod exec;
@@ -39,6 +41,7 @@ pub mod sharding;
 pub mod tensor;
 mod wire;
 
+pub use cardinality::Cardinality;
 pub use def::{
     range_len, Arg, DatasetDef, FeatureSpec, FnCall, FnKind, ShardArg, SliceValues, Stage,
     SHARD_HINT,

@@ -10,6 +10,7 @@ use sluice_dataset::DatasetDef;
 
 use crate::command::{Command, Response};
 use crate::error::StateError;
+use crate::round_robin;
 use crate::state::*;
 
 /// The most splits one GetSplit may take at once.
@@ -19,6 +20,7 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
     match cmd {
         Command::RegisterDataset { dataset_id, def } => register_dataset(state, dataset_id, def),
         Command::GetOrCreateJob { dataset_id, mode, job_name, target_workers, static_workers } => {
+            round_robin::refuse_plain_join(state, job_name.as_deref())?;
             get_or_create_job(state, dataset_id, mode, job_name, target_workers, static_workers)
         }
         Command::GetOrCreateIteration { job_id, repetition, elements_per_split } => {
@@ -44,6 +46,28 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
                 })
                 .collect(),
         )),
+        Command::RoundRobinGetOrCreateJob {
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            num_consumers,
+        } => round_robin::get_or_create_job(
+            state,
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            num_consumers,
+        ),
+        Command::RoundRobinPromoteTasks { iteration_id, starting_round } => {
+            round_robin::promote_tasks(state, iteration_id, starting_round)
+        }
+        Command::RoundRobinRemoveTask { task_id, round } => {
+            round_robin::remove_task(state, task_id, round)
+        }
     }
 }
 
@@ -84,7 +108,7 @@ fn register_dataset(
     Ok(Response::DatasetRegistered { dataset_id: id })
 }
 
-fn get_or_create_job(
+pub(crate) fn get_or_create_job(
     state: &mut State,
     dataset_id: DatasetId,
     mode: Mode,
@@ -145,6 +169,7 @@ fn get_or_create_job(
             target_workers,
             static_workers,
             iterations: Default::default(),
+            num_consumers: None,
         },
     );
     Ok(Response::Job { job_id, job_name: name })
@@ -214,6 +239,9 @@ fn get_or_create_iteration(
             } else {
                 state.workers.keys().cloned().collect()
             };
+            let round_robin = job
+                .num_consumers
+                .map(|num_consumers| RoundRobinIteration { num_consumers, ..Default::default() });
             let mut iteration = Iteration {
                 id: iteration_id,
                 job_id,
@@ -223,6 +251,7 @@ fn get_or_create_iteration(
                 cursors,
                 elements_per_split,
                 finished: false,
+                round_robin,
             };
             for address in workers {
                 let task_id = new_task(state, job_id, iteration_id, &address);
@@ -260,6 +289,7 @@ fn new_task(state: &mut State, job_id: JobId, iteration_id: IterationId, address
             worker_index,
             finished: false,
             last_split: None,
+            starting_round: 0,
         },
     );
     if let Some(w) = state.workers.get_mut(address) {
@@ -345,7 +375,7 @@ fn register_worker(
     let has_task: BTreeSet<IterationId> = state
         .tasks
         .values()
-        .filter(|t| t.worker_address == address)
+        .filter(|t| t.worker_address == address && !round_robin::is_removed(state, t))
         .map(|t| t.iteration_id)
         .collect();
     let missing: Vec<(JobId, IterationId)> = state
@@ -357,9 +387,8 @@ fn register_worker(
         .collect();
     for (job_id, iteration_id) in missing {
         let task_id = new_task(state, job_id, iteration_id, &address);
-        if let Some(it) = state.iterations.get_mut(&iteration_id) {
-            it.tasks.push(task_id);
-        }
+        // A round-robin iteration's consumers read it only from an agreed round.
+        round_robin::add_task(state, iteration_id, task_id);
     }
     let tasks = state.worker_tasks(&address).iter().map(|t| t.id).collect();
     Ok(Response::WorkerRegistered { tasks })

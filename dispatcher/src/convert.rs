@@ -119,5 +119,6 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         // Static modes: the shard this task reads (0 and 0 otherwise).
         num_workers: job.static_workers.len() as u32,
         worker_index: task.worker_index,
+        num_consumers: job.num_consumers,
     })
 }

@@ -18,6 +18,7 @@ use crate::config::DispatcherConfig;
 use crate::convert::*;
 use crate::core::Core;
 use crate::error::StateError;
+use crate::round_robin_coordinator::RoundRobinCoordinator;
 use crate::state::{DatasetId, State};
 
 /// How long `GetStatus` waits for a leader to confirm itself before answering
@@ -31,11 +32,20 @@ pub struct DispatcherService {
     registry: FunctionRegistry,
     /// Soft state: last heartbeat per worker address. Short sections, no await.
     last_heartbeat: Mutex<HashMap<String, Instant>>,
+    /// Coordinated reads: pause reports and removal votes (soft state).
+    round_robin: RoundRobinCoordinator,
 }
 
 impl DispatcherService {
     pub fn new(core: Arc<Core>, config: DispatcherConfig, registry: FunctionRegistry) -> Self {
-        DispatcherService { core, config, registry, last_heartbeat: Mutex::new(HashMap::new()) }
+        let round_robin = RoundRobinCoordinator::new(core.clone());
+        DispatcherService {
+            core,
+            config,
+            registry,
+            last_heartbeat: Mutex::new(HashMap::new()),
+            round_robin,
+        }
     }
 
     fn unexpected(cmd: &str, r: R) -> Status {
@@ -138,13 +148,24 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let mode = mode_from_wire(req.mode)?;
         let target_workers = target_workers_from_wire(req.target_workers)?;
         let job_name = Some(req.job_name).filter(|n| !n.is_empty());
-        let cmd = Command::GetOrCreateJob {
-            dataset_id: req.dataset_id,
-            mode,
-            job_name,
-            target_workers,
-            // Stamped here so the job keeps the list it was created with.
-            static_workers: self.config.worker_addresses.clone(),
+        // Stamped here so the job keeps the list it was created with.
+        let static_workers = self.config.worker_addresses.clone();
+        let cmd = match req.num_consumers {
+            Some(num_consumers) => Command::RoundRobinGetOrCreateJob {
+                dataset_id: req.dataset_id,
+                mode,
+                job_name,
+                target_workers,
+                static_workers,
+                num_consumers,
+            },
+            None => Command::GetOrCreateJob {
+                dataset_id: req.dataset_id,
+                mode,
+                job_name,
+                target_workers,
+                static_workers,
+            },
         };
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name } => {
@@ -187,7 +208,11 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::ClientHeartbeatRequest>,
     ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
-        let client_id = req.into_inner().client_id;
+        let req = req.into_inner();
+        if req.consumer_index.is_some() {
+            return Ok(Response::new(self.round_robin.client_heartbeat(req).await?));
+        }
+        let client_id = req.client_id;
         let resp = self.core.read_leader(|s| {
             let it = s.client_iteration(client_id)?;
             let tasks = it
@@ -198,12 +223,14 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                     task_id: t.id,
                     worker_address: t.worker_address.clone(),
                     finished: t.finished,
+                    ..Default::default()
                 })
                 .collect();
             Some(pb::ClientHeartbeatResponse {
                 iteration_id: it.id,
                 tasks,
                 iteration_finished: it.finished,
+                ..Default::default()
             })
         });
         let resp = resp.await?;
@@ -311,6 +338,13 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             R::Split(answer) => Ok(Response::new(split_to_wire(answer))),
             r => Err(Self::unexpected("GetSplit", r)),
         }
+    }
+
+    async fn maybe_remove_task(
+        &self,
+        req: Request<pb::MaybeRemoveTaskRequest>,
+    ) -> Result<Response<pb::MaybeRemoveTaskResponse>, Status> {
+        Ok(Response::new(self.round_robin.maybe_remove_task(req.into_inner()).await?))
     }
 
     async fn get_status(

@@ -105,6 +105,8 @@ pub struct Job {
     pub static_workers: Vec<String>,
     /// repetition → iteration.
     pub iterations: BTreeMap<u64, IterationId>,
+    /// Coordinated reads: consumers reading in rounds. Part of the job's identity.
+    pub num_consumers: Option<u32>,
 }
 
 /// Where dynamic sharding stands for one source of one iteration.
@@ -130,6 +132,20 @@ pub struct Iteration {
     pub elements_per_split: u64,
     /// Every task has reached end of sequence (and there is at least one task).
     pub finished: bool,
+    /// Coordinated reads (the job has `num_consumers`): tasks waiting to join the
+    /// rounds and tasks voted out. See `round_robin.rs`.
+    pub round_robin: Option<RoundRobinIteration>,
+}
+
+/// The replicated part of the round-robin protocol of one iteration.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundRobinIteration {
+    pub num_consumers: u32,
+    /// Tasks of workers that joined after the iteration started, in arrival order;
+    /// not yet in `Iteration::tasks` (consumers do not read them yet).
+    pub pending: Vec<TaskId>,
+    /// Tasks voted out by all consumers → the highest round voted.
+    pub removed: BTreeMap<TaskId, u64>,
 }
 
 /// A split hand-out as answered to a worker.
@@ -157,6 +173,9 @@ pub struct Task {
     pub worker_index: u32,
     pub finished: bool,
     pub last_split: Option<SplitRecord>,
+    /// Coordinated reads: the first round consumers read this task in (0 for the
+    /// tasks an iteration starts with; the agreed round for a task that joined).
+    pub starting_round: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

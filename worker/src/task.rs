@@ -96,6 +96,8 @@ pub(crate) struct Task {
     pub job_id: u64,
     buffer: Mutex<Buffer>,
     stop: watch::Sender<Option<StopReason>>,
+    /// Coordinated reads: the task serves rounds (`round_robin.rs`), not streams.
+    pub rounds: Option<crate::round_robin::Rounds>,
 }
 
 struct Buffer {
@@ -118,14 +120,18 @@ impl Task {
     /// (bad definition, unknown mode, no thread) is created failed, so its consumers
     /// get the reason instead of waiting.
     pub(crate) fn start(def: pb::TaskDef, ctx: &RunnerContext) -> Arc<Task> {
-        let (tx, rx) = mpsc::channel(ctx.buffer_elements.max(1));
+        // A round-robin task keeps at most one round (num_consumers elements) ahead.
+        let capacity = def.num_consumers.map_or(ctx.buffer_elements, |n| n as usize);
+        let (tx, rx) = mpsc::channel(capacity.max(1));
         let (stop, _) = watch::channel(None);
+        let rounds = def.num_consumers.map(crate::round_robin::Rounds::new);
         let mut task = Task {
             task_id: def.task_id,
             iteration_id: def.iteration_id,
             job_id: def.job_id,
             buffer: Mutex::new(Buffer { rx, carry: None, state: State::Open }),
             stop,
+            rounds,
         };
         let span = tracing::info_span!(
             "task",
@@ -229,6 +235,25 @@ impl Task {
         Ok(Batch { elements, end_of_sequence: false })
     }
 
+    /// One element for a round-robin round, waiting at most `wait` for it.
+    pub(crate) async fn take_one(&self, wait: std::time::Duration) -> Result<Took, Status> {
+        let mut buf = self.buffer.lock().await;
+        match &buf.state {
+            State::Ended => return Ok(Took::Ended),
+            State::Failed(message) => return Err(self.failure(message)),
+            State::Open => {}
+        }
+        match tokio::time::timeout(wait, buf.rx.recv()).await {
+            Err(_) => Ok(Took::Nothing),
+            Ok(Some(Ok(element))) => Ok(Took::Element(pb::Element::from(element))),
+            Ok(Some(Err(e))) => Err(buf.fail(self, e)),
+            Ok(None) => {
+                buf.state = State::Ended;
+                Ok(Took::Ended)
+            }
+        }
+    }
+
     fn failure(&self, message: &str) -> Status {
         Status::internal(format!("task {}: pipeline failed: {message}", self.task_id))
     }
@@ -248,6 +273,15 @@ impl Buffer {
 fn framed_len(element: &pb::Element) -> u64 {
     let len = element.encoded_len();
     (1 + prost::length_delimiter_len(len) + len) as u64
+}
+
+/// What [`Task::take_one`] found.
+pub(crate) enum Took {
+    Element(pb::Element),
+    /// Nothing within the wait.
+    Nothing,
+    /// The pipeline ended.
+    Ended,
 }
 
 pub(crate) struct Batch {
