@@ -330,7 +330,10 @@ async fn fetch(
         }
         let since = *failing_since.get_or_insert_with(Instant::now);
         failures += 1;
-        if failures >= 2 {
+        // A worker that answers "not known yet" is alive: it has not heard of
+        // the task from the dispatcher yet. Only an unreachable worker is voted on.
+        let alive = status.message().contains("not known to this worker yet");
+        if failures >= 2 && !alive {
             let vote = pb::MaybeRemoveTaskRequest {
                 task_id: t.task_id,
                 consumer_index: ctx.consumer_index,
