@@ -316,7 +316,9 @@ async fn fetch(
         };
         // A task the dispatcher removed is deleted on its worker: as good as gone.
         let deleted = status.message().contains("deleted by the dispatcher");
-        if !is_retryable_status(&status) && !deleted {
+        // A connection torn down by a stopping worker can surface as Internal.
+        let torn = status.message().contains("h2 protocol error");
+        if !is_retryable_status(&status) && !deleted && !torn {
             return Err(ClientError::Rpc {
                 peer: "worker",
                 address: t.address.to_string(),

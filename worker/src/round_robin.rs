@@ -98,8 +98,17 @@ pub(crate) async fn get_element(
         )));
     };
     tokio::select! {
+        biased;
         answer = rounds.get(&task, req.consumer_index, req.round) => answer,
-        reason = task.stopped() => Err(reason.status(task_id)),
+        reason = task.stopped() => {
+            // A round that already started is still served to the consumers that
+            // asked for it: a worker stopping between two consumers' answers
+            // would otherwise leave them a round apart.
+            match rounds.serve_started(task_id, req.consumer_index, req.round).await {
+                Some(answer) => answer,
+                None => Err(reason.status(task_id)),
+            }
+        }
     }
 }
 
@@ -154,6 +163,17 @@ impl Rounds {
                 });
             }
         }
+    }
+
+    /// This consumer's answer if `round` is the round being served.
+    async fn serve_started(
+        &self,
+        task_id: u64,
+        consumer: u32,
+        round: u64,
+    ) -> Option<Result<pb::RoundRobinGetElementResponse, Status>> {
+        let mut st = self.state.lock().await;
+        (st.current == Some(round)).then(|| serve(&mut st, task_id, consumer, round))
     }
 
     async fn start_round(
