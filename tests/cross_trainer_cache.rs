@@ -213,10 +213,19 @@ async fn cache_jobs_need_an_infinite_dataset_and_a_name_and_keep_their_identity(
         job_name: String::new(),
         target_workers: 0,
         use_cross_trainer_cache: true,
+        num_consumers: None,
     };
-    let err = client.dispatcher().get_or_create_job(req).await.unwrap_err();
+    let err = client.dispatcher().get_or_create_job(req.clone()).await.unwrap_err();
     assert_eq!(err.code(), Some(Code::InvalidArgument), "{err}");
     assert!(err.to_string().contains("needs a job name"), "{err}");
+    // Not together with coordinated reads.
+    let both = pb::GetOrCreateJobRequest { job_name: "both".into(), num_consumers: Some(2), ..req };
+    let err = client.dispatcher().get_or_create_job(both).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::InvalidArgument), "{err}");
+    assert!(
+        err.to_string().contains("num_consumers") && err.to_string().contains("cache"),
+        "{err}"
+    );
 
     tracing::info!("--- the flag is part of a named job's identity");
     let plain = ReadOptions::new(ProcessingMode::Off).job_name("ident");

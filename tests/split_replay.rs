@@ -28,6 +28,7 @@ async fn a_replayed_get_split_returns_the_same_split_and_none_is_lost_or_doubled
             job_name: String::new(),
             target_workers: 0,
             use_cross_trainer_cache: false,
+            num_consumers: None,
         })
         .await
         .unwrap();

@@ -99,6 +99,7 @@ impl Fleet {
                 job_name: String::new(),
                 target_workers: 0,
                 use_cross_trainer_cache: false,
+                num_consumers: None,
             })
             .await
             .context("GetOrCreateJob")?;

@@ -69,6 +69,7 @@ impl Client {
                 job_name: opts.job_name.clone().unwrap_or_default(),
                 target_workers: opts.target_workers.to_wire() as i32,
                 use_cross_trainer_cache: opts.use_cross_trainer_cache,
+                num_consumers: opts.num_consumers,
             })
             .await?;
         let it = self

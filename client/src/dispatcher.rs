@@ -248,7 +248,7 @@ impl DispatcherClient {
         &self,
         client_id: u64,
     ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
-        let req = pb::ClientHeartbeatRequest { client_id };
+        let req = pb::ClientHeartbeatRequest { client_id, ..Default::default() };
         self.call("ClientHeartbeat", |mut c| async move { c.client_heartbeat(req).await }).await
     }
 

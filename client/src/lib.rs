@@ -19,6 +19,9 @@
 //! - [`client`] — [`Client`] — `register_dataset`, `from_dataset_id`, `distribute`.
 //! - [`reader`] — [`ElementStream`] — one iteration's elements; a manager follows the
 //!   dispatcher's task list, one reader per task streams from its worker.
+//! - [`round_robin`] — coordinated reads (`num_consumers` + `consumer_index`): the
+//!   reader that reads every task one round at a time, pauses for joining workers
+//!   and votes dead ones out.
 //! - [`blocking`] — the same as a blocking iterator, for callers without a runtime.
 //! - [`options`] — [`ReadOptions`], [`ProcessingMode`] (`"parallel_epochs"` /
 //!   `"distributed_epoch"` accepted, and the static `file`, `data`, `file_or_data`,
@@ -40,6 +43,7 @@ pub mod local_workers;
 pub mod options;
 pub mod reader;
 pub mod retry;
+pub mod round_robin;
 
 pub use client::Client;
 pub use dispatcher::DispatcherClient;

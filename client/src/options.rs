@@ -159,6 +159,12 @@ pub struct ReadOptions {
     /// byte-bounded sliding window (tf.data's cross-trainer cache). Part of a named
     /// job's identity; needs a job name, an infinite dataset and a `trainer_id`.
     pub use_cross_trainer_cache: bool,
+    /// Coordinated reads: this many consumers read the named job in rounds, each
+    /// round's elements from one worker (see [`crate::round_robin`]). Set with
+    /// [`ReadOptions::coordinated`], together with `consumer_index`.
+    pub num_consumers: Option<u32>,
+    /// Coordinated reads: which consumer this reader is (`< num_consumers`).
+    pub consumer_index: Option<u32>,
 }
 
 impl ReadOptions {
@@ -174,6 +180,8 @@ impl ReadOptions {
             worker_retry: RetryPolicy::default(),
             trainer_id: None,
             use_cross_trainer_cache: false,
+            num_consumers: None,
+            consumer_index: None,
         }
     }
 
@@ -182,6 +190,14 @@ impl ReadOptions {
     pub fn cross_trainer_cache(mut self, trainer_id: impl Into<String>) -> Self {
         self.trainer_id = Some(trainer_id.into());
         self.use_cross_trainer_cache = true;
+        self
+    }
+
+    /// Coordinated reads: this reader is consumer `consumer_index` of
+    /// `num_consumers` reading the (named, infinite) job in rounds.
+    pub fn coordinated(mut self, num_consumers: u32, consumer_index: u32) -> Self {
+        self.num_consumers = Some(num_consumers);
+        self.consumer_index = Some(consumer_index);
         self
     }
 
@@ -220,6 +236,6 @@ impl ReadOptions {
         if self.heartbeat_interval.is_zero() {
             return Err(ClientError::InvalidArgument("heartbeat_interval must be > 0".into()));
         }
-        Ok(())
+        crate::round_robin::validate(self)
     }
 }

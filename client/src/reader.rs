@@ -36,7 +36,7 @@ use crate::options::{ReadOptions, TargetWorkers};
 use crate::retry::is_retryable_status;
 
 /// Elements of one message, with the address of the worker that produced them.
-type Batch = Result<(Arc<str>, Vec<Element>), ClientError>;
+pub(crate) type Batch = Result<(Arc<str>, Vec<Element>), ClientError>;
 
 /// An element and the address of the worker that produced it.
 pub type SourcedElement = (Arc<str>, Element);
@@ -66,8 +66,12 @@ impl ElementStream {
     ) -> Self {
         let (tx, rx) = mpsc::channel(opts.max_outstanding_requests);
         let span = tracing::info_span!("read", iteration_id, client_id, job = %job_name);
-        let manager =
-            tokio::spawn(manage(dispatcher.clone(), client_id, opts, tx).instrument(span));
+        let manager = if opts.num_consumers.is_some() {
+            let rounds = crate::round_robin::manage(dispatcher.clone(), client_id, opts, tx);
+            tokio::spawn(rounds.instrument(span))
+        } else {
+            tokio::spawn(manage(dispatcher.clone(), client_id, opts, tx).instrument(span))
+        };
         ElementStream {
             rx,
             current: Vec::new().into_iter(),

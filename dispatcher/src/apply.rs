@@ -10,6 +10,7 @@ use sluice_dataset::DatasetDef;
 
 use crate::command::{Command, Response};
 use crate::error::StateError;
+use crate::round_robin;
 use crate::state::*;
 
 /// The most splits one GetSplit may take at once.
@@ -26,6 +27,7 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
             static_workers,
             cross_trainer_cache,
         } => {
+            round_robin::refuse_plain_join(state, job_name.as_deref())?;
             let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
             get_or_create_job(state, job, static_workers)
         }
@@ -57,6 +59,28 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         }
         Command::GcIteration { iteration_id } => {
             crate::apply_liveness::gc_iteration(state, iteration_id)
+        }
+        Command::RoundRobinGetOrCreateJob {
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            num_consumers,
+        } => round_robin::get_or_create_job(
+            state,
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            num_consumers,
+        ),
+        Command::RoundRobinPromoteTasks { iteration_id, starting_round } => {
+            round_robin::promote_tasks(state, iteration_id, starting_round)
+        }
+        Command::RoundRobinRemoveTask { task_id, round } => {
+            round_robin::remove_task(state, task_id, round)
         }
     }
 }
@@ -99,15 +123,15 @@ fn register_dataset(
 }
 
 /// What a `GetOrCreateJob` asks for: the job's identity.
-struct NewJob {
-    dataset_id: DatasetId,
-    mode: Mode,
-    job_name: Option<String>,
-    target_workers: TargetWorkers,
-    cross_trainer_cache: bool,
+pub(crate) struct NewJob {
+    pub dataset_id: DatasetId,
+    pub mode: Mode,
+    pub job_name: Option<String>,
+    pub target_workers: TargetWorkers,
+    pub cross_trainer_cache: bool,
 }
 
-fn get_or_create_job(
+pub(crate) fn get_or_create_job(
     state: &mut State,
     job: NewJob,
     static_workers: Vec<String>,
@@ -177,6 +201,7 @@ fn get_or_create_job(
             static_workers,
             iterations: Default::default(),
             cross_trainer_cache,
+            num_consumers: None,
         },
     );
     Ok(Response::Job { job_id, job_name: name })
@@ -252,6 +277,9 @@ fn get_or_create_iteration(
             } else {
                 state.workers.keys().cloned().collect()
             };
+            let round_robin = job
+                .num_consumers
+                .map(|num_consumers| RoundRobinIteration { num_consumers, ..Default::default() });
             let mut iteration = Iteration {
                 id: iteration_id,
                 job_id,
@@ -264,6 +292,7 @@ fn get_or_create_iteration(
                 lost_splits: vec![],
                 lost_tasks: BTreeSet::new(),
                 garbage_collected: false,
+                round_robin,
             };
             for address in workers {
                 let task_id = new_task(state, job_id, iteration_id, &address);
@@ -302,6 +331,7 @@ fn new_task(state: &mut State, job_id: JobId, iteration_id: IterationId, address
             finished: false,
             last_split: None,
             lost: false,
+            starting_round: 0,
         },
     );
     if let Some(w) = state.workers.get_mut(address) {
@@ -392,7 +422,7 @@ fn register_worker(
     let has_task: BTreeSet<IterationId> = state
         .tasks
         .values()
-        .filter(|t| t.worker_address == address && !t.lost)
+        .filter(|t| t.worker_address == address && !t.lost && !round_robin::is_removed(state, t))
         .map(|t| t.iteration_id)
         .collect();
     let missing: Vec<(JobId, IterationId)> = state
@@ -404,9 +434,8 @@ fn register_worker(
         .collect();
     for (job_id, iteration_id) in missing {
         let task_id = new_task(state, job_id, iteration_id, &address);
-        if let Some(it) = state.iterations.get_mut(&iteration_id) {
-            it.tasks.push(task_id);
-        }
+        // A round-robin iteration's consumers read it only from an agreed round.
+        round_robin::add_task(state, iteration_id, task_id);
     }
     let tasks = state.worker_tasks(&address).iter().map(|t| t.id).collect();
     Ok(Response::WorkerRegistered { tasks })

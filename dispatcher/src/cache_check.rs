@@ -26,7 +26,7 @@ pub(crate) fn check(
         ));
     }
     if let Cardinality::Finite(count) = def.cardinality() {
-        let count = count.map(|n| format!(" ({n} elements)")).unwrap_or_default();
+        let count = format!(" ({count} elements)");
         return Err(StateError::InvalidArgument(format!(
             "the cross-trainer cache needs an infinite dataset, and dataset `{dataset_id}` \
              is finite{count}; add `repeat` without a count (DatasetDef::repeat_forever) \

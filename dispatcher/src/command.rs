@@ -86,6 +86,29 @@ pub enum Command {
     GcIteration {
         iteration_id: IterationId,
     },
+    /// `GetOrCreateJob` for coordinated reads: the job reads in rounds of
+    /// `num_consumers`. Refused over a pipeline known to end.
+    RoundRobinGetOrCreateJob {
+        dataset_id: DatasetId,
+        mode: Mode,
+        job_name: Option<String>,
+        target_workers: TargetWorkers,
+        static_workers: Vec<String>,
+        num_consumers: u32,
+    },
+    /// Every pending task of the round-robin iteration joins the rounds at
+    /// `starting_round`. Proposed once every consumer reported it is paused at
+    /// a round ≤ `starting_round` (see `round_robin.rs`).
+    RoundRobinPromoteTasks {
+        iteration_id: IterationId,
+        starting_round: u64,
+    },
+    /// All consumers voted a task out (MaybeRemoveTask); `round` is the highest
+    /// round voted. Consumers skip the task from then on.
+    RoundRobinRemoveTask {
+        task_id: TaskId,
+        round: u64,
+    },
 }
 
 impl Command {
@@ -102,6 +125,9 @@ impl Command {
             Command::Batch(_) => "Batch",
             Command::WorkerLost { .. } => "WorkerLost",
             Command::GcIteration { .. } => "GcIteration",
+            Command::RoundRobinGetOrCreateJob { .. } => "RoundRobinGetOrCreateJob",
+            Command::RoundRobinPromoteTasks { .. } => "RoundRobinPromoteTasks",
+            Command::RoundRobinRemoveTask { .. } => "RoundRobinRemoveTask",
         }
     }
 }
@@ -139,4 +165,9 @@ pub enum Response {
     IterationCollected {
         changed: bool,
     },
+    /// The tasks that joined the rounds (empty: none was pending).
+    RoundRobinPromoted {
+        task_ids: Vec<TaskId>,
+    },
+    RoundRobinRemoved,
 }

@@ -120,5 +120,6 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         num_workers: job.static_workers.len() as u32,
         worker_index: task.worker_index,
         use_cross_trainer_cache: job.cross_trainer_cache,
+        num_consumers: job.num_consumers,
     })
 }

@@ -13,6 +13,9 @@
 //!   job requires (checked by `apply` when the job is created).
 //! - [`core`] — [`Core`], the single owner of the state: commands go through Raft
 //!   ([`raft`]) and its journal before they are applied and answered.
+//! - `round_robin`: coordinated reads, the replicated half (pending tasks,
+//!   promotion, removal; called by `apply`); `round_robin_coordinator`: the
+//!   leader's soft half (pause reports, removal votes) and the protocol's doc.
 //! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
 //!   state machine around `apply`, and the peer RPCs.
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
@@ -33,6 +36,8 @@ mod def_serde;
 pub mod error;
 mod liveness;
 pub mod raft;
+mod round_robin;
+mod round_robin_coordinator;
 pub mod server;
 mod service;
 pub mod state;

@@ -19,6 +19,7 @@ use crate::convert::*;
 use crate::core::Core;
 use crate::error::StateError;
 use crate::liveness::Liveness;
+use crate::round_robin_coordinator::RoundRobinCoordinator;
 use crate::state::{DatasetId, State};
 
 /// How long `GetStatus` waits for a leader to confirm itself before answering
@@ -32,6 +33,8 @@ pub struct DispatcherService {
     registry: FunctionRegistry,
     /// Soft state: heartbeat times and the leader's timers.
     liveness: Arc<Liveness>,
+    /// Coordinated reads: pause reports and removal votes (soft state).
+    round_robin: RoundRobinCoordinator,
 }
 
 impl DispatcherService {
@@ -41,7 +44,8 @@ impl DispatcherService {
         registry: FunctionRegistry,
         liveness: Arc<Liveness>,
     ) -> Self {
-        DispatcherService { core, config, registry, liveness }
+        let round_robin = RoundRobinCoordinator::new(core.clone());
+        DispatcherService { core, config, registry, liveness, round_robin }
     }
 
     fn unexpected(cmd: &str, r: R) -> Status {
@@ -144,14 +148,32 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let mode = mode_from_wire(req.mode)?;
         let target_workers = target_workers_from_wire(req.target_workers)?;
         let job_name = Some(req.job_name).filter(|n| !n.is_empty());
-        let cmd = Command::GetOrCreateJob {
-            dataset_id: req.dataset_id,
-            mode,
-            job_name,
-            target_workers,
-            // Stamped here so the job keeps the list it was created with.
-            static_workers: self.config.worker_addresses.clone(),
-            cross_trainer_cache: req.use_cross_trainer_cache,
+        // Stamped here so the job keeps the list it was created with.
+        let static_workers = self.config.worker_addresses.clone();
+        let cmd = match req.num_consumers {
+            Some(_) if req.use_cross_trainer_cache => {
+                return Err(Status::invalid_argument(
+                    "a job cannot have both coordinated reads (num_consumers) and the \
+                     cross-trainer cache: consumers of a round read the same elements once, \
+                     trainers of a cache each read all of them; choose one",
+                ));
+            }
+            Some(num_consumers) => Command::RoundRobinGetOrCreateJob {
+                dataset_id: req.dataset_id,
+                mode,
+                job_name,
+                target_workers,
+                static_workers,
+                num_consumers,
+            },
+            None => Command::GetOrCreateJob {
+                dataset_id: req.dataset_id,
+                mode,
+                job_name,
+                target_workers,
+                static_workers,
+                cross_trainer_cache: req.use_cross_trainer_cache,
+            },
         };
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name } => {
@@ -195,7 +217,11 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::ClientHeartbeatRequest>,
     ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
-        let client_id = req.into_inner().client_id;
+        let req = req.into_inner();
+        if req.consumer_index.is_some() {
+            return Ok(Response::new(self.round_robin.client_heartbeat(req).await?));
+        }
+        let client_id = req.client_id;
         let resp = self.core.read_leader(|s| {
             let it = s.client_iteration(client_id)?;
             let tasks = it
@@ -206,12 +232,14 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                     task_id: t.id,
                     worker_address: t.worker_address.clone(),
                     finished: t.finished,
+                    ..Default::default()
                 })
                 .collect();
             Some(pb::ClientHeartbeatResponse {
                 iteration_id: it.id,
                 tasks,
                 iteration_finished: it.finished,
+                ..Default::default()
             })
         });
         let resp = resp.await?;
@@ -325,6 +353,13 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             R::Split(answer) => Ok(Response::new(split_to_wire(answer))),
             r => Err(Self::unexpected("GetSplit", r)),
         }
+    }
+
+    async fn maybe_remove_task(
+        &self,
+        req: Request<pb::MaybeRemoveTaskRequest>,
+    ) -> Result<Response<pb::MaybeRemoveTaskResponse>, Status> {
+        Ok(Response::new(self.round_robin.maybe_remove_task(req.into_inner()).await?))
     }
 
     async fn get_status(

@@ -108,6 +108,8 @@ pub struct Job {
     /// Consumers read through each worker's cross-trainer cache (a sliding window
     /// every trainer reads at its own cursor). Part of the job's identity.
     pub cross_trainer_cache: bool,
+    /// Coordinated reads: consumers reading in rounds. Part of the job's identity.
+    pub num_consumers: Option<u32>,
 }
 
 /// Where dynamic sharding stands for one source of one iteration.
@@ -143,6 +145,9 @@ pub struct Iteration {
     /// Collected after `job_gc_timeout` without a consumer: its tasks were ended
     /// and nobody may join it again (a new reader gets a new iteration).
     pub garbage_collected: bool,
+    /// Coordinated reads (the job has `num_consumers`): tasks waiting to join the
+    /// rounds and tasks voted out. See `round_robin.rs`.
+    pub round_robin: Option<RoundRobinIteration>,
 }
 
 /// A split range a lost (or restarted) worker held: granted, never known delivered.
@@ -152,6 +157,17 @@ pub struct LostSplit {
     /// Source element indices `[begin, end)`, as granted.
     pub begin: u64,
     pub end: u64,
+}
+
+/// The replicated part of the round-robin protocol of one iteration.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundRobinIteration {
+    pub num_consumers: u32,
+    /// Tasks of workers that joined after the iteration started, in arrival order;
+    /// not yet in `Iteration::tasks` (consumers do not read them yet).
+    pub pending: Vec<TaskId>,
+    /// Tasks voted out by all consumers → the highest round voted.
+    pub removed: BTreeMap<TaskId, u64>,
 }
 
 /// A split hand-out as answered to a worker.
@@ -182,6 +198,9 @@ pub struct Task {
     /// Ended because its worker was lost (`Command::WorkerLost`), not by reaching
     /// end of sequence.
     pub lost: bool,
+    /// Coordinated reads: the first round consumers read this task in (0 for the
+    /// tasks an iteration starts with; the agreed round for a task that joined).
+    pub starting_round: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -29,6 +29,14 @@ pub struct ReadArgs {
     /// Share a job with other readers of the same name.
     #[arg(long)]
     pub job_name: Option<String>,
+    /// Coordinated reads: this many readers of --job-name read in rounds (each
+    /// round's elements from one worker); needs --consumer-index and an infinite
+    /// dataset (the read runs until stopped).
+    #[arg(long, requires = "consumer_index")]
+    pub num_consumers: Option<u32>,
+    /// Coordinated reads: which reader this is, 0 ≤ index < --num-consumers.
+    #[arg(long, requires = "num_consumers")]
+    pub consumer_index: Option<u32>,
     /// Bound on buffered element messages and concurrent task streams.
     #[arg(long, default_value_t = 16)]
     pub max_outstanding_requests: usize,
@@ -48,6 +56,8 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         .target_workers(target)
         .max_outstanding_requests(a.max_outstanding_requests);
     opts.job_name = a.job_name.clone();
+    opts.num_consumers = a.num_consumers;
+    opts.consumer_index = a.consumer_index;
     opts.worker_retry = a.dispatcher.retry();
     if let Some(trainer) = &a.trainer_id {
         opts = opts.cross_trainer_cache(trainer.clone());

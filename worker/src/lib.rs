@@ -7,6 +7,8 @@
 //! - `heartbeat`: the control loop — register, heartbeat, start and delete tasks,
 //!   report finished ones.
 //! - `task`: one task — its pipeline thread and the bounded buffer consumers share.
+//! - `round_robin`: coordinated reads — a round-robin task serves rounds: all
+//!   `num_consumers` consumers ask, consumer i gets element i, or all skip.
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
 //! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`).
 //! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
@@ -35,6 +37,7 @@ pub mod config;
 mod drain;
 pub mod error;
 mod heartbeat;
+mod round_robin;
 mod service;
 mod splits;
 mod state;

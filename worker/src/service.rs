@@ -58,6 +58,12 @@ impl pb::worker_server::Worker for WorkerService {
                 )))
             }
         };
+        if task.rounds.is_some() {
+            return Err(Status::failed_precondition(format!(
+                "task {task_id} serves coordinated reads (num_consumers is set); read it with \
+                 RoundRobinGetElement, one round at a time"
+            )));
+        }
         crate::cache::check_request(&task, &req.trainer_id)?;
         let trainer = Some(req.trainer_id).filter(|t| !t.is_empty());
         let limits = Limits::new(
@@ -75,6 +81,13 @@ impl pb::worker_server::Worker for WorkerService {
         );
         tokio::spawn(produce(self.worker.clone(), task, trainer, limits, tx).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn round_robin_get_element(
+        &self,
+        request: Request<pb::RoundRobinGetElementRequest>,
+    ) -> Result<Response<pb::RoundRobinGetElementResponse>, Status> {
+        crate::round_robin::get_element(&self.worker, request.into_inner()).await.map(Response::new)
     }
 
     async fn cache_status(

@@ -111,6 +111,8 @@ pub(crate) struct Task {
     pub cache: Option<crate::cache::CrossTrainerCache>,
     /// GetElements streams open on this task (a draining worker waits for them).
     pub open_streams: std::sync::atomic::AtomicUsize,
+    /// Coordinated reads: the task serves rounds (`round_robin.rs`), not streams.
+    pub rounds: Option<crate::round_robin::Rounds>,
 }
 
 struct Buffer {
@@ -133,12 +135,15 @@ impl Task {
     /// (bad definition, unknown mode, no thread) is created failed, so its consumers
     /// get the reason instead of waiting.
     pub(crate) fn start(def: pb::TaskDef, ctx: &RunnerContext) -> Arc<Task> {
-        let (tx, rx) = mpsc::channel(ctx.buffer_elements.max(1));
+        // A round-robin task keeps at most one round (num_consumers elements) ahead.
+        let capacity = def.num_consumers.map_or(ctx.buffer_elements, |n| n as usize);
+        let (tx, rx) = mpsc::channel(capacity.max(1));
         let (stop, _) = watch::channel(None);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let cache = def.use_cross_trainer_cache.then(|| {
             crate::cache::CrossTrainerCache::new(def.task_id, ctx.cross_trainer_cache_bytes)
         });
+        let rounds = def.num_consumers.map(crate::round_robin::Rounds::new);
         let mut task = Task {
             task_id: def.task_id,
             iteration_id: def.iteration_id,
@@ -148,6 +153,7 @@ impl Task {
             stop,
             cache,
             open_streams: Default::default(),
+            rounds,
         };
         let span = tracing::info_span!(
             "task",
@@ -286,6 +292,25 @@ impl Task {
         }
     }
 
+    /// One element for a round-robin round, waiting at most `wait` for it.
+    pub(crate) async fn take_one(&self, wait: std::time::Duration) -> Result<Took, Status> {
+        let mut buf = self.buffer.lock().await;
+        match &buf.state {
+            State::Ended => return Ok(Took::Ended),
+            State::Failed(message) => return Err(self.failure(message)),
+            State::Open => {}
+        }
+        match tokio::time::timeout(wait, buf.rx.recv()).await {
+            Err(_) => Ok(Took::Nothing),
+            Ok(Some(Ok(element))) => Ok(Took::Element(pb::Element::from(element))),
+            Ok(Some(Err(e))) => Err(buf.fail(self, e)),
+            Ok(None) => {
+                buf.state = State::Ended;
+                Ok(Took::Ended)
+            }
+        }
+    }
+
     fn failure(&self, message: &str) -> Status {
         Status::internal(format!("task {}: pipeline failed: {message}", self.task_id))
     }
@@ -305,6 +330,15 @@ impl Buffer {
 fn framed_len(element: &pb::Element) -> u64 {
     let len = element.encoded_len();
     (1 + prost::length_delimiter_len(len) + len) as u64
+}
+
+/// What [`Task::take_one`] found.
+pub(crate) enum Took {
+    Element(pb::Element),
+    /// Nothing within the wait.
+    Nothing,
+    /// The pipeline ended.
+    Ended,
 }
 
 pub(crate) struct Batch {

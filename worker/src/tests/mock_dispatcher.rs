@@ -31,6 +31,7 @@ pub(crate) fn task_def(task_id: u64, def: &DatasetDef, mode: pb::ProcessingMode)
         num_workers: 0,
         worker_index: 0,
         use_cross_trainer_cache: false,
+        num_consumers: None,
     }
 }
 
@@ -234,6 +235,12 @@ impl Dispatcher for Service {
         &self,
         _: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        Err(Status::unimplemented("mock"))
+    }
+    async fn maybe_remove_task(
+        &self,
+        _: Request<pb::MaybeRemoveTaskRequest>,
+    ) -> Result<Response<pb::MaybeRemoveTaskResponse>, Status> {
         Err(Status::unimplemented("mock"))
     }
 
