@@ -169,7 +169,12 @@ impl Worker {
             table.started += 1;
             drop(table);
             // Finishes the task if its pipeline ends with nobody left to read the end
-            // (a stream that sees it first finishes it the usual way).
+            // (a stream that sees it first finishes it the usual way). Round-robin and
+            // cache tasks need an infinite pipeline: their end is an error their own
+            // readers report.
+            if task.rounds.is_some() || task.cache.is_some() {
+                continue;
+            }
             let worker = self.clone();
             self.runner.runtime.spawn(async move {
                 if task.ended_when_drained().await {

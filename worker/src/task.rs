@@ -295,6 +295,10 @@ impl Task {
     /// One element for a round-robin round, waiting at most `wait` for it.
     pub(crate) async fn take_one(&self, wait: std::time::Duration) -> Result<Took, Status> {
         let mut buf = self.buffer.lock().await;
+        // Taken from the channel by `ended_when_drained`, not yet delivered.
+        if let Some(element) = buf.carry.take() {
+            return Ok(Took::Element(element));
+        }
         match &buf.state {
             State::Ended => return Ok(Took::Ended),
             State::Failed(message) => return Err(self.failure(message)),
