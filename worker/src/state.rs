@@ -175,8 +175,18 @@ impl Worker {
             if task.rounds.is_some() || task.cache.is_some() {
                 continue;
             }
-            let worker = self.clone();
+            // Weak references: a deleted or stopped task must still be dropped (which
+            // closes its buffer and so releases a pipeline thread blocked on it).
+            let done = task.take_pipeline_done();
+            let (task, worker) = (Arc::downgrade(&task), Arc::downgrade(self));
             self.runner.runtime.spawn(async move {
+                if let Some(done) = done {
+                    // An error means the thread never started or panicked: same check.
+                    let _ = done.await;
+                }
+                let (Some(task), Some(worker)) = (task.upgrade(), worker.upgrade()) else {
+                    return;
+                };
                 if task.ended_when_drained().await {
                     worker.finish(&task);
                 }

@@ -258,18 +258,19 @@ impl Task {
         Ok(Batch { elements, end_of_sequence: false })
     }
 
-    /// Waits for the pipeline thread to return; then, if every element it produced
-    /// has been taken by a stream, marks the task ended and returns true. This
-    /// finishes a task whose consumers are no longer reading it: e.g. a restarted
-    /// worker whose task got no splits left while its consumers had already seen
-    /// the end of sequence from the previous process. Without it such a task would
-    /// never be reported finished, and its iteration would never end.
+    /// The signal that the pipeline thread returned (or could not start); `None`
+    /// after the first call.
+    pub(crate) fn take_pipeline_done(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.pipeline_done.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Once the pipeline thread returned: if every element it produced has been
+    /// taken by a stream, marks the task ended and returns true. This finishes a
+    /// task whose consumers are no longer reading it: e.g. a restarted worker whose
+    /// task got no splits left while its consumers had already seen the end of
+    /// sequence from the previous process. Without it such a task would never be
+    /// reported finished, and its iteration would never end.
     pub(crate) async fn ended_when_drained(&self) -> bool {
-        let done = self.pipeline_done.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(done) = done {
-            // An error means the thread never started or panicked: same check.
-            let _ = done.await;
-        }
         let mut buf = self.buffer.lock().await;
         if !matches!(buf.state, State::Open) || buf.carry.is_some() {
             return false;
