@@ -24,7 +24,10 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             initial_backoff: Duration::from_millis(20),
-            max_backoff: Duration::from_secs(2),
+            // Low: the common retryable failure is a leader election (a few hundred
+            // ms); a long backoff would add up to itself to every failover. Four
+            // attempts a second per caller is cheap for a dispatcher or a worker.
+            max_backoff: Duration::from_millis(250),
             deadline: Duration::from_secs(60),
             attempt_timeout: Duration::from_secs(10),
         }
