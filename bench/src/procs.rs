@@ -50,15 +50,18 @@ pub struct Group {
 
 impl Group {
     /// Starts `n` nodes journaling to `work_dir` (a directory or a URL), with `envs`
-    /// added to their environment, logs in `logs/`; `snapshot_every: None` leaves the
-    /// dispatcher's default.
+    /// added to their environment, logs in `logs/` (`<prefix>node-<id>.log`);
+    /// `snapshot_every: None` leaves the dispatcher's default.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         exe: &Path,
         n: usize,
         work_dir: &str,
         envs: &[(String, String)],
         snapshot_every: Option<u64>,
+        elements_per_split: u64,
         logs: &Path,
+        prefix: &str,
     ) -> anyhow::Result<Group> {
         let mut addresses = vec![];
         let mut held = vec![];
@@ -83,7 +86,7 @@ impl Group {
                     "--work-dir",
                     work_dir,
                     "--elements-per-split",
-                    "1",
+                    &elements_per_split.to_string(),
                 ]
                 .iter()
                 .map(|s| s.to_string())
@@ -95,7 +98,7 @@ impl Group {
                     exe: exe.to_path_buf(),
                     args,
                     envs: envs.to_vec(),
-                    log: logs.join(format!("node-{id}.log")),
+                    log: logs.join(format!("{prefix}node-{id}.log")),
                 }
             })
             .collect();
