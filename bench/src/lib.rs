@@ -5,16 +5,26 @@
 //!
 //! # Layout
 //! ```text
-//!  run ─► fsync ───────────── fsync and S3 PUT latency (the limits)
+//!  run ─► limits ──────────── loopback TCP and memcpy bandwidth (the limits of streaming)
+//!      ─► streaming ─► service  OFF, 2 worker processes: scalars (CPU/element), 1 MiB elements
+//!      ─► epoch ───► service  last element → end of stream, OFF and DYNAMIC
+//!      ─► fsync ───────────── fsync and S3 PUT latency (the limits)
 //!      ─► splits ─► driver ── (a) memory, (b) sled: in process; (c) 3×sled, (d) 3×S3: procs
+//!      ─► splits ─► driver ── (c) again with --splits-per-request per GetSplit (grants)
 //!      ─► failover ─► driver  SIGKILL the leader of (c) under load
+//!      ─► gap ─► procs+service SIGKILL the leader under a DYNAMIC reader: element gap
+//!      ─► rss ───► service    VmRSS of an idle dispatcher and worker
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
 //!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
 //!      ─► report ─────────── one table on stdout, the same figures as JSON
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
 //!   ([`driver::drive`]), the exactly-once check.
-//! - [`procs`] — `sluice dispatcher` child processes, killed and reaped on drop.
+//! - [`procs`] — `sluice dispatcher` child processes, killed and reaped on drop;
+//!   [`service`] — an in-memory dispatcher and `sluice worker` processes, the same way;
+//!   [`procstat`] — CPU time and RSS from `/proc`.
+//! - [`limits`], [`streaming`], [`epoch`], [`gap`], [`rss`] — the streaming-side
+//!   measurements (issue 7).
 //! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each.
 //! - [`report`] — [`report::Report`], rendering; [`machine`] — the header.
 //!

@@ -1,5 +1,6 @@
-//! `sluice bench`: the dispatcher's committed split rate, leader failover and restart
-//! time, next to the fsync and S3 PUT latency measured in the same run. Flags only;
+//! `sluice bench`: streaming rates, the dispatcher's committed split rate, end of
+//! epoch, leader failover, restart time and idle memory, next to the loopback,
+//! memcpy, fsync and S3 PUT figures measured in the same run. Flags only;
 //! the measurements live in `sluice-bench`. See docs/performance.md.
 
 use std::path::PathBuf;
@@ -70,7 +71,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub epoch_runs: usize,
     /// `range(N)` read under DYNAMIC while the leader is SIGKILLed (element gap).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 200_000)]
     pub gap_elements: u64,
     /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
     #[arg(long)]
