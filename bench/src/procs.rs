@@ -14,6 +14,10 @@ use anyhow::bail;
 use sluice_chaos::procs::{log_tail, reserve_port, Child, Spec};
 use sluice_client::{DispatcherClient, RetryPolicy};
 
+/// `--worker-timeout-secs` of every dispatcher the bench starts for split loops: longer
+/// than any bench run, since the fake workers of [`crate::driver`] do not heartbeat.
+pub const FAKE_WORKER_TIMEOUT_SECS: &str = "86400";
+
 /// How long a group may take to elect a leader.
 pub const START_TIMEOUT: Duration = sluice_chaos::procs::START_TIMEOUT;
 
@@ -87,6 +91,11 @@ impl Group {
                     work_dir,
                     "--elements-per-split",
                     &elements_per_split.to_string(),
+                    // The split loops' fake workers never heartbeat: without this the
+                    // dispatcher declares them lost after its default 10 s and ends
+                    // their tasks (the restart fill runs for minutes).
+                    "--worker-timeout-secs",
+                    FAKE_WORKER_TIMEOUT_SECS,
                 ]
                 .iter()
                 .map(|s| s.to_string())

@@ -66,6 +66,8 @@ pub async fn in_process(
             .snapshot_every
             .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(work_dir.as_deref())),
         work_dir,
+        // The fake workers never heartbeat (see `procs::FAKE_WORKER_TIMEOUT_SECS`).
+        worker_timeout: Duration::from_secs(86400),
         ..DispatcherConfig::default()
     };
     let handle = sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin())
