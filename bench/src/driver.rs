@@ -46,6 +46,8 @@ pub struct Lane {
     pub task_id: u64,
     pub worker_uid: u64,
     pub next_sequence: u64,
+    /// Splits asked per `GetSplit` (`max_splits`); a grant may hold up to this many.
+    pub max_splits: u32,
 }
 
 impl Lane {
@@ -56,7 +58,7 @@ impl Lane {
             sequence: self.next_sequence,
             split_provider_index: 0,
             repetition: 0,
-            ..Default::default()
+            max_splits: self.max_splits,
         }
     }
 }
@@ -81,8 +83,13 @@ impl Fleet {
         Ok(Fleet { workers: out })
     }
 
-    /// A new DYNAMIC iteration over `range(elements)`; one lane per worker.
-    pub async fn new_iteration(&mut self, elements: u64) -> anyhow::Result<Vec<Lane>> {
+    /// A new DYNAMIC iteration over `range(elements)`; one lane per worker, each
+    /// asking for `max_splits` splits per `GetSplit`.
+    pub async fn new_iteration(
+        &mut self,
+        elements: u64,
+        max_splits: u32,
+    ) -> anyhow::Result<Vec<Lane>> {
         let admin = &self.workers.first().context("no workers")?.client;
         let def = DatasetDef::range(i64::try_from(elements).context("elements")?);
         let dataset = admin
@@ -138,6 +145,7 @@ impl Fleet {
                 task_id: task.task_id,
                 worker_uid: w.uid,
                 next_sequence: 0,
+                max_splits,
             });
         }
         Ok(lanes)
@@ -263,7 +271,11 @@ async fn run_lane(mut lane: Lane, shared: Arc<Shared>) -> LaneRun {
 /// The figures of one [`drive`].
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
+    /// Splits committed: a grant of k splits counts k (with one element per split,
+    /// the length of its range).
     pub splits: u64,
+    /// Answered `GetSplit` calls (grants).
+    pub grants: u64,
     pub elapsed_s: f64,
     pub splits_per_s: f64,
     /// Per-call latency of `GetSplit` as a lane saw it (retries included).
@@ -276,7 +288,8 @@ pub struct RunSummary {
 impl RunSummary {
     /// `elapsed`: from the start of the loops until the last one ended.
     pub fn of(runs: &[LaneRun], elapsed: Duration) -> RunSummary {
-        let splits: u64 = runs.iter().map(|r| r.ranges.len() as u64).sum();
+        let splits: u64 = runs.iter().flat_map(|r| r.ranges.iter()).map(|(b, e)| e - b).sum();
+        let grants: u64 = runs.iter().map(|r| r.ranges.len() as u64).sum();
         let calls: Vec<Duration> = runs
             .iter()
             .flat_map(|r| r.call_us.iter().map(|us| Duration::from_micros(*us)))
@@ -288,6 +301,7 @@ impl RunSummary {
         let endings = endings.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>();
         RunSummary {
             splits,
+            grants,
             elapsed_s: elapsed.as_secs_f64(),
             splits_per_s: splits as f64 / elapsed.as_secs_f64().max(1e-9),
             call: Latency::of(calls),

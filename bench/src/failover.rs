@@ -37,7 +37,7 @@ pub async fn run(
     fleet: &mut Fleet,
     cfg: &BenchConfig,
 ) -> anyhow::Result<Failover> {
-    let lanes = fleet.new_iteration(cfg.elements).await?;
+    let lanes = fleet.new_iteration(cfg.elements, 1).await?;
     let shared = Shared::new(u64::MAX, BEFORE_KILL + RECOVERY_LIMIT + AFTER_RECOVERY);
     let driver = tokio::spawn(drive(lanes, shared.clone()));
 

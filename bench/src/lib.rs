@@ -5,16 +5,26 @@
 //!
 //! # Layout
 //! ```text
-//!  run ─► fsync ───────────── fsync and S3 PUT latency (the limits)
+//!  run ─► limits ──────────── loopback TCP and memcpy bandwidth (the limits of streaming)
+//!      ─► streaming ─► service  OFF, 2 worker processes: scalars (CPU/element), 1 MiB elements
+//!      ─► epoch ───► service  last element → end of stream, OFF and DYNAMIC
+//!      ─► fsync ───────────── fsync and S3 PUT latency (the limits)
 //!      ─► splits ─► driver ── (a) memory, (b) sled: in process; (c) 3×sled, (d) 3×S3: procs
+//!      ─► splits ─► driver ── (c) again with --splits-per-request per GetSplit (grants)
 //!      ─► failover ─► driver  SIGKILL the leader of (c) under load
+//!      ─► gap ─► procs+service SIGKILL the leader under a DYNAMIC reader: element gap
+//!      ─► rss ───► service    VmRSS of an idle dispatcher and worker
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
 //!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
 //!      ─► report ─────────── one table on stdout, the same figures as JSON
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
 //!   ([`driver::drive`]), the exactly-once check.
-//! - [`procs`] — `sluice dispatcher` child processes, killed and reaped on drop.
+//! - [`procs`] — `sluice dispatcher` child processes, killed and reaped on drop;
+//!   [`service`] — an in-memory dispatcher and `sluice worker` processes, the same way;
+//!   [`procstat`] — CPU time and RSS from `/proc`.
+//! - [`limits`], [`streaming`], [`epoch`], [`gap`], [`rss`] — the streaming-side
+//!   measurements (issue 7).
 //! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each.
 //! - [`report`] — [`report::Report`], rendering; [`machine`] — the header.
 //!
@@ -23,14 +33,21 @@
 //! count and in time; only 127.0.0.1 is used.
 
 pub mod driver;
+pub mod epoch;
 pub mod failover;
 pub mod files;
 pub mod fsync;
+pub mod gap;
+pub mod limits;
 pub mod machine;
 pub mod procs;
+pub mod procstat;
 pub mod report;
 pub mod restart;
+pub mod rss;
+pub mod service;
 pub mod splits;
+pub mod streaming;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -45,6 +62,12 @@ use crate::report::{Machine, Outcome, Report};
 /// The parts of a run, for `--skip`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Section {
+    Limits,
+    Streaming,
+    Epoch,
+    Grants,
+    Gap,
+    Rss,
     Fsync,
     Memory,
     Sled,
@@ -59,6 +82,12 @@ impl FromStr for Section {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         Ok(match s {
+            "limits" => Section::Limits,
+            "streaming" => Section::Streaming,
+            "epoch" => Section::Epoch,
+            "grants" => Section::Grants,
+            "gap" => Section::Gap,
+            "rss" => Section::Rss,
             "fsync" => Section::Fsync,
             "memory" => Section::Memory,
             "sled" => Section::Sled,
@@ -69,8 +98,8 @@ impl FromStr for Section {
             "files" => Section::Files,
             other => {
                 return Err(format!(
-                    "unknown section `{other}`; one of fsync, memory, sled, cluster, failover, s3, \
-                     restart, files"
+                    "unknown section `{other}`; one of limits, streaming, epoch, fsync, memory, \
+                     sled, cluster, grants, failover, gap, s3, restart, rss, files"
                 ))
             }
         })
@@ -102,6 +131,10 @@ pub struct BenchConfig {
     pub skip: Vec<Section>,
     /// The TFRecord data set of the files section.
     pub files: files::FilesConfig,
+    /// Sizes of the streaming, end-of-epoch and element-gap cases.
+    pub stream: streaming::StreamConfig,
+    /// `max_splits` of the batched-grant row (`--splits-per-request`).
+    pub splits_per_request: u32,
     /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
     pub keep: bool,
 }
@@ -119,6 +152,20 @@ impl BenchConfig {
         }
         if self.restart_splits == 0 || self.restart_splits > 1_000_000_000 {
             bail!("--restart-splits must be 1..=1e9, got {}", self.restart_splits);
+        }
+        let max_grant = sluice_dispatcher::apply::MAX_SPLITS_PER_GRANT;
+        if self.splits_per_request < 2 || self.splits_per_request > max_grant {
+            bail!("--splits-per-request must be 2..={max_grant}, got {}", self.splits_per_request);
+        }
+        let s = &self.stream;
+        if s.scalars == 0 || s.scalars > 100_000_000 || s.gap_elements < 100 {
+            bail!("--stream-scalars must be 1..=1e8 and --gap-elements at least 100");
+        }
+        if s.gap_elements > 100_000_000 || s.mib_elements == 0 || s.mib_elements > 100_000 {
+            bail!("--gap-elements must be at most 1e8, --stream-mib 1..=100000");
+        }
+        if s.epoch_runs == 0 || s.epoch_runs > 100 {
+            bail!("--epoch-runs must be 1..=100");
         }
         if self.fsync_samples == 0 || self.put_samples == 0 || self.snapshot_every == Some(0) {
             bail!("--fsync-samples, --put-samples and --snapshot-every must be at least 1");
@@ -157,6 +204,10 @@ fn skipped<T>() -> Outcome<T> {
     Outcome::Skipped { reason: NOT_RUN.into() }
 }
 
+fn failed<T>(error: &str) -> Outcome<T> {
+    Outcome::Failed { error: error.into() }
+}
+
 async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     let parent = cfg.dir.clone().unwrap_or_else(std::env::temp_dir);
     let temp = tempfile::Builder::new()
@@ -186,6 +237,20 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
             "debug build: figures are not representative (cargo run --release -- bench)"
         );
     }
+
+    let (loopback, memcpy) = if cfg.runs(Section::Limits) {
+        tracing::info!("--- loopback TCP and memcpy bandwidth");
+        let probe = tokio::task::spawn_blocking(|| {
+            let lo = limits::loopback_bandwidth(LIMIT_PROBE);
+            (lo, limits::memcpy_bandwidth(LIMIT_PROBE))
+        });
+        let (lo, mem) = probe.await?;
+        (Outcome::from_result(lo), Outcome::from_result(mem))
+    } else {
+        (skipped(), skipped())
+    };
+
+    let (streaming, epoch) = streaming_and_epoch(cfg, &logs).await;
 
     let fsync = if cfg.runs(Section::Fsync) {
         tracing::info!("--- fsync latency");
@@ -251,13 +316,17 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     );
 
     let name = "3 nodes, sled (processes)";
-    let (cluster_row, failover) = if cfg.runs(Section::Cluster) || cfg.runs(Section::Failover) {
-        tracing::info!("--- (c) {name}");
-        cluster_and_failover(cfg, &dir, &logs, name, limit(&fsync, "fsync"), sled_append).await
-    } else {
-        (skipped(), skipped())
-    };
+    let grants_name = format!("3 nodes, sled, {} per request", cfg.splits_per_request);
+    let (cluster_row, grants_row, failover) =
+        if [Section::Cluster, Section::Grants, Section::Failover].iter().any(|s| cfg.runs(*s)) {
+            tracing::info!("--- (c) {name}");
+            let names = (name, grants_name.as_str());
+            cluster_and_failover(cfg, &dir, &logs, names, limit(&fsync, "fsync"), sled_append).await
+        } else {
+            (skipped(), skipped(), skipped())
+        };
     add(name, cluster_row);
+    add(&grants_name, grants_row);
 
     let name = "3 nodes, S3/moto (processes)";
     let (s3_put, s3_row) = if cfg.runs(Section::S3) {
@@ -267,6 +336,20 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         (skipped(), skipped())
     };
     add(name, s3_row);
+
+    let gap = if cfg.runs(Section::Gap) {
+        tracing::info!("--- leader SIGKILL under a reader (element gap)");
+        Outcome::from_result(gap::run(cfg, &dir, &logs).await)
+    } else {
+        skipped()
+    };
+
+    let rss = if cfg.runs(Section::Rss) {
+        tracing::info!("--- idle RSS");
+        Outcome::from_result(rss::run(&cfg.sluice_exe, &logs).await)
+    } else {
+        skipped()
+    };
 
     let restart = if cfg.runs(Section::Restart) {
         tracing::info!("--- restart with {} splits journaled", cfg.restart_splits);
@@ -289,6 +372,12 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     }
     Ok(Report {
         machine,
+        loopback,
+        memcpy,
+        streaming,
+        epoch,
+        gap,
+        rss,
         fsync,
         sled_append_1,
         sled_append_batch,
@@ -303,15 +392,67 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
 
 type Row = Outcome<report::SplitCase>;
 
-/// (c) and the failover on the same three sled processes.
+/// How long each bandwidth probe runs.
+const LIMIT_PROBE: Duration = Duration::from_secs(1);
+
+/// The streaming cases and the end-of-epoch runs, on one in-memory dispatcher process
+/// and two worker processes.
+async fn streaming_and_epoch(
+    cfg: &BenchConfig,
+    logs: &Path,
+) -> (Vec<Outcome<streaming::StreamCase>>, Outcome<epoch::Epoch>) {
+    let runs_streaming = cfg.runs(Section::Streaming);
+    let runs_epoch = cfg.runs(Section::Epoch);
+    let not_run = || if runs_streaming { None } else { Some(skipped()) };
+    if !runs_streaming && !runs_epoch {
+        return (vec![skipped(), skipped()], skipped());
+    }
+    tracing::info!("--- streaming, OFF, {} worker processes", streaming::WORKERS);
+    let epoch_elements_per_split = 1000;
+    let exe = &cfg.sluice_exe;
+    let service = match service::Service::start(
+        exe,
+        streaming::WORKERS,
+        epoch_elements_per_split,
+        logs,
+        "stream",
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let error = format!("{e:#}");
+            let rows = (0..2).map(|_| not_run().unwrap_or_else(|| failed(&error))).collect();
+            return (rows, if runs_epoch { failed(&error) } else { skipped() });
+        }
+    };
+    let mut rows = vec![];
+    if runs_streaming {
+        tracing::info!("--- streaming: int64 scalars");
+        rows.push(Outcome::from_result(streaming::scalars(&service, cfg.stream.scalars).await));
+        tracing::info!("--- streaming: 1 MiB elements");
+        rows.push(Outcome::from_result(streaming::large(&service, cfg.stream.mib_elements).await));
+    } else {
+        rows = vec![skipped(), skipped()];
+    }
+    let epoch = if runs_epoch {
+        tracing::info!("--- end of epoch");
+        Outcome::from_result(epoch::run(&service, cfg.stream.epoch_runs).await)
+    } else {
+        skipped()
+    };
+    (rows, epoch)
+}
+
+/// (c), (c) with batched grants, and the failover on the same three sled processes.
 async fn cluster_and_failover(
     cfg: &BenchConfig,
     dir: &Path,
     logs: &Path,
-    name: &str,
+    (name, grants_name): (&str, &str),
     limit: Option<(&str, report::Latency)>,
     append: Option<report::Latency>,
-) -> (Row, Outcome<report::Failover>) {
+) -> (Row, Row, Outcome<report::Failover>) {
     let work_dir = dir.join("cluster");
     let started = async {
         let work_dir = work_dir.to_str().context("bench dir is not UTF-8")?;
@@ -323,12 +464,20 @@ async fn cluster_and_failover(
         Ok(v) => v,
         Err(e) => {
             let error = format!("{e:#}");
-            return (Outcome::Failed { error: error.clone() }, Outcome::Failed { error });
+            return (failed(&error), failed(&error), failed(&error));
         }
     };
     let row = if cfg.runs(Section::Cluster) {
-        let r = splits::rate(&mut fleet, cfg.elements, cfg.duration).await;
+        let r = splits::rate(&mut fleet, cfg.elements, cfg.duration, 1).await;
         Outcome::from_result(r.map(|r| splits::row(name, "sled", r, limit, append)))
+    } else {
+        skipped()
+    };
+    let grants = if cfg.runs(Section::Grants) {
+        tracing::info!("--- {grants_name}");
+        let n = cfg.splits_per_request;
+        let r = splits::rate(&mut fleet, cfg.elements, cfg.duration, n).await;
+        Outcome::from_result(r.map(|r| splits::row(grants_name, "sled", r, limit, append)))
     } else {
         skipped()
     };
@@ -339,7 +488,7 @@ async fn cluster_and_failover(
         skipped()
     };
     group.stop();
-    (row, failover)
+    (row, grants, failover)
 }
 
 /// The S3 PUT latency and (d), on one moto server; skipped loudly without moto.
@@ -362,7 +511,7 @@ async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<report::Late
         let work_dir = format!("s3://{}/bench-cluster", moto.bucket());
         let mut group = splits::start_group(cfg, 3, &work_dir, &moto.env(), logs).await?;
         let mut fleet = Fleet::register(&group.addresses, cfg.workers).await?;
-        let r = splits::rate(&mut fleet, cfg.elements, cfg.duration).await;
+        let r = splits::rate(&mut fleet, cfg.elements, cfg.duration, 1).await;
         group.stop();
         r
     };

@@ -14,6 +14,10 @@ use anyhow::bail;
 use sluice_chaos::procs::{log_tail, reserve_port, Child, Spec};
 use sluice_client::{DispatcherClient, RetryPolicy};
 
+/// `--worker-timeout-secs` of every dispatcher the bench starts for split loops: longer
+/// than any bench run, since the fake workers of [`crate::driver`] do not heartbeat.
+pub const FAKE_WORKER_TIMEOUT_SECS: &str = "86400";
+
 /// How long a group may take to elect a leader.
 pub const START_TIMEOUT: Duration = sluice_chaos::procs::START_TIMEOUT;
 
@@ -50,15 +54,18 @@ pub struct Group {
 
 impl Group {
     /// Starts `n` nodes journaling to `work_dir` (a directory or a URL), with `envs`
-    /// added to their environment, logs in `logs/`; `snapshot_every: None` leaves the
-    /// dispatcher's default.
+    /// added to their environment, logs in `logs/` (`<prefix>node-<id>.log`);
+    /// `snapshot_every: None` leaves the dispatcher's default.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         exe: &Path,
         n: usize,
         work_dir: &str,
         envs: &[(String, String)],
         snapshot_every: Option<u64>,
+        elements_per_split: u64,
         logs: &Path,
+        prefix: &str,
     ) -> anyhow::Result<Group> {
         let mut addresses = vec![];
         let mut held = vec![];
@@ -83,7 +90,12 @@ impl Group {
                     "--work-dir",
                     work_dir,
                     "--elements-per-split",
-                    "1",
+                    &elements_per_split.to_string(),
+                    // The split loops' fake workers never heartbeat: without this the
+                    // dispatcher declares them lost after its default 10 s and ends
+                    // their tasks (the restart fill runs for minutes).
+                    "--worker-timeout-secs",
+                    FAKE_WORKER_TIMEOUT_SECS,
                 ]
                 .iter()
                 .map(|s| s.to_string())
@@ -95,7 +107,7 @@ impl Group {
                     exe: exe.to_path_buf(),
                     args,
                     envs: envs.to_vec(),
-                    log: logs.join(format!("node-{id}.log")),
+                    log: logs.join(format!("{prefix}node-{id}.log")),
                 }
             })
             .collect();

@@ -5,6 +5,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::driver::{ExactlyOnce, RunSummary};
+use crate::epoch::Epoch;
+use crate::gap::ElementGap;
+use crate::limits::Bandwidth;
+use crate::rss::IdleRss;
+use crate::streaming::StreamCase;
 
 /// Median, p99 and max of a set of durations, in milliseconds.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -133,6 +138,16 @@ pub struct Restart {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub machine: Machine,
+    /// Loopback TCP bandwidth (own socket test) and memcpy bandwidth.
+    pub loopback: Outcome<Bandwidth>,
+    pub memcpy: Outcome<Bandwidth>,
+    /// OFF mode through 2 worker processes: int64 scalars, then 1 MiB elements.
+    pub streaming: Vec<Outcome<StreamCase>>,
+    /// Last element → end of stream, OFF and DYNAMIC.
+    pub epoch: Outcome<Epoch>,
+    /// Leader SIGKILL under a DYNAMIC reader: the longest gap in arrivals.
+    pub gap: Outcome<ElementGap>,
+    pub rss: Outcome<IdleRss>,
     pub fsync: Outcome<Latency>,
     /// The sled journal's `append` of 1 entry, and of `workers` entries (one batch).
     pub sled_append_1: Outcome<Latency>,
@@ -155,6 +170,14 @@ impl Report {
                 out.push(format!("{name}: {e}"));
             }
         };
+        failed("loopback bandwidth", failed_error(&self.loopback));
+        failed("memcpy bandwidth", failed_error(&self.memcpy));
+        for (name, row) in STREAM_ROWS.iter().zip(&self.streaming) {
+            failed(name, failed_error(row));
+        }
+        failed("end of epoch", failed_error(&self.epoch));
+        failed("element gap", failed_error(&self.gap));
+        failed("idle RSS", failed_error(&self.rss));
         failed("fsync", failed_error(&self.fsync));
         failed("sled append", failed_error(&self.sled_append_1));
         failed("sled append (batch)", failed_error(&self.sled_append_batch));
@@ -174,6 +197,24 @@ impl Report {
         for (name, check) in checks {
             if !check.is_ok() {
                 out.push(format!("{name}: exactly-once {}", check.describe()));
+            }
+        }
+        for c in self.streaming.iter().filter_map(Outcome::measured) {
+            if !c.ok() {
+                out.push(format!("streaming {}: exactly-once {}", c.name, c.exactly_once));
+            }
+        }
+        for c in self.epoch.measured().into_iter().flat_map(|e| &e.cases) {
+            if !c.ok() {
+                out.push(format!(
+                    "end of epoch {}: runs delivered {:?} elements, not {} each",
+                    c.mode, c.elements, c.expected
+                ));
+            }
+        }
+        if let Some(g) = self.gap.measured() {
+            if !g.ok() {
+                out.push(format!("element gap: exactly-once {}", g.exactly_once));
             }
         }
         if let Some(r) = self.restart.measured() {
@@ -206,6 +247,16 @@ impl Report {
         });
         line(String::new());
         line("PHYSICAL LIMITS".into());
+        line(format!(
+            "  {:<44} {}",
+            "loopback TCP (1 sender, 1 receiver, 1 MiB)",
+            show_bandwidth(&self.loopback)
+        ));
+        line(format!(
+            "  {:<44} {}",
+            "memcpy (64 MiB buffer, 1 thread)",
+            show_bandwidth(&self.memcpy)
+        ));
         let limits = [
             ("fsync (append 4 KiB + sync_all)".to_string(), &self.fsync),
             ("sled journal append, 1 entry of 128 B".to_string(), &self.sled_append_1),
@@ -218,6 +269,8 @@ impl Report {
         for (what, latency) in limits {
             line(format!("  {what:<44} {}", show_latency(latency)));
         }
+        line(String::new());
+        self.render_streaming(&mut line);
         line(String::new());
         line(format!(
             "COMMITTED GET-SPLIT RATE  (elements_per_split = 1, range({}), DYNAMIC, {} lanes, {} s budget)",
@@ -289,6 +342,10 @@ impl Report {
             }
             other => line(format!("  {}", not_measured(other))),
         }
+        line(String::new());
+        self.render_gap(&mut line);
+        line(String::new());
+        self.render_rss(&mut line);
         line(String::new());
         line(
             "RESTART  (1 node, sled, process; SIGKILL, restart on the same work_dir and port)"
@@ -382,6 +439,145 @@ impl Report {
             other => line(format!("TFRECORD PIPELINES  {}", not_measured(other))),
         }
         o
+    }
+}
+
+/// Names of the rows of `Report::streaming`, in order.
+pub const STREAM_ROWS: [&str; 2] = ["streaming, int64 scalars", "streaming, 1 MiB elements"];
+
+impl Report {
+    fn render_streaming(&self, line: &mut impl FnMut(String)) {
+        line(format!(
+            "STREAMING  (OFF, {} worker processes, in-memory dispatcher; read one element at a \
+             time through the client's ElementStream in the bench process)",
+            crate::streaming::WORKERS
+        ));
+        line(
+            "  rates from the first element to the last; CPU = user+system over the read, per \
+             element; `x lo`/`x mem`: GB/s over loopback/memcpy"
+                .into(),
+        );
+        line(format!(
+            "  {:<32} {:>9} {:>6} {:>11} {:>7} {:>12} {:>13} {:>6} {:>6}  {}",
+            "case",
+            "elements",
+            "secs",
+            "elements/s",
+            "GB/s",
+            "reader µs/el",
+            "workers µs/el",
+            "x lo",
+            "x mem",
+            "exactly-once"
+        ));
+        let ratio = |gb: f64, limit: &Outcome<Bandwidth>| {
+            limit.measured().map(|l| format!("{:.2}", gb / l.gb_per_s)).unwrap_or("-".into())
+        };
+        for (name, row) in STREAM_ROWS.iter().zip(&self.streaming) {
+            match row {
+                Outcome::Measured(c) => line(format!(
+                    "  {:<32} {:>9} {:>6.2} {:>11.0} {:>7.3} {:>12.2} {:>13.2} {:>6} {:>6}  {}",
+                    c.name,
+                    c.elements,
+                    c.secs,
+                    c.elements_per_s,
+                    c.gb_per_s,
+                    c.reader_cpu_us_per_element,
+                    c.workers_cpu_us_per_element,
+                    ratio(c.gb_per_s, &self.loopback),
+                    ratio(c.gb_per_s, &self.memcpy),
+                    c.exactly_once
+                )),
+                other => line(format!("  {name:<32} {}", not_measured(other))),
+            }
+        }
+        line(String::new());
+        line(format!(
+            "END OF EPOCH  (last element -> end of stream at the reader; range({}) on the same \
+             processes, DYNAMIC 1000 elements per split)",
+            crate::epoch::ELEMENTS
+        ));
+        match &self.epoch {
+            Outcome::Measured(epoch) => {
+                for c in &epoch.cases {
+                    line(format!(
+                        "  {:<8} median {}  max {}  ({} runs)  elements per run: {}",
+                        c.mode,
+                        ms(c.end_after_last.median_ms),
+                        ms(c.end_after_last.max_ms),
+                        c.runs,
+                        if c.ok() { "ok".to_string() } else { format!("WRONG {:?}", c.elements) }
+                    ));
+                }
+            }
+            other => line(format!("  {}", not_measured(other))),
+        }
+    }
+
+    fn render_gap(&self, line: &mut impl FnMut(String)) {
+        line(
+            "LEADER SIGKILL UNDER A READER  (3 dispatcher processes on sled, 2 worker processes, \
+             DYNAMIC reader)"
+                .into(),
+        );
+        match &self.gap {
+            Outcome::Measured(g) => {
+                line(format!(
+                    "  range({}), {} elements per split, workers ask {} splits per request; \
+                     {:.0} elements/s over the whole read ({:.2} s)",
+                    g.elements,
+                    g.elements_per_split,
+                    g.worker_splits_per_request,
+                    g.elements_per_s,
+                    g.secs
+                ));
+                line(format!(
+                    "  killed leader node {} {:.2} s after the first element ({} elements read); \
+                     new leader reported {} after the kill",
+                    g.killed_node,
+                    g.killed_after_s,
+                    g.elements_before_kill,
+                    g.new_leader_after_ms.map(ms).unwrap_or_else(|| "never".into())
+                ));
+                line(format!(
+                    "  longest gap between element arrivals: {} (began {} {} the kill)   \
+                     exactly-once: {}",
+                    ms(g.longest_gap_ms),
+                    ms(g.longest_gap_began_ms.abs()),
+                    if g.longest_gap_began_ms < 0.0 { "before" } else { "after" },
+                    g.exactly_once
+                ));
+            }
+            other => line(format!("  {}", not_measured(other))),
+        }
+    }
+
+    fn render_rss(&self, line: &mut impl FnMut(String)) {
+        line("IDLE RSS  (VmRSS; dispatcher in memory, 1 worker)".into());
+        match &self.rss {
+            Outcome::Measured(r) => {
+                let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+                line(format!(
+                    "  dispatcher: {} after start, {} after a job   worker: {} after start, {} \
+                     after a job   (job: {})",
+                    mb(r.dispatcher_after_start),
+                    mb(r.dispatcher_after_job),
+                    mb(r.worker_after_start),
+                    mb(r.worker_after_job),
+                    r.job
+                ));
+            }
+            other => line(format!("  {}", not_measured(other))),
+        }
+    }
+}
+
+fn show_bandwidth(o: &Outcome<Bandwidth>) -> String {
+    match o {
+        Outcome::Measured(b) => {
+            format!("{:.2} GB/s  ({:.2} GB in {:.2} s)", b.gb_per_s, b.bytes as f64 / 1e9, b.secs)
+        }
+        other => not_measured(other),
     }
 }
 

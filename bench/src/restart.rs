@@ -28,7 +28,7 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
     let work_dir_s = work_dir.to_str().context("bench dir is not UTF-8")?;
     let mut group = start_group(cfg, 1, work_dir_s, &[], logs).await?;
     let mut fleet = Fleet::register(&group.addresses, cfg.workers).await?;
-    let lanes = fleet.new_iteration(cfg.restart_splits + cfg.workers as u64 + 1).await?;
+    let lanes = fleet.new_iteration(cfg.restart_splits + cfg.workers as u64 + 1, 1).await?;
 
     tracing::info!(splits = cfg.restart_splits, "--- hand out splits to journal them");
     let shared = Shared::new(cfg.restart_splits, cfg.restart_timeout);

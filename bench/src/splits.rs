@@ -18,13 +18,15 @@ use crate::procs::Group;
 use crate::report::{Latency, SplitCase};
 use crate::BenchConfig;
 
-/// One rate measurement on a new iteration of `fleet`'s dispatcher.
+/// One rate measurement on a new iteration of `fleet`'s dispatcher, each lane asking
+/// for `max_splits` splits per `GetSplit`.
 pub async fn rate(
     fleet: &mut Fleet,
     elements: u64,
     budget: Duration,
+    max_splits: u32,
 ) -> anyhow::Result<(RunSummary, ExactlyOnce)> {
-    let lanes = fleet.new_iteration(elements).await?;
+    let lanes = fleet.new_iteration(elements, max_splits).await?;
     let shared = Shared::new(u64::MAX, budget);
     let runs = drive(lanes, shared.clone()).await?;
     let summary = RunSummary::of(&runs, shared.t0.elapsed());
@@ -64,6 +66,8 @@ pub async fn in_process(
             .snapshot_every
             .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(work_dir.as_deref())),
         work_dir,
+        // The fake workers never heartbeat (see `procs::FAKE_WORKER_TIMEOUT_SECS`).
+        worker_timeout: Duration::from_secs(86400),
         ..DispatcherConfig::default()
     };
     let handle = sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin())
@@ -72,7 +76,7 @@ pub async fn in_process(
     let addresses = vec![handle.address().to_string()];
     let measured = async {
         let mut fleet = Fleet::register(&addresses, cfg.workers).await?;
-        rate(&mut fleet, cfg.elements, cfg.duration).await
+        rate(&mut fleet, cfg.elements, cfg.duration, 1).await
     }
     .await;
     match tokio::time::timeout(Duration::from_secs(10), handle.shutdown()).await {
@@ -91,7 +95,8 @@ pub async fn start_group(
     envs: &[(String, String)],
     logs: &Path,
 ) -> anyhow::Result<Group> {
-    let group = Group::start(&cfg.sluice_exe, n, work_dir, envs, cfg.snapshot_every, logs).await?;
+    let group =
+        Group::start(&cfg.sluice_exe, n, work_dir, envs, cfg.snapshot_every, 1, logs, "").await?;
     let leader = group.leader().await?;
     tracing::info!(leader, nodes = n, work_dir, "group started");
     Ok(group)

@@ -119,6 +119,11 @@ impl Child {
         Pid::from_raw(self.child.id() as i32)
     }
 
+    /// The OS process id (e.g. for `/proc/<id>/stat` figures).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGSTOP: the process freezes (its sockets stay open, nothing answers).
     pub fn pause(&self) -> anyhow::Result<()> {
         kill(self.pid(), Signal::SIGSTOP).context("SIGSTOP")

@@ -1,5 +1,6 @@
-//! `sluice bench`: the dispatcher's committed split rate, leader failover and restart
-//! time, next to the fsync and S3 PUT latency measured in the same run. Flags only;
+//! `sluice bench`: streaming rates, the dispatcher's committed split rate, end of
+//! epoch, leader failover, restart time and idle memory, next to the loopback,
+//! memcpy, fsync and S3 PUT figures measured in the same run. Flags only;
 //! the measurements live in `sluice-bench`. See docs/performance.md.
 
 use std::path::PathBuf;
@@ -44,8 +45,8 @@ pub struct BenchArgs {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Sections to skip, comma-separated: fsync, memory, sled, cluster, failover, s3,
-    /// restart, files.
+    /// Sections to skip, comma-separated: limits, streaming, epoch, fsync, memory, sled,
+    /// cluster, grants, failover, gap, s3, restart, rss, files.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<Section>,
     /// TFRecord files of the files section's sample data set.
@@ -57,6 +58,21 @@ pub struct BenchArgs {
     /// Width and height of the sample images, in pixels.
     #[arg(long, default_value_t = 64)]
     pub sample_image_size: u32,
+    /// `max_splits` per `GetSplit` of the batched-grant row on three sled nodes.
+    #[arg(long, default_value_t = 64)]
+    pub splits_per_request: u32,
+    /// `range(N)` of the streaming scalar case (each of the 2 workers produces all N).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub stream_scalars: u64,
+    /// 1 MiB elements per worker of the streaming large-element case.
+    #[arg(long, default_value_t = 1024)]
+    pub stream_mib: u64,
+    /// Reads of each end-of-epoch case (OFF, DYNAMIC).
+    #[arg(long, default_value_t = 5)]
+    pub epoch_runs: usize,
+    /// `range(N)` read under DYNAMIC while the leader is SIGKILLed (element gap).
+    #[arg(long, default_value_t = 200_000)]
+    pub gap_elements: u64,
     /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
     #[arg(long)]
     pub keep: bool,
@@ -81,6 +97,13 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             records_per_file: a.sample_records_per_file,
             image_size: a.sample_image_size,
         },
+        stream: sluice_bench::streaming::StreamConfig {
+            scalars: a.stream_scalars,
+            mib_elements: a.stream_mib,
+            epoch_runs: a.epoch_runs,
+            gap_elements: a.gap_elements,
+        },
+        splits_per_request: a.splits_per_request,
         keep: a.keep,
     };
     sluice_bench::run(config).await
