@@ -180,8 +180,12 @@ impl Worker {
             }
             let worker = self.clone();
             self.runner.runtime.spawn(async move {
-                if task.ended_when_drained().await {
-                    worker.finish(&task);
+                // Gives up its `Arc<Task>` once the task is stopped (deleted, worker
+                // stopping): the pipeline thread only ends when the last one goes, so
+                // holding it would keep a deleted endless task's thread running.
+                tokio::select! {
+                    ended = task.ended_when_drained() => if ended { worker.finish(&task) },
+                    _ = task.stopped() => {}
                 }
             });
         }
