@@ -226,9 +226,10 @@ impl Core {
         self.counters.proposed(name);
         let (reply, answer) = oneshot::channel();
         let stopped = || ProposeError::Unavailable("the dispatcher is stopping".into());
-        self.proposals.send(Proposal { cmd, reply }).await.map_err(|_| stopped())?;
-        let result = answer.await.map_err(|_| stopped());
-        let result = result.and_then(|r| r);
+        let result = match self.proposals.send(Proposal { cmd, reply }).await {
+            Ok(()) => answer.await.unwrap_or_else(|_| Err(stopped())),
+            Err(_) => Err(stopped()),
+        };
         if let Err(e) = &result {
             self.counters.failed(name, e);
         }
