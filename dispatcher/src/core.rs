@@ -50,6 +50,8 @@ pub struct Core {
     journal: String,
     /// Proposals on their way into a batch (see `batcher`).
     proposals: mpsc::Sender<Proposal>,
+    /// Soft state: this process's metric counters (`metrics.rs`).
+    counters: crate::metrics::Counters,
 }
 
 /// One caller's command and where its answer goes.
@@ -209,7 +211,8 @@ impl Core {
         let writer =
             Writer { raft: raft.clone(), node_id: config.node_id, members: members.clone() };
         tokio::spawn(batcher(writer, rx));
-        Ok(Core { raft, node_id: config.node_id, members, data, journal, proposals })
+        let counters = crate::metrics::Counters::default();
+        Ok(Core { raft, node_id: config.node_id, members, data, journal, proposals, counters })
     }
 
     pub fn raft(&self) -> &Raft {
@@ -220,14 +223,25 @@ impl Core {
     /// once it is committed and applied.
     pub async fn propose(&self, cmd: Command) -> Result<Response, ProposeError> {
         let name = cmd.name();
+        self.counters.proposed(name);
         let (reply, answer) = oneshot::channel();
         let stopped = || ProposeError::Unavailable("the dispatcher is stopping".into());
-        self.proposals.send(Proposal { cmd, reply }).await.map_err(|_| stopped())?;
-        let result = answer.await.map_err(|_| stopped())?;
+        let result = match self.proposals.send(Proposal { cmd, reply }).await {
+            Ok(()) => answer.await.unwrap_or_else(|_| Err(stopped())),
+            Err(_) => Err(stopped()),
+        };
+        if let Err(e) = &result {
+            self.counters.failed(name, e);
+        }
         if let Err(ProposeError::Rejected(e)) = &result {
             tracing::debug!(command = name, error = %e, "command refused");
         }
         result
+    }
+
+    /// This process's metric counters.
+    pub(crate) fn counters(&self) -> &crate::metrics::Counters {
+        &self.counters
     }
 
     /// Runs `f` on the state as of now, on the leader only (linearizable).

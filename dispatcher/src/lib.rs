@@ -23,6 +23,8 @@
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
 //!   `ReleaseClient` and `GcIteration`; `apply_liveness`: what those do in `apply`.
 //! - [`server`] — `run` / `spawn` on a bound listener with an injectable shutdown.
+//! - `metrics`: the Prometheus gauges (computed from the state at scrape time) and
+//!   counters served at `GET /metrics` (`run_with_metrics`).
 //! - [`config`], [`error`].
 
 pub mod apply;
@@ -35,6 +37,7 @@ pub mod core;
 mod def_serde;
 pub mod error;
 mod liveness;
+mod metrics;
 pub mod raft;
 mod round_robin;
 mod round_robin_coordinator;
@@ -48,5 +51,5 @@ pub use command::{Command, Response};
 pub use config::{parse_peers, DispatcherConfig};
 pub use core::{Core, ProposeError};
 pub use error::{DispatcherError, StateError};
-pub use server::{run, spawn, DispatcherHandle};
+pub use server::{run, run_with_metrics, spawn, DispatcherHandle};
 pub use state::{Mode, State, TargetWorkers};

@@ -27,9 +27,28 @@ pub async fn run(
     registry: FunctionRegistry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DispatcherError> {
+    run_with_metrics(listener, None, config, registry, shutdown).await
+}
+
+/// [`run`], also serving Prometheus metrics at `GET /metrics` on `metrics` (if
+/// given) for as long as the dispatcher serves (see `metrics.rs`).
+pub async fn run_with_metrics(
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    config: DispatcherConfig,
+    registry: FunctionRegistry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DispatcherError> {
     config.validate()?;
     let address = listener.local_addr()?;
     let core = Arc::new(Core::start(&config, &address.to_string()).await?);
+    // Stops when dropped, at the end of this function.
+    let _metrics = match metrics {
+        Some(l) => {
+            Some(sluice_metrics::spawn(l, Arc::new(crate::metrics::registry(core.clone())))?)
+        }
+        None => None,
+    };
     let peer = PeerService::new(core.raft().clone());
     let liveness = Arc::new(Liveness::default());
     let timers = liveness.spawn(core.clone(), config.clone());

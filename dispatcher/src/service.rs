@@ -340,6 +340,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::GetSplitRequest>,
     ) -> Result<Response<pb::GetSplitResponse>, Status> {
+        self.core.counters().get_split_request();
         let r = req.into_inner();
         let cmd = Command::GetSplit {
             task_id: r.task_id,

@@ -59,6 +59,10 @@ pub struct DispatcherArgs {
     /// starts the epoch over).
     #[arg(long)]
     pub gc_dynamic_jobs: bool,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/architecture.md,
+    /// "Metrics").
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -94,6 +98,10 @@ pub struct WorkerArgs {
     /// With --exit-when-idle: how long to stay idle before exiting.
     #[arg(long, default_value_t = 5)]
     pub idle_grace_secs: u64,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/architecture.md,
+    /// "Metrics").
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -102,6 +110,16 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {host}:{port} (is the port in use?)"))?;
     println!("listening on {}", listener.local_addr()?);
     Ok(listener)
+}
+
+/// The `--metrics-addr` listener, if asked for. Its address goes to the log (not
+/// stdout, whose first line scripts read for the service address).
+async fn bind_metrics(addr: Option<&str>) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--metrics-addr {addr}: cannot listen (is the port in use?)"))?;
+    Ok(Some(listener))
 }
 
 async fn stop_signal() {
@@ -150,6 +168,8 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
             "no --work-dir: dispatcher state is in memory and is lost when this process stops"
         );
     }
+    // Before the service's listener, whose `listening on` line says "ready".
+    let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
     let listener = match config.peers.get(&config.node_id) {
         Some(own) => {
             let (host, port) = own
@@ -160,7 +180,8 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         }
         None => bind(&a.host, a.port).await?,
     };
-    sluice_dispatcher::run(listener, config, FunctionRegistry::builtin(), stop_signal()).await?;
+    let registry = FunctionRegistry::builtin();
+    sluice_dispatcher::run_with_metrics(listener, metrics, config, registry, stop_signal()).await?;
     Ok(())
 }
 
@@ -181,7 +202,9 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     config.exit_when_idle =
         a.exit_when_idle.then(|| std::time::Duration::from_secs(a.idle_grace_secs));
     config.validate()?;
+    let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
     let listener = bind(&a.host, a.port).await?;
-    sluice_worker::run(listener, config, FunctionRegistry::builtin(), stop_signal()).await?;
+    let registry = FunctionRegistry::builtin();
+    sluice_worker::run_with_metrics(listener, metrics, config, registry, stop_signal()).await?;
     Ok(())
 }

@@ -14,6 +14,9 @@
 //! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
 //!   trainer reads at its own cursor, extended from the task's buffer.
 //! - `drain`: leaving cleanly — drain on shutdown, exit when idle.
+//! - `metrics`: Prometheus counters (elements and bytes streamed, streams) and
+//!   gauges read from the task table at scrape time, served at `GET /metrics`
+//!   ([`run_with_metrics`]).
 //! - [`error`]: [`WorkerError`], what stops a worker.
 //!
 //! ```text
@@ -37,6 +40,7 @@ pub mod config;
 mod drain;
 pub mod error;
 mod heartbeat;
+mod metrics;
 mod round_robin;
 mod service;
 mod splits;
@@ -87,6 +91,18 @@ pub async fn run(
     registry: FunctionRegistry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), WorkerError> {
+    run_with_metrics(listener, None, config, registry, shutdown).await
+}
+
+/// [`run`], also serving Prometheus metrics at `GET /metrics` on `metrics` (if
+/// given) for as long as the worker serves (see `metrics.rs`).
+pub async fn run_with_metrics(
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    config: WorkerConfig,
+    registry: FunctionRegistry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), WorkerError> {
     config.validate()?;
     let address = advertised_address(&config, &listener)?;
     let dispatcher =
@@ -102,6 +118,15 @@ pub async fn run(
         dispatcher,
         tokio::runtime::Handle::current(),
     ));
+    let _metrics = {
+        let _entered = span.enter();
+        match metrics {
+            Some(l) => {
+                Some(sluice_metrics::spawn(l, Arc::new(crate::metrics::registry(worker.clone())))?)
+            }
+            None => None,
+        }
+    };
     serve(worker, listener, shutdown).instrument(span).await
 }
 

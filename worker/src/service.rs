@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prost::Message;
 use sluice_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -87,7 +88,11 @@ impl pb::worker_server::Worker for WorkerService {
         &self,
         request: Request<pb::RoundRobinGetElementRequest>,
     ) -> Result<Response<pb::RoundRobinGetElementResponse>, Status> {
-        crate::round_robin::get_element(&self.worker, request.into_inner()).await.map(Response::new)
+        let answer = crate::round_robin::get_element(&self.worker, request.into_inner()).await?;
+        if let Some(e) = &answer.element {
+            self.worker.counters.streamed(1, e.encoded_len());
+        }
+        Ok(Response::new(answer))
     }
 
     async fn cache_status(
@@ -130,6 +135,7 @@ async fn produce(
     tx: mpsc::Sender<BatchResult>,
 ) {
     let _open = crate::drain::OpenStream::new(&task);
+    let _counted = worker.counters.stream_opened();
     let mut sent = 0u64;
     loop {
         let permit = tokio::select! {
@@ -159,8 +165,9 @@ async fn produce(
                     // The first stream to see the end finishes the task for everyone.
                     worker.finish(&task);
                 }
-                permit
-                    .send(Ok(pb::ElementBatch { elements: batch.elements, end_of_sequence: end }));
+                let message = pb::ElementBatch { elements: batch.elements, end_of_sequence: end };
+                worker.counters.streamed(message.elements.len(), message.encoded_len());
+                permit.send(Ok(message));
                 if end {
                     tracing::debug!(sent, "stream reached end of sequence");
                     return;

@@ -37,6 +37,8 @@ pub(crate) struct Worker {
     refused: Mutex<Option<String>>,
     /// True once the worker drains (see `drain.rs`): no new tasks, streams, splits.
     pub draining: watch::Sender<bool>,
+    /// This process's metric counters (`metrics.rs`).
+    pub counters: crate::metrics::Counters,
 }
 
 /// What a GetElements request finds under its task id.
@@ -113,6 +115,7 @@ impl Worker {
             shutdown: watch::channel(false).0,
             refused: Mutex::new(None),
             draining,
+            counters: Default::default(),
         }
     }
 

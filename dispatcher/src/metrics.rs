@@ -1,0 +1,335 @@
+//! The dispatcher's Prometheus metrics (`sluice dispatcher --metrics-addr`).
+//!
+//! ```text
+//!  scrape ──► StateCollector ──read_local──► State ──► StateGauges::of (pure)
+//!                   └────────raft metrics──► role, term, log/applied/snapshot index
+//!  Core::propose ──► Counters (this process: proposed / failed by command kind)
+//!  GetSplit handler ──► Counters::get_split_request
+//! ```
+//!
+//! The gauges are computed from the replicated [`State`] at scrape time, so there
+//! is no second source of truth to drift: each node reports its own replica (a
+//! follower's may lag by what it has not applied yet; `sluice_raft_leader` tells
+//! which node's view is the leader's). The counters are soft state of this process
+//! and start from zero when it restarts.
+//!
+//! Label sets are bounded: command kinds and failure reasons are fixed lists;
+//! nothing is labelled by job, iteration, task or worker.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::core::{Core, ProposeError};
+use crate::state::State;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    /// `Command::name()`: a fixed list.
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailedLabels {
+    kind: &'static str,
+    /// `rejected` (the state machine refused it), `not_leader`, `unavailable`.
+    reason: &'static str,
+}
+
+/// Counters of this process, shared by [`Core`] and the handlers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counters {
+    proposed: Family<KindLabels, Counter>,
+    failed: Family<FailedLabels, Counter>,
+    get_split_requests: Counter,
+}
+
+impl Counters {
+    pub(crate) fn proposed(&self, kind: &'static str) {
+        self.proposed.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    pub(crate) fn failed(&self, kind: &'static str, e: &ProposeError) {
+        let reason = match e {
+            ProposeError::Rejected(_) => "rejected",
+            ProposeError::NotLeader { .. } => "not_leader",
+            ProposeError::Unavailable(_) => "unavailable",
+        };
+        self.failed.get_or_create(&FailedLabels { kind, reason }).inc();
+    }
+
+    pub(crate) fn get_split_request(&self) {
+        self.get_split_requests.inc();
+    }
+}
+
+/// Every metric of this node: the counters of `core` and the state's gauges.
+pub(crate) fn registry(core: Arc<Core>) -> Registry {
+    let mut r = sluice_metrics::registry();
+    let c = core.counters();
+    r.register(
+        "commands_proposed",
+        "Commands this node proposed to Raft (each command of a batch counts), by kind",
+        c.proposed.clone(),
+    );
+    r.register(
+        "commands_failed",
+        "Proposed commands that failed, by kind and reason (rejected by the state machine, \
+         not_leader, unavailable)",
+        c.failed.clone(),
+    );
+    r.register(
+        "get_split_requests",
+        "GetSplit requests this node received (DYNAMIC sharding)",
+        c.get_split_requests.clone(),
+    );
+    r.register_collector(Box::new(StateCollector { core }));
+    r
+}
+
+/// What the state says, summed over the registry (no per-job labels: unbounded).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StateGauges {
+    pub datasets: u64,
+    pub jobs: u64,
+    pub workers_registered: u64,
+    pub workers_lost: u64,
+    pub iterations_active: u64,
+    pub iterations_finished: u64,
+    pub iterations_garbage_collected: u64,
+    pub lost_splits: u64,
+    pub lost_elements: u64,
+    pub lost_tasks: u64,
+    pub clients_active: u64,
+    pub splits_handed_out: u64,
+    pub split_elements_handed_out: u64,
+}
+
+impl StateGauges {
+    pub(crate) fn of(s: &State) -> StateGauges {
+        let mut g = StateGauges {
+            datasets: s.datasets.len() as u64,
+            jobs: s.jobs.len() as u64,
+            clients_active: s.clients.len() as u64,
+            ..StateGauges::default()
+        };
+        for w in s.workers.values() {
+            if w.lost {
+                g.workers_lost += 1;
+            } else {
+                g.workers_registered += 1;
+            }
+        }
+        for it in s.iterations.values() {
+            g.iterations_active += u64::from(it.is_live());
+            g.iterations_finished += u64::from(it.finished);
+            g.iterations_garbage_collected += u64::from(it.garbage_collected);
+            g.lost_splits += it.lost_split_count();
+            g.lost_elements += it.lost_elements();
+            g.lost_tasks += it.lost_tasks.len() as u64;
+            // A cursor at (repetition r, next n) has handed out r whole epochs of
+            // the source and n elements of the current one.
+            let cardinality = s
+                .jobs
+                .get(&it.job_id)
+                .and_then(|j| s.datasets.get(&j.dataset_id))
+                .and_then(|d| d.source_cardinality)
+                .unwrap_or(0);
+            let per = it.elements_per_split.max(1);
+            for c in &it.cursors {
+                g.split_elements_handed_out +=
+                    c.repetition.saturating_mul(cardinality).saturating_add(c.next);
+                g.splits_handed_out += c
+                    .repetition
+                    .saturating_mul(cardinality.div_ceil(per))
+                    .saturating_add(c.next.div_ceil(per));
+            }
+        }
+        g
+    }
+
+    /// (name, help, value) of each gauge.
+    fn rows(&self) -> [(&'static str, &'static str, u64); 13] {
+        [
+            ("datasets", "Datasets registered", self.datasets),
+            ("jobs", "Jobs created", self.jobs),
+            (
+                "workers_registered",
+                "Workers registered and not declared lost",
+                self.workers_registered,
+            ),
+            (
+                "workers_lost",
+                "Workers declared lost by the worker timeout and not registered again",
+                self.workers_lost,
+            ),
+            (
+                "iterations_active",
+                "Iterations still handing out work (neither finished nor garbage-collected)",
+                self.iterations_active,
+            ),
+            ("iterations_finished", "Iterations whose every task ended", self.iterations_finished),
+            (
+                "iterations_garbage_collected",
+                "Iterations collected after the job GC timeout without a consumer",
+                self.iterations_garbage_collected,
+            ),
+            (
+                "lost_splits",
+                "DYNAMIC: splits granted to tasks whose worker was lost or restarted before \
+                 it could deliver them (the last range of each such task), over all iterations",
+                self.lost_splits,
+            ),
+            (
+                "lost_elements",
+                "DYNAMIC: source elements in the lost splits, over all iterations",
+                self.lost_elements,
+            ),
+            (
+                "lost_tasks",
+                "Tasks ended because their worker was lost, over all iterations",
+                self.lost_tasks,
+            ),
+            (
+                "clients_active",
+                "Consumers registered with an iteration and not released",
+                self.clients_active,
+            ),
+            (
+                "splits_handed_out",
+                "DYNAMIC: splits handed out so far, summed over the split cursors of all \
+                 iterations",
+                self.splits_handed_out,
+            ),
+            (
+                "split_elements_handed_out",
+                "DYNAMIC: source elements in the splits handed out so far",
+                self.split_elements_handed_out,
+            ),
+        ]
+    }
+}
+
+/// Computes the gauges on each scrape from this node's replica and Raft metrics.
+struct StateCollector {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for StateCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateCollector")
+    }
+}
+
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let g = ConstGauge::new(v);
+    // Ends with a full stop, as the registry writes the help of registered metrics.
+    g.encode(enc.encode_descriptor(name, &format!("{help}."), None, g.metric_type())?)
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let state = self.core.read_local(StateGauges::of);
+        for (name, help, v) in state.rows() {
+            gauge(&mut enc, name, help, v)?;
+        }
+        let m = self.core.raft().metrics().borrow().clone();
+        let leader = u64::from(m.state == openraft::ServerState::Leader);
+        let raft = [
+            ("raft_leader", "1 if this node is the Raft leader, else 0", leader),
+            ("raft_term", "This node's current Raft term", m.current_term),
+            (
+                "raft_last_log_index",
+                "Index of the last entry in this node's log (0: none)",
+                m.last_log_index.unwrap_or(0),
+            ),
+            (
+                "raft_applied_index",
+                "Index of the last entry applied to this node's state (0: none)",
+                m.last_applied.map_or(0, |l| l.index),
+            ),
+            (
+                "raft_snapshot_index",
+                "Index of the last entry in this node's latest snapshot (0: none)",
+                m.snapshot.map_or(0, |l| l.index),
+            ),
+        ];
+        for (name, help, v) in raft {
+            gauge(&mut enc, name, help, v)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::Command;
+    use crate::state::Mode;
+    use sluice_dataset::DatasetDef;
+
+    fn apply(s: &mut State, cmd: Command) -> crate::command::Response {
+        crate::apply(s, cmd).expect("applied")
+    }
+
+    #[test]
+    fn gauges_count_workers_iterations_clients_and_lost_splits_from_the_state() {
+        let mut s = State::default();
+        assert_eq!(StateGauges::of(&s), StateGauges::default());
+        apply(
+            &mut s,
+            Command::RegisterWorker { address: "w1".into(), worker_uid: 1, functions: vec![] },
+        );
+        apply(
+            &mut s,
+            Command::RegisterWorker { address: "w2".into(), worker_uid: 2, functions: vec![] },
+        );
+        let def = DatasetDef::range(100);
+        apply(&mut s, Command::RegisterDataset { dataset_id: None, def });
+        let dataset_id = s.datasets.keys().next().unwrap().clone();
+        apply(
+            &mut s,
+            Command::GetOrCreateJob {
+                dataset_id,
+                mode: Mode::Dynamic,
+                job_name: None,
+                target_workers: Default::default(),
+                static_workers: vec![],
+                cross_trainer_cache: false,
+            },
+        );
+        let job_id = *s.jobs.keys().next().unwrap();
+        apply(
+            &mut s,
+            Command::GetOrCreateIteration { job_id, repetition: 0, elements_per_split: 10 },
+        );
+        let g = StateGauges::of(&s);
+        assert_eq!((g.workers_registered, g.iterations_active, g.clients_active), (2, 1, 1));
+
+        let task_of = |s: &State, w: &str| *s.workers[w].active_tasks.iter().next().unwrap();
+        let (t1, t2) = (task_of(&s, "w1"), task_of(&s, "w2"));
+        let split = |task_id, worker_uid| Command::GetSplit {
+            task_id,
+            worker_uid,
+            sequence: 1,
+            provider: 0,
+            repetition: 0,
+            max_splits: 2,
+        };
+        apply(&mut s, split(t1, 1));
+        apply(&mut s, split(t2, 2));
+        let g = StateGauges::of(&s);
+        assert_eq!((g.splits_handed_out, g.split_elements_handed_out), (4, 40));
+
+        apply(&mut s, Command::WorkerLost { address: "w1".into(), worker_uid: 1 });
+        let g = StateGauges::of(&s);
+        assert_eq!((g.workers_registered, g.workers_lost), (1, 1));
+        assert_eq!((g.lost_tasks, g.lost_splits, g.lost_elements), (1, 2, 20));
+        assert_eq!(g.iterations_active, 1, "w2's task still runs");
+    }
+}
