@@ -249,6 +249,15 @@ impl DispatcherClient {
         client_id: u64,
     ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
         let req = pb::ClientHeartbeatRequest { client_id, ..Default::default() };
+        self.client_heartbeat_with(req).await
+    }
+
+    /// A `ClientHeartbeat` with every field chosen by the caller (the long poll:
+    /// `wait_for_change_ms`, `known_view`).
+    pub async fn client_heartbeat_with(
+        &self,
+        req: pb::ClientHeartbeatRequest,
+    ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
         self.call("ClientHeartbeat", |mut c| async move { c.client_heartbeat(req).await }).await
     }
 

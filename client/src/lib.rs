@@ -19,6 +19,8 @@
 //! - [`client`] — [`Client`] — `register_dataset`, `from_dataset_id`, `distribute`.
 //! - [`reader`] — [`ElementStream`] — one iteration's elements; a manager follows the
 //!   dispatcher's task list, one reader per task streams from its worker.
+//! - `view_poll`: the manager's long poll of the task list and the end of the
+//!   iteration (`ClientHeartbeat` with `known_view`).
 //! - [`round_robin`] — coordinated reads (`num_consumers` + `consumer_index`): the
 //!   reader that reads every task one round at a time, pauses for joining workers
 //!   and votes dead ones out.
@@ -44,6 +46,7 @@ pub mod options;
 pub mod reader;
 pub mod retry;
 pub mod round_robin;
+mod view_poll;
 
 pub use client::Client;
 pub use dispatcher::DispatcherClient;

@@ -147,8 +147,16 @@ pub struct ReadOptions {
     pub max_outstanding_requests: usize,
     /// Upper bound of elements per message asked from workers; 0 = worker default.
     pub max_elements_per_message: u32,
-    /// How often to ask the dispatcher for the task list and end of iteration.
+    /// How often to ask the dispatcher for the task list and end of iteration
+    /// when it does not long-poll (see `long_poll`); with long polls, the least
+    /// time between two calls that brought no change.
     pub heartbeat_interval: Duration,
+    /// How long the dispatcher may hold a `ClientHeartbeat` until the task list
+    /// or the end of the iteration changes (it caps this, at 1 s by default):
+    /// one call stays outstanding and the end of the iteration arrives as it is
+    /// applied, not at the next poll. Zero: plain polling every
+    /// `heartbeat_interval`.
+    pub long_poll: Duration,
     /// Retries of an unavailable worker.
     pub worker_retry: RetryPolicy,
     /// This reader's trainer in a cross-trainer cache job: each trainer id reads
@@ -177,6 +185,7 @@ impl ReadOptions {
             max_outstanding_requests: 16,
             max_elements_per_message: 0,
             heartbeat_interval: Duration::from_millis(100),
+            long_poll: Duration::from_secs(1),
             worker_retry: RetryPolicy::default(),
             trainer_id: None,
             use_cross_trainer_cache: false,

@@ -7,7 +7,9 @@
 //!                                   └──── end ────►  [bounded channel of element batches] ──► ElementStream
 //! ```
 //! The stream ends when the dispatcher reports the iteration finished and every
-//! task reader has seen its task's end of sequence. A reader that skips tasks
+//! task reader has seen its task's end of sequence. The manager learns of it from
+//! a long poll (`view_poll.rs`) the dispatcher answers as soon as it applies the
+//! end, not from its next poll. A reader that skips tasks
 //! (`TargetWorkers::Local` reads only workers in this process) cannot wait for the
 //! iteration to finish, since it does not read all of it: it ends once it has read
 //! a task and every task it reads has reached end of sequence. Memory is bounded by
@@ -34,6 +36,7 @@ use crate::error::ClientError;
 use crate::local_workers;
 use crate::options::{ReadOptions, TargetWorkers};
 use crate::retry::is_retryable_status;
+use crate::view_poll::ViewPoll;
 
 /// Elements of one message, with the address of the worker that produced them.
 pub(crate) type Batch = Result<(Arc<str>, Vec<Element>), ClientError>;
@@ -156,16 +159,17 @@ async fn manage(
     let mut readers: JoinSet<Result<(), ClientError>> = JoinSet::new();
     // Per started task: tells its reader the dispatcher saw the task finish.
     let mut started: HashMap<u64, watch::Sender<bool>> = HashMap::new();
-    let mut ticker = tokio::time::interval(opts.heartbeat_interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One long poll always in flight (kept across select rounds: dropping it
+    // would cancel the call); none once the iteration finished.
+    let mut poll = Some(Box::pin(ViewPoll::new(dispatcher, client_id, &opts).next()));
     let mut finished = false;
     // Tasks left to other readers by `target_workers`; once there is one, this
     // reader ends with its own tasks instead of with the iteration.
     let mut skipped: HashSet<u64> = HashSet::new();
     loop {
         tokio::select! {
-            _ = ticker.tick(), if !finished => {
-                let hb = match dispatcher.client_heartbeat(client_id).await {
+            (poller, hb) = async { poll.as_mut().expect("polled only while set").await }, if poll.is_some() => {
+                let hb = match hb {
                     Ok(hb) => hb,
                     Err(e) => {
                         let _ = tx.send(Err(e)).await;
@@ -199,6 +203,7 @@ async fn manage(
                     );
                 }
                 finished = hb.iteration_finished;
+                poll = (!finished).then(|| Box::pin(poller.next()));
             }
             Some(joined) = readers.join_next() => {
                 let result = joined.unwrap_or_else(|e| Err(ClientError::Protocol {

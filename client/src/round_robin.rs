@@ -172,6 +172,7 @@ async fn heartbeats(ctx: &Ctx) -> Result<(), ClientError> {
             consumer_index: Some(ctx.consumer_index),
             round_robin_paused_at: paused_at,
             round_robin_sequence: sequence,
+            ..Default::default()
         };
         let hb = ctx.dispatcher.round_robin_heartbeat(req).await?;
         {

@@ -49,6 +49,11 @@ pub struct DispatcherConfig {
     /// An unfinished iteration with no consumer this long is garbage-collected.
     /// Default 5 min (tf.data). Zero disables GC.
     pub job_gc_timeout: Duration,
+    /// The longest a `ClientHeartbeat` long poll waits for the consumer's view to
+    /// change (also at most a quarter of `client_timeout`). Default 1 s: an idle
+    /// consumer costs one call a second; the end of an iteration reaches it as
+    /// soon as it is applied. Zero: answer at once (consumers poll).
+    pub max_client_wait: Duration,
     /// Also collect DYNAMIC iterations. Off by default (tf.data): a collected
     /// iteration cannot be rejoined, and a new one hands out every split again.
     pub gc_dynamic_jobs: bool,
@@ -71,6 +76,7 @@ impl Default for DispatcherConfig {
             client_timeout: Duration::from_secs(60),
             job_gc_timeout: Duration::from_secs(300),
             gc_dynamic_jobs: false,
+            max_client_wait: Duration::from_secs(1),
         }
     }
 }

@@ -274,9 +274,16 @@ impl Core {
         }
     }
 
-    /// Runs `f` on this node's state, whatever its role (for status only).
+    /// Runs `f` on this node's state, whatever its role (for status, and for a
+    /// long poll after its `read_leader`).
     pub fn read_local<R>(&self, f: impl FnOnce(&State) -> R) -> R {
         f(&self.data.read().state)
+    }
+
+    /// Marks a change of the applied state: the last applied log index, published
+    /// after each applied batch of entries or installed snapshot (no polling).
+    pub fn applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.data.applied()
     }
 
     fn not_leader(&self, leader_id: Option<NodeId>) -> ProposeError {

@@ -18,6 +18,8 @@
 //!   leader's soft half (pause reports, removal votes) and the protocol's doc.
 //! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
 //!   state machine around `apply`, and the peer RPCs.
+//! - `client_view`: a consumer's view of its iteration and the `ClientHeartbeat`
+//!   long poll, woken by the state machine's applied index.
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
 //!   `status`: the `GetStatus` rendering.
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
@@ -30,6 +32,7 @@
 pub mod apply;
 mod apply_liveness;
 mod cache_check;
+mod client_view;
 pub mod command;
 pub mod config;
 mod convert;

@@ -295,6 +295,8 @@ fn view(s: &State, client_id: ClientId) -> Option<View> {
             tasks,
             iteration_finished: it.finished,
             round_robin_pause: pending,
+            // Coordinated reads poll; they do not long-poll.
+            view_digest: 0,
         },
         num_consumers: rr.map(|rr| rr.num_consumers),
         pending,

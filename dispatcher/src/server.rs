@@ -10,7 +10,7 @@ use sluice_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use crate::config::DispatcherConfig;
 use crate::core::Core;
@@ -80,8 +80,11 @@ pub async fn run_with_metrics(
             }
         }
     };
+    // `serve_with_incoming*` ignores the builder's tcp_nodelay; the incoming sets
+    // it. Without it every small answer (a heartbeat, a Raft append's ack) can sit
+    // ~40 ms in Nagle's buffer waiting for a delayed ACK.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let served = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .add_service(
             DispatcherServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -92,7 +95,7 @@ pub async fn run_with_metrics(
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+        .serve_with_incoming_shutdown(incoming, stop)
         .await;
     watcher.abort();
     timers.abort();

@@ -7,12 +7,14 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, Stage};
 use sluice_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
+use crate::client_view;
 use crate::command::{Command, Response as R};
 use crate::config::DispatcherConfig;
 use crate::convert::*;
@@ -85,6 +87,15 @@ impl DispatcherService {
             return Err(Status::invalid_argument(format!("stages[{i}]: {e}")));
         }
         Ok(())
+    }
+
+    /// A long poll waits at most `max_client_wait` and a quarter of the client
+    /// timeout, so a waiting consumer is never late.
+    fn max_poll_wait(&self) -> Duration {
+        match self.config.client_timeout {
+            t if t.is_zero() => self.config.max_client_wait,
+            t => (t / 4).min(self.config.max_client_wait),
+        }
     }
 
     fn task_defs(state: &State, address: &str) -> Vec<pb::TaskDef> {
@@ -222,30 +233,12 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             return Ok(Response::new(self.round_robin.client_heartbeat(req).await?));
         }
         let client_id = req.client_id;
-        let resp = self.core.read_leader(|s| {
-            let it = s.client_iteration(client_id)?;
-            let tasks = it
-                .tasks
-                .iter()
-                .filter_map(|t| s.tasks.get(t))
-                .map(|t| pb::TaskInfo {
-                    task_id: t.id,
-                    worker_address: t.worker_address.clone(),
-                    finished: t.finished,
-                    ..Default::default()
-                })
-                .collect();
-            Some(pb::ClientHeartbeatResponse {
-                iteration_id: it.id,
-                tasks,
-                iteration_finished: it.finished,
-                ..Default::default()
-            })
-        });
-        let resp = resp.await?;
-        if resp.is_some() {
-            self.liveness.client_seen(client_id);
-        }
+        // A long poll answers at a change or after the wait, which is a fraction of
+        // the client timeout; the timer is fed at every read of the view.
+        let wait = Duration::from_millis(req.wait_for_change_ms.into()).min(self.max_poll_wait());
+        let seen = || self.liveness.client_seen(client_id);
+        let resp =
+            client_view::long_poll(&self.core, client_id, req.known_view, wait, seen).await?;
         resp.map(Response::new).ok_or_else(|| {
             StateError::not_found_hint(
                 "iteration client",

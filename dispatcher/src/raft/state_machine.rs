@@ -18,6 +18,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 use sluice_journal::Journal;
+use tokio::sync::watch;
 
 use super::codec::{decode, encode};
 use super::{CommandResult, NodeId, TypeConfig};
@@ -33,15 +34,37 @@ pub struct Applied {
 
 /// Shared by the state machine (writer) and the RPC handlers (readers). A std
 /// RwLock: `apply` and reads are short and synchronous, never across an await.
-#[derive(Clone, Default)]
-pub struct Shared(Arc<RwLock<Applied>>);
+///
+/// `applied` publishes the last applied log index, sent after the lock is
+/// released, so a waiter woken by it reads the new state (long polls:
+/// `client_view.rs`). Soft state: it starts at 0 and follows `apply` and
+/// `install_snapshot`.
+#[derive(Clone)]
+pub struct Shared {
+    data: Arc<RwLock<Applied>>,
+    applied: Arc<watch::Sender<u64>>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared { data: Arc::default(), applied: Arc::new(watch::channel(0).0) }
+    }
+}
 
 impl Shared {
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
-        self.0.read().unwrap_or_else(|p| p.into_inner())
+        self.data.read().unwrap_or_else(|p| p.into_inner())
     }
     fn write(&self) -> RwLockWriteGuard<'_, Applied> {
-        self.0.write().unwrap_or_else(|p| p.into_inner())
+        self.data.write().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Changes whenever the state does (after the change is visible to `read`).
+    pub fn applied(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+    fn publish_applied(&self) {
+        let index = self.read().last_applied.map_or(0, |l| l.index);
+        self.applied.send_replace(index);
     }
 }
 
@@ -129,6 +152,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Normal(cmd) => out.push(Some(crate::apply::apply(&mut d.state, cmd))),
             }
         }
+        drop(d);
+        self.data.publish_applied();
         Ok(out)
     }
 
@@ -156,6 +181,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .await
             .map_err(snap_write_err)?;
         *self.data.write() = applied;
+        self.data.publish_applied();
         tracing::info!(index = ?meta.last_log_id.map(|l| l.index), "snapshot installed from the leader");
         Ok(())
     }
