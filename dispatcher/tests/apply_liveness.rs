@@ -5,9 +5,8 @@ use sluice_dataset::DatasetDef;
 use sluice_dispatcher::state::{LostSplit, SplitAnswer};
 use sluice_dispatcher::{apply, Command, Mode, Response, State, TargetWorkers};
 
-fn ok(s: &mut State, c: Command) -> Response {
-    apply(s, c).expect("command applies")
-}
+mod common;
+use common::{iteration, ok, worker};
 
 /// A dataset of `n` elements and a named job over it in `mode`.
 fn job(s: &mut State, n: u64, mode: Mode) -> u64 {
@@ -31,21 +30,6 @@ fn job(s: &mut State, n: u64, mode: Mode) -> u64 {
 
 fn range(n: u64) -> DatasetDef {
     DatasetDef::range(n as i64)
-}
-
-fn iteration(s: &mut State, job_id: u64, eps: u64) -> (u64, u64) {
-    match ok(s, Command::GetOrCreateIteration { job_id, repetition: 0, elements_per_split: eps }) {
-        Response::Iteration { iteration_id, client_id } => (iteration_id, client_id),
-        r => panic!("{r:?}"),
-    }
-}
-
-fn worker(s: &mut State, addr: &str, uid: u64) -> Vec<u64> {
-    let c = Command::RegisterWorker { address: addr.into(), worker_uid: uid, functions: vec![] };
-    match ok(s, c) {
-        Response::WorkerRegistered { tasks } => tasks,
-        r => panic!("{r:?}"),
-    }
 }
 
 fn split(s: &mut State, task: u64, uid: u64, seq: u64) -> SplitAnswer {

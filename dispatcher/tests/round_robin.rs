@@ -3,9 +3,8 @@
 use sluice_dataset::{Arg, DatasetDef};
 use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
 
-fn ok(s: &mut State, c: Command) -> Response {
-    apply(s, c).expect("command applies")
-}
+mod common;
+use common::{iteration, ok, worker};
 
 fn register(s: &mut State, def: DatasetDef) -> String {
     match ok(s, Command::RegisterDataset { dataset_id: None, def }) {
@@ -27,22 +26,6 @@ fn rr_job(s: &mut State, ds: &str, name: Option<&str>, n: u32) -> Result<u64, St
         Response::Job { job_id, .. } => job_id,
         r => panic!("{r:?}"),
     })
-}
-
-fn iteration(s: &mut State, job_id: u64) -> u64 {
-    let c = Command::GetOrCreateIteration { job_id, repetition: 0, elements_per_split: 1 };
-    match ok(s, c) {
-        Response::Iteration { iteration_id, .. } => iteration_id,
-        r => panic!("{r:?}"),
-    }
-}
-
-fn worker(s: &mut State, addr: &str, uid: u64) -> Vec<u64> {
-    let c = Command::RegisterWorker { address: addr.into(), worker_uid: uid, functions: vec![] };
-    match ok(s, c) {
-        Response::WorkerRegistered { tasks } => tasks,
-        r => panic!("{r:?}"),
-    }
 }
 
 fn message(e: StateError) -> String {
@@ -97,7 +80,7 @@ fn a_joining_worker_waits_pending_until_promoted_at_one_round_for_everyone() {
     let ds = register(&mut s, DatasetDef::range(10).repeat_forever());
     worker(&mut s, "w1", 1);
     let job = rr_job(&mut s, &ds, Some("j"), 2).unwrap();
-    let it = iteration(&mut s, job);
+    let it = iteration(&mut s, job, 1).0;
     let first = s.iterations[&it].tasks.clone();
     assert_eq!(first.len(), 1);
     assert_eq!(s.tasks[&first[0]].starting_round, 0);
@@ -125,7 +108,7 @@ fn a_voted_out_task_is_dropped_by_its_worker_and_a_returning_worker_joins_again(
     worker(&mut s, "w1", 1);
     worker(&mut s, "w2", 2);
     let job = rr_job(&mut s, &ds, Some("j"), 2).unwrap();
-    let it = iteration(&mut s, job);
+    let it = iteration(&mut s, job, 1).0;
     let tasks = s.iterations[&it].tasks.clone();
     let dead = tasks[1];
     ok(&mut s, Command::RoundRobinRemoveTask { task_id: dead, round: 5 });
@@ -151,7 +134,7 @@ fn a_voted_out_task_is_dropped_by_its_worker_and_a_returning_worker_joins_again(
         cross_trainer_cache: false,
     };
     let Response::Job { job_id, .. } = ok(&mut s, c) else { panic!() };
-    let plain_it = iteration(&mut s, job_id);
+    let plain_it = iteration(&mut s, job_id, 1).0;
     let plain_task = s.iterations[&plain_it].tasks[0];
     let before = s.clone();
     let e = apply(&mut s, Command::RoundRobinRemoveTask { task_id: plain_task, round: 0 });

@@ -1,0 +1,28 @@
+//! Helpers shared by the pure state-machine tests: apply a command that must
+//! succeed, and the common steps (an iteration, a worker) with their answers
+//! unpacked.
+#![allow(dead_code)]
+
+use sluice_dispatcher::{apply, Command, Response, State};
+
+pub fn ok(s: &mut State, c: Command) -> Response {
+    apply(s, c).expect("command applies")
+}
+
+/// Gets or creates repetition 0 of `job_id`; returns (iteration id, client id).
+pub fn iteration(s: &mut State, job_id: u64, elements_per_split: u64) -> (u64, u64) {
+    let c = Command::GetOrCreateIteration { job_id, repetition: 0, elements_per_split };
+    match ok(s, c) {
+        Response::Iteration { iteration_id, client_id } => (iteration_id, client_id),
+        r => panic!("{r:?}"),
+    }
+}
+
+/// Registers a worker; returns its unfinished tasks.
+pub fn worker(s: &mut State, addr: &str, uid: u64) -> Vec<u64> {
+    let c = Command::RegisterWorker { address: addr.into(), worker_uid: uid, functions: vec![] };
+    match ok(s, c) {
+        Response::WorkerRegistered { tasks } => tasks,
+        r => panic!("{r:?}"),
+    }
+}
