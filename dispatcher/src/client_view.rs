@@ -30,17 +30,7 @@ use crate::state::{ClientId, State};
 /// not known (released, or forgotten by an in-memory restart).
 pub(crate) fn view(s: &State, client_id: ClientId) -> Option<pb::ClientHeartbeatResponse> {
     let it = s.client_iteration(client_id)?;
-    let tasks: Vec<pb::TaskInfo> = it
-        .tasks
-        .iter()
-        .filter_map(|t| s.tasks.get(t))
-        .map(|t| pb::TaskInfo {
-            task_id: t.id,
-            worker_address: t.worker_address.clone(),
-            finished: t.finished,
-            ..Default::default()
-        })
-        .collect();
+    let tasks = crate::convert::task_infos(s, it);
     let mut resp = pb::ClientHeartbeatResponse {
         iteration_id: it.id,
         tasks,
@@ -55,7 +45,8 @@ pub(crate) fn view(s: &State, client_id: ClientId) -> Option<pb::ClientHeartbeat
 /// a digest from one dispatcher means the same to the next leader. Never 0 (0 is
 /// "no view yet"). A collision only delays an answer to the wait's deadline.
 pub(crate) fn digest(resp: &pb::ClientHeartbeatResponse) -> u64 {
-    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    use std::hash::Hasher;
+    let mut h = fnv::FnvHasher::default();
     h.write(&resp.iteration_id.to_le_bytes());
     h.write(&(resp.tasks.len() as u64).to_le_bytes());
     for t in &resp.tasks {
@@ -65,18 +56,7 @@ pub(crate) fn digest(resp: &pb::ClientHeartbeatResponse) -> u64 {
         h.write(&[t.finished as u8]);
     }
     h.write(&[resp.iteration_finished as u8]);
-    h.0.max(1)
-}
-
-struct Fnv(u64);
-
-impl Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
+    h.finish().max(1)
 }
 
 /// Answers with the client's view once it differs from `known_view` (at once if

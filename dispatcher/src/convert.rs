@@ -6,7 +6,7 @@ use tonic::Status;
 
 use crate::core::ProposeError;
 use crate::error::StateError;
-use crate::state::{Mode, SplitAnswer, State, TargetWorkers, Task};
+use crate::state::{Iteration, Mode, SplitAnswer, State, TargetWorkers, Task};
 
 impl From<StateError> for Status {
     fn from(e: StateError) -> Status {
@@ -122,4 +122,21 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         use_cross_trainer_cache: job.cross_trainer_cache,
         num_consumers: job.num_consumers,
     })
+}
+
+/// The tasks of `it` as readers see them, in read order (the long-poll view and the
+/// coordinated readers' heartbeat both answer with this list).
+pub(crate) fn task_infos(s: &State, it: &Iteration) -> Vec<pb::TaskInfo> {
+    let rr = it.round_robin.as_ref();
+    it.tasks
+        .iter()
+        .filter_map(|t| s.tasks.get(t))
+        .map(|t| pb::TaskInfo {
+            task_id: t.id,
+            worker_address: t.worker_address.clone(),
+            finished: t.finished,
+            starting_round: t.starting_round,
+            round_robin_removed: rr.is_some_and(|rr| rr.removed.contains_key(&t.id)),
+        })
+        .collect()
 }

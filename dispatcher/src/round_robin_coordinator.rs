@@ -276,18 +276,7 @@ fn all_paused(seen: &BTreeMap<u32, Seen>, n: u32) -> Option<u64> {
 fn view(s: &State, client_id: ClientId) -> Option<View> {
     let it = s.client_iteration(client_id)?;
     let rr = it.round_robin.as_ref();
-    let tasks = it
-        .tasks
-        .iter()
-        .filter_map(|t| s.tasks.get(t))
-        .map(|t| pb::TaskInfo {
-            task_id: t.id,
-            worker_address: t.worker_address.clone(),
-            finished: t.finished,
-            starting_round: t.starting_round,
-            round_robin_removed: rr.is_some_and(|rr| rr.removed.contains_key(&t.id)),
-        })
-        .collect();
+    let tasks = crate::convert::task_infos(s, it);
     let pending = rr.is_some_and(|rr| !rr.pending.is_empty());
     Some(View {
         response: pb::ClientHeartbeatResponse {
