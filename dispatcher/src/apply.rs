@@ -26,10 +26,16 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
             target_workers,
             static_workers,
             cross_trainer_cache,
+            num_consumers,
         } => {
-            round_robin::refuse_plain_join(state, job_name.as_deref())?;
             let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
-            get_or_create_job(state, job, static_workers)
+            match num_consumers {
+                Some(n) => round_robin::get_or_create_job(state, job, static_workers, n),
+                None => {
+                    round_robin::refuse_plain_join(state, job.job_name.as_deref())?;
+                    get_or_create_job(state, job, static_workers)
+                }
+            }
         }
         Command::GetOrCreateIteration { job_id, repetition, elements_per_split } => {
             get_or_create_iteration(state, job_id, repetition, elements_per_split)
@@ -60,22 +66,6 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         Command::GcIteration { iteration_id } => {
             crate::apply_liveness::gc_iteration(state, iteration_id)
         }
-        Command::RoundRobinGetOrCreateJob {
-            dataset_id,
-            mode,
-            job_name,
-            target_workers,
-            static_workers,
-            num_consumers,
-        } => round_robin::get_or_create_job(
-            state,
-            dataset_id,
-            mode,
-            job_name,
-            target_workers,
-            static_workers,
-            num_consumers,
-        ),
         Command::RoundRobinPromoteTasks { iteration_id, starting_round } => {
             round_robin::promote_tasks(state, iteration_id, starting_round)
         }

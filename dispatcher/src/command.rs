@@ -34,6 +34,9 @@ pub enum Command {
         /// tf.data's cross-trainer cache: part of the job's identity; needs a job
         /// name and a pipeline not known to be finite.
         cross_trainer_cache: bool,
+        /// Coordinated reads: the job reads in rounds of this many consumers
+        /// (refused over a pipeline known to end; see `round_robin.rs`).
+        num_consumers: Option<u32>,
     },
     /// Gets or creates (job, repetition) with one task per registered worker, and
     /// adds a client to it.
@@ -86,16 +89,6 @@ pub enum Command {
     GcIteration {
         iteration_id: IterationId,
     },
-    /// `GetOrCreateJob` for coordinated reads: the job reads in rounds of
-    /// `num_consumers`. Refused over a pipeline known to end.
-    RoundRobinGetOrCreateJob {
-        dataset_id: DatasetId,
-        mode: Mode,
-        job_name: Option<String>,
-        target_workers: TargetWorkers,
-        static_workers: Vec<String>,
-        num_consumers: u32,
-    },
     /// Every pending task of the round-robin iteration joins the rounds at
     /// `starting_round`. Proposed once every consumer reported it is paused at
     /// a round ≤ `starting_round` (see `round_robin.rs`).
@@ -125,7 +118,6 @@ impl Command {
             Command::Batch(_) => "Batch",
             Command::WorkerLost { .. } => "WorkerLost",
             Command::GcIteration { .. } => "GcIteration",
-            Command::RoundRobinGetOrCreateJob { .. } => "RoundRobinGetOrCreateJob",
             Command::RoundRobinPromoteTasks { .. } => "RoundRobinPromoteTasks",
             Command::RoundRobinRemoveTask { .. } => "RoundRobinRemoveTask",
         }

@@ -301,6 +301,7 @@ mod tests {
                 target_workers: Default::default(),
                 static_workers: vec![],
                 cross_trainer_cache: false,
+                num_consumers: None,
             },
         );
         let job_id = *s.jobs.keys().next().unwrap();

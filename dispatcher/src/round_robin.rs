@@ -32,13 +32,19 @@ pub(crate) fn refuse_plain_join(state: &State, job_name: Option<&str>) -> Result
 
 pub(crate) fn get_or_create_job(
     state: &mut State,
-    dataset_id: DatasetId,
-    mode: Mode,
-    job_name: Option<String>,
-    target_workers: TargetWorkers,
+    job: NewJob,
     static_workers: Vec<String>,
     num_consumers: u32,
 ) -> Result<Response, StateError> {
+    let NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache } = job;
+    if cross_trainer_cache {
+        return Err(StateError::InvalidArgument(
+            "a job cannot have both coordinated reads (num_consumers) and the cross-trainer \
+             cache: consumers of a round read the same elements once, trainers of a cache \
+             each read all of them; choose one"
+                .into(),
+        ));
+    }
     let Some(name) = job_name.as_deref() else {
         return Err(StateError::InvalidArgument(
             "num_consumers needs a job name: the consumers of a coordinated read find each \

@@ -161,30 +161,14 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let job_name = Some(req.job_name).filter(|n| !n.is_empty());
         // Stamped here so the job keeps the list it was created with.
         let static_workers = self.config.worker_addresses.clone();
-        let cmd = match req.num_consumers {
-            Some(_) if req.use_cross_trainer_cache => {
-                return Err(Status::invalid_argument(
-                    "a job cannot have both coordinated reads (num_consumers) and the \
-                     cross-trainer cache: consumers of a round read the same elements once, \
-                     trainers of a cache each read all of them; choose one",
-                ));
-            }
-            Some(num_consumers) => Command::RoundRobinGetOrCreateJob {
-                dataset_id: req.dataset_id,
-                mode,
-                job_name,
-                target_workers,
-                static_workers,
-                num_consumers,
-            },
-            None => Command::GetOrCreateJob {
-                dataset_id: req.dataset_id,
-                mode,
-                job_name,
-                target_workers,
-                static_workers,
-                cross_trainer_cache: req.use_cross_trainer_cache,
-            },
+        let cmd = Command::GetOrCreateJob {
+            dataset_id: req.dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            cross_trainer_cache: req.use_cross_trainer_cache,
+            num_consumers: req.num_consumers,
         };
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name } => {

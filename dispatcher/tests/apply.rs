@@ -33,6 +33,7 @@ fn job_with(
         target_workers,
         static_workers: static_workers.iter().map(|a| a.to_string()).collect(),
         cross_trainer_cache: false,
+        num_consumers: None,
     };
     apply(s, c).map(|r| match r {
         Response::Job { job_id, .. } => job_id,
@@ -210,6 +211,7 @@ fn replaying_the_same_commands_rebuilds_the_same_state() {
             target_workers: TargetWorkers::Auto,
             static_workers: vec![],
             cross_trainer_cache: false,
+            num_consumers: None,
         },
         Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 3 },
         Command::GetSplit {
@@ -282,6 +284,7 @@ fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
             target_workers: TargetWorkers::Auto,
             static_workers: vec![],
             cross_trainer_cache: false,
+            num_consumers: None,
         },
         Command::GetOrCreateJob {
             dataset_id: "a".into(),
@@ -290,6 +293,7 @@ fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
             target_workers: TargetWorkers::Any,
             static_workers: vec![],
             cross_trainer_cache: false,
+            num_consumers: None,
         },
         Command::Batch(vec![]),
     ]);

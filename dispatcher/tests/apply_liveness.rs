@@ -21,6 +21,7 @@ fn job(s: &mut State, n: u64, mode: Mode) -> u64 {
         target_workers: TargetWorkers::Auto,
         static_workers: vec![],
         cross_trainer_cache: false,
+        num_consumers: None,
     };
     match ok(s, c) {
         Response::Job { job_id, .. } => job_id,
@@ -219,6 +220,7 @@ fn liveness_commands_replay_to_the_same_state_and_survive_the_log_codec() {
                 target_workers: TargetWorkers::Auto,
                 static_workers: vec![],
                 cross_trainer_cache: false,
+                num_consumers: None,
             },
             Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 2 },
             Command::GetSplit {

@@ -18,6 +18,7 @@ fn job(s: &mut State, ds: &str, name: Option<&str>, cache: bool) -> Result<u64, 
         target_workers: TargetWorkers::Auto,
         static_workers: vec![],
         cross_trainer_cache: cache,
+        num_consumers: None,
     };
     apply(s, c).map(|r| match r {
         Response::Job { job_id, .. } => job_id,

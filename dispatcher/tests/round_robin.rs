@@ -14,13 +14,14 @@ fn register(s: &mut State, def: DatasetDef) -> String {
 }
 
 fn rr_job(s: &mut State, ds: &str, name: Option<&str>, n: u32) -> Result<u64, StateError> {
-    let c = Command::RoundRobinGetOrCreateJob {
+    let c = Command::GetOrCreateJob {
         dataset_id: ds.into(),
         mode: Mode::Off,
         job_name: name.map(String::from),
         target_workers: TargetWorkers::Auto,
         static_workers: vec![],
-        num_consumers: n,
+        cross_trainer_cache: false,
+        num_consumers: Some(n),
     };
     apply(s, c).map(|r| match r {
         Response::Job { job_id, .. } => job_id,
@@ -67,6 +68,7 @@ fn num_consumers_is_part_of_a_named_jobs_identity() {
         target_workers: TargetWorkers::Auto,
         static_workers: vec![],
         cross_trainer_cache: false,
+        num_consumers: None,
     };
     let m = message(apply(&mut s, plain).unwrap_err());
     assert!(m.contains("num_consumers=2") && m.contains("num_consumers=None"), "{m}");
@@ -132,6 +134,7 @@ fn a_voted_out_task_is_dropped_by_its_worker_and_a_returning_worker_joins_again(
         target_workers: TargetWorkers::Auto,
         static_workers: vec![],
         cross_trainer_cache: false,
+        num_consumers: None,
     };
     let Response::Job { job_id, .. } = ok(&mut s, c) else { panic!() };
     let plain_it = iteration(&mut s, job_id, 1).0;
