@@ -74,6 +74,22 @@ fn the_cli_explains_bad_input() {
     assert!(ok && !out.trim().is_empty());
 }
 
+#[test]
+fn raft_timer_flags_are_checked_before_anything_starts() {
+    let (ok, _, err) =
+        run_sluice(&["dispatcher", "--port", "0", "--election-timeout-ms", "300"], None);
+    assert!(!ok);
+    assert!(err.contains("MIN..MAX") && err.contains("150..300"), "{err}");
+    let args = ["dispatcher", "--port", "0", "--election-timeout-ms", "300..150"];
+    let (ok, _, err) = run_sluice(&args, None);
+    assert!(!ok);
+    assert!(err.contains("election_timeout_min") && err.contains("300ms"), "{err}");
+    let args = ["dispatcher", "--port", "0", "--raft-heartbeat-ms", "200"];
+    let (ok, _, err) = run_sluice(&args, None);
+    assert!(!ok, "a heartbeat above the election timeout must be refused");
+    assert!(err.contains("heartbeat_interval") && err.contains("200ms"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_and_restarted_mid_job_starts_its_task_over_and_the_read_completes() {
     const N: i64 = 3000;

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, Instrument};
 
-use crate::dispatcher::{channel, DispatcherClient};
+use crate::dispatcher::{worker_channel, DispatcherClient};
 use crate::error::ClientError;
 use crate::local_workers;
 use crate::options::{ReadOptions, TargetWorkers};
@@ -240,7 +240,7 @@ async fn read_task(
     let address = task.worker_address.clone();
     let source: Arc<str> = Arc::from(address.as_str());
     let policy = &opts.worker_retry;
-    let mut grpc = WorkerClient::new(channel(&address, policy)?)
+    let mut grpc = WorkerClient::new(worker_channel(&address, policy)?)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let req = pb::GetElementsRequest {

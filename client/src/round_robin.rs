@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::transport::Channel;
 use tracing::debug;
 
-use crate::dispatcher::{channel, DispatcherClient};
+use crate::dispatcher::{worker_channel, DispatcherClient};
 use crate::error::ClientError;
 use crate::options::{ReadOptions, TargetWorkers};
 use crate::reader::Batch;
@@ -242,7 +242,7 @@ async fn rounds(ctx: &Ctx, tx: &mpsc::Sender<Batch>) -> Result<(), ClientError> 
             let client = match workers.get(&t.address) {
                 Some(c) => c.clone(),
                 None => {
-                    let c = WorkerClient::new(channel(&t.address, &ctx.opts.worker_retry)?)
+                    let c = WorkerClient::new(worker_channel(&t.address, &ctx.opts.worker_retry)?)
                         .max_decoding_message_size(MAX_MESSAGE_BYTES)
                         .max_encoding_message_size(MAX_MESSAGE_BYTES);
                     workers.insert(t.address.clone(), c.clone());

@@ -173,3 +173,19 @@ fn a_long_pipeline_composes() {
         .prefetch(2);
     assert_eq!(json(&def), vec![json!([2, 4, 6]), json!([8, 10, 12])]);
 }
+
+#[test]
+fn a_bytes_slice_is_built_once_and_every_element_shares_its_buffer() {
+    // A large constant tensor must cost no copy per element or per epoch: every
+    // element (here 3 epochs × 2 values) refers to the buffer built for its value.
+    let def = DatasetDef::from_bytes(vec![vec![7u8; 4096], vec![8u8; 4096]]).repeat(3);
+    let out: Vec<_> = run(&def).into_iter().map(|e| e.expect("element")).collect();
+    assert_eq!(out.len(), 6);
+    let buffer = |i: usize| out[i].components[0].data().as_ptr();
+    for epoch in 1..3 {
+        assert_eq!(buffer(2 * epoch), buffer(0), "epoch {epoch}, value 0: same buffer");
+        assert_eq!(buffer(2 * epoch + 1), buffer(1), "epoch {epoch}, value 1: same buffer");
+    }
+    assert_ne!(buffer(0), buffer(1));
+    assert_eq!(out[3].components[0].data()[4..], [8u8; 4096][..], "the bytes themselves");
+}

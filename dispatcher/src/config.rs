@@ -28,6 +28,12 @@ pub struct DispatcherConfig {
     /// restart replays at most about this many entries. See
     /// [`DispatcherConfig::default_snapshot_every`].
     pub snapshot_every: u64,
+    /// Raft timers. A follower stands for election once it has not heard a leader
+    /// for `election_timeout_max` (openraft's leader lease: it refuses to vote for
+    /// another before that) plus a timeout drawn from `min..max`, so a leader's death
+    /// is repaired within about `2 × max` (default 50 ms; 150..300 ms: 450–600 ms).
+    /// A leader stalled longer than `max + min` (a host under heavy load) loses its
+    /// leadership needlessly; raise them there.
     pub heartbeat_interval: Duration,
     pub election_timeout_min: Duration,
     pub election_timeout_max: Duration,
@@ -68,9 +74,9 @@ impl Default for DispatcherConfig {
             raft_dial: BTreeMap::new(),
             work_dir: None,
             snapshot_every: 10_000,
-            heartbeat_interval: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(400),
-            election_timeout_max: Duration::from_millis(800),
+            heartbeat_interval: Duration::from_millis(50),
+            election_timeout_min: Duration::from_millis(150),
+            election_timeout_max: Duration::from_millis(300),
             worker_addresses: Vec::new(),
             worker_timeout: Duration::from_secs(10),
             client_timeout: Duration::from_secs(60),
@@ -131,7 +137,8 @@ impl DispatcherConfig {
         {
             return bad(format!(
                 "need heartbeat_interval ({:?}) < election_timeout_min ({:?}) < \
-                 election_timeout_max ({:?})",
+                 election_timeout_max ({:?}); set them with `sluice dispatcher \
+                 --raft-heartbeat-ms H --election-timeout-ms MIN..MAX`",
                 self.heartbeat_interval, self.election_timeout_min, self.election_timeout_max
             ));
         }

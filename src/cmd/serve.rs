@@ -2,6 +2,8 @@
 //! `listening on HOST:PORT` on stdout once it serves (so scripts can use port 0),
 //! and stops on Ctrl-C or SIGTERM.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use clap::Args;
 use sluice_dataset::FunctionRegistry;
@@ -59,6 +61,15 @@ pub struct DispatcherArgs {
     /// starts the epoch over).
     #[arg(long)]
     pub gc_dynamic_jobs: bool,
+    /// Raft heartbeat interval of a leader, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub raft_heartbeat_ms: u64,
+    /// Raft election timeout, randomised in MIN..MAX milliseconds. A follower that
+    /// last heard a leader waits MAX (the leader's lease) plus the timeout before it
+    /// stands, so MAX bounds the failover time; raise both on a heavily loaded host
+    /// whose leader may stall that long (spurious elections).
+    #[arg(long, value_name = "MIN..MAX", default_value = "150..300", value_parser = parse_ms_range)]
+    pub election_timeout_ms: (u64, u64),
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/architecture.md,
     /// "Metrics").
     #[arg(long, value_name = "HOST:PORT")]
@@ -160,6 +171,9 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         client_timeout: secs("--client-timeout-secs", a.client_timeout_secs)?,
         job_gc_timeout: secs("--job-gc-timeout-secs", a.job_gc_timeout_secs)?,
         gc_dynamic_jobs: a.gc_dynamic_jobs,
+        heartbeat_interval: Duration::from_millis(a.raft_heartbeat_ms),
+        election_timeout_min: Duration::from_millis(a.election_timeout_ms.0),
+        election_timeout_max: Duration::from_millis(a.election_timeout_ms.1),
         ..DispatcherConfig::default()
     };
     config.validate()?;
@@ -207,4 +221,13 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     let registry = FunctionRegistry::builtin();
     sluice_worker::run_with_metrics(listener, metrics, config, registry, stop_signal()).await?;
     Ok(())
+}
+
+/// `MIN..MAX` in milliseconds, e.g. `150..300`.
+fn parse_ms_range(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("`{s}` is not MIN..MAX in milliseconds (e.g. 150..300)");
+    let (min, max) = s.split_once("..").ok_or_else(bad)?;
+    let min: u64 = min.trim().parse().map_err(|_| bad())?;
+    let max: u64 = max.trim().parse().map_err(|_| bad())?;
+    Ok((min, max))
 }

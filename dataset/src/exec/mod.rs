@@ -95,6 +95,10 @@ struct Plan {
     splits: Option<SharedSplits>,
     /// Per stage: the RNG of a shuffle stage, seeded once per pipeline.
     rngs: Vec<Option<Arc<Mutex<ChaCha8Rng>>>>,
+    /// The tensors of a `from_tensor_slices` source of bytes, built once per
+    /// pipeline: an element is then a reference to its buffer, not a copy of it
+    /// (a large constant tensor costs no copy per element or per epoch).
+    byte_slices: Option<Vec<crate::tensor::Tensor>>,
 }
 
 impl Plan {
@@ -133,8 +137,19 @@ impl Plan {
                 _ => None,
             })
             .collect();
-        let plan =
-            Arc::new(Plan { stages: def.stages.clone(), registry: registry.clone(), splits, rngs });
+        let byte_slices = match def.stages.first() {
+            Some(Stage::FromTensorSlices(crate::def::SliceValues::Bytes(values))) => {
+                Some(values.iter().map(|v| crate::tensor::Tensor::scalar_bytes(v)).collect())
+            }
+            _ => None,
+        };
+        let plan = Arc::new(Plan {
+            stages: def.stages.clone(),
+            registry: registry.clone(),
+            splits,
+            rngs,
+            byte_slices,
+        });
         Ok(plan.build(plan.stages.len()))
     }
 

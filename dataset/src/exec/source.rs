@@ -27,10 +27,14 @@ pub(super) fn cardinality(stage: &Stage) -> u64 {
     }
 }
 
-/// Source element `i`; `i` must be below the cardinality.
-fn element_at(stage: &Stage, i: u64) -> Result<Element, DatasetError> {
+/// Source element `i`; `i` must be below the cardinality. `built` holds the
+/// tensors of a bytes `from_tensor_slices` source, built once per pipeline.
+fn element_at(stage: &Stage, built: Option<&[Tensor]>, i: u64) -> Result<Element, DatasetError> {
     let out_of_range = || DatasetError::Split(format!("source index {i} out of range"));
     let idx = usize::try_from(i).map_err(|_| out_of_range())?;
+    if let Some(built) = built {
+        return Ok(Element::single(built.get(idx).ok_or_else(out_of_range)?.clone()));
+    }
     let t = match stage {
         Stage::Range { start, step, .. } => {
             let v = i128::from(*start) + i128::from(i) * i128::from(*step);
@@ -149,7 +153,7 @@ impl Iterator for Source {
             self.next += 1;
             let stage = self.plan.stages.first()?;
             match file_unit(stage, i) {
-                None => return Some(element_at(stage, i)),
+                None => return Some(element_at(stage, self.plan.byte_slices.as_deref(), i)),
                 Some(Ok(file)) => self.current = Some(file),
                 Some(Err(e)) => return Some(Err(e)),
             }
