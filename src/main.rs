@@ -3,6 +3,13 @@
 
 mod cmd;
 
+/// Large message buffers (encode on workers, decode on readers) are allocated and
+/// freed once per message; glibc's malloc hands such blocks back to the kernel and
+/// faults them in again, mimalloc reuses them (docs/performance.md, "what each
+/// optimisation bought").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
