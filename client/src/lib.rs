@@ -19,6 +19,8 @@
 //! - [`client`] — [`Client`] — `register_dataset`, `from_dataset_id`, `distribute`.
 //! - [`reader`] — [`ElementStream`] — one iteration's elements; a manager follows the
 //!   dispatcher's task list, one reader per task streams from its worker.
+//! - `worker_stream`: `GetElements` over the tonic channel without copying element
+//!   bytes (decodes from the received HTTP/2 frames).
 //! - `view_poll`: the manager's long poll of the task list and the end of the
 //!   iteration (`ClientHeartbeat` with `known_view`).
 //! - [`round_robin`] — coordinated reads (`num_consumers` + `consumer_index`): the
@@ -47,6 +49,7 @@ pub mod reader;
 pub mod retry;
 pub mod round_robin;
 mod view_poll;
+mod worker_stream;
 
 pub use client::Client;
 pub use dispatcher::DispatcherClient;

@@ -25,8 +25,6 @@ use std::time::Instant;
 use futures::Stream;
 use sluice_dataset::Element;
 use sluice_proto::v1 as pb;
-use sluice_proto::v1::worker_client::WorkerClient;
-use sluice_proto::MAX_MESSAGE_BYTES;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, Instrument};
@@ -37,6 +35,7 @@ use crate::local_workers;
 use crate::options::{ReadOptions, TargetWorkers};
 use crate::retry::is_retryable_status;
 use crate::view_poll::ViewPoll;
+use crate::worker_stream;
 
 /// Elements of one message, with the address of the worker that produced them.
 pub(crate) type Batch = Result<(Arc<str>, Vec<Element>), ClientError>;
@@ -240,9 +239,7 @@ async fn read_task(
     let address = task.worker_address.clone();
     let source: Arc<str> = Arc::from(address.as_str());
     let policy = &opts.worker_retry;
-    let mut grpc = WorkerClient::new(worker_channel(&address, policy)?)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let channel = worker_channel(&address, policy)?;
     let req = pb::GetElementsRequest {
         task_id: task.task_id,
         client_id,
@@ -254,9 +251,8 @@ async fn read_task(
     let mut failing_since: Option<Instant> = None;
     let mut attempts = 0u32;
     loop {
-        let status = match grpc.get_elements(req.clone()).await {
-            Ok(resp) => {
-                let mut stream = resp.into_inner();
+        let status = match worker_stream::get_elements(&channel, &req).await {
+            Ok(mut stream) => {
                 loop {
                     match stream.message().await {
                         Ok(Some(batch)) => {
