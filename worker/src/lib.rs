@@ -10,7 +10,8 @@
 //! - `round_robin`: coordinated reads — a round-robin task serves rounds: all
 //!   `num_consumers` consumers ask, consumer i gets element i, or all skip.
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
-//! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`).
+//! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`); it opens
+//!   a GetElements stream and spawns its `producer`, which feeds a bounded channel.
 //! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
 //!   trainer reads at its own cursor, extended from the task's buffer.
 //! - `drain`: leaving cleanly — drain on shutdown, exit when idle.
@@ -41,6 +42,7 @@ mod drain;
 pub mod error;
 mod heartbeat;
 mod metrics;
+mod producer;
 mod round_robin;
 mod service;
 mod splits;
