@@ -12,6 +12,9 @@
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
 //! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`); it opens
 //!   a GetElements stream and spawns its `producer`, which feeds a bounded channel.
+//! - `route`: the Worker service as served — `GetElements` answered over plain
+//!   HTTP/2 with the `scatter` encoding (tensor data sent without a copy), every
+//!   other method by the generated tonic server.
 //! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
 //!   trainer reads at its own cursor, extended from the task's buffer.
 //! - `drain`: leaving cleanly — drain on shutdown, exit when idle.
@@ -25,7 +28,8 @@
 //!      ▲                                                              │ start / delete
 //!      └──────────── GetSplit ◀── splits ◀── pipeline thread ◀── task ┘
 //!                                                │ bounded mpsc
-//!  client ◀── ElementBatch stream ◀── service ◀──┘  (first come, first served)
+//!  client ◀── ElementBatch stream ◀── route ◀── producer (first come, first served)
+//!            (scatter: tensor data not copied)
 //! ```
 //!
 //! # Soft state
@@ -44,6 +48,8 @@ mod heartbeat;
 mod metrics;
 mod producer;
 mod round_robin;
+mod route;
+mod scatter;
 mod service;
 mod splits;
 mod state;
@@ -70,6 +76,7 @@ use tracing::Instrument;
 pub use config::{WorkerConfig, DEFAULT_CROSS_TRAINER_CACHE_BYTES};
 pub use error::WorkerError;
 
+use crate::route::WorkerRoutes;
 use crate::service::WorkerService;
 use crate::state::Worker;
 
@@ -143,9 +150,10 @@ async fn serve(
     let _local = sluice_client::local_workers::Registration::new(&worker.address);
     let control = tokio::spawn(heartbeat::run(worker.clone()).in_current_span());
 
-    let service = WorkerServer::new(WorkerService::new(worker.clone()))
+    let generated = WorkerServer::new(WorkerService::new(worker.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = WorkerRoutes::new(worker.clone(), generated);
     // Stopping the tasks first ends their streams, which lets graceful shutdown finish.
     // The worker may also stop itself (the dispatcher refused it).
     let signal = {

@@ -1,8 +1,11 @@
 //! The Worker gRPC service: `GetElements` streams a task's elements.
 //!
 //! [`open_stream`] checks a GetElements request and starts its producer
-//! (`producer`), which feeds a bounded channel of messages that the response
-//! stream reads.
+//! (`producer`), which feeds a bounded channel of messages. The server answers
+//! GetElements through `route`, which encodes those messages without copying
+//! tensor data; the generated tonic method below reads the same channel (it is
+//! what a plain `WorkerServer` would serve) and the other methods are served by
+//! the generated `WorkerServer` as usual.
 
 use std::sync::Arc;
 
