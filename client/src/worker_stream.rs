@@ -24,7 +24,7 @@ use sluice_proto::v1 as pb;
 use sluice_proto::MAX_MESSAGE_BYTES;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
-use tower_service::Service;
+use tower::Service;
 
 const PATH: &str = "/sluice.v1.Worker/GetElements";
 /// gRPC message prefix: compressed flag (1 byte), big-endian length (4 bytes).

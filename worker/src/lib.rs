@@ -10,7 +10,11 @@
 //! - `round_robin`: coordinated reads — a round-robin task serves rounds: all
 //!   `num_consumers` consumers ask, consumer i gets element i, or all skip.
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
-//! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`).
+//! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`); it opens
+//!   a GetElements stream and spawns its `producer`, which feeds a bounded channel.
+//! - `route`: the Worker service as served — `GetElements` answered over plain
+//!   HTTP/2 with the `scatter` encoding (tensor data sent without a copy), every
+//!   other method by the generated tonic server.
 //! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
 //!   trainer reads at its own cursor, extended from the task's buffer.
 //! - `drain`: leaving cleanly — drain on shutdown, exit when idle.
@@ -24,7 +28,8 @@
 //!      ▲                                                              │ start / delete
 //!      └──────────── GetSplit ◀── splits ◀── pipeline thread ◀── task ┘
 //!                                                │ bounded mpsc
-//!  client ◀── ElementBatch stream ◀── service ◀──┘  (first come, first served)
+//!  client ◀── ElementBatch stream ◀── route ◀── producer (first come, first served)
+//!            (scatter: tensor data not copied)
 //! ```
 //!
 //! # Soft state
@@ -41,7 +46,10 @@ mod drain;
 pub mod error;
 mod heartbeat;
 mod metrics;
+mod producer;
 mod round_robin;
+mod route;
+mod scatter;
 mod service;
 mod splits;
 mod state;
@@ -68,6 +76,7 @@ use tracing::Instrument;
 pub use config::{WorkerConfig, DEFAULT_CROSS_TRAINER_CACHE_BYTES};
 pub use error::WorkerError;
 
+use crate::route::WorkerRoutes;
 use crate::service::WorkerService;
 use crate::state::Worker;
 
@@ -141,9 +150,10 @@ async fn serve(
     let _local = sluice_client::local_workers::Registration::new(&worker.address);
     let control = tokio::spawn(heartbeat::run(worker.clone()).in_current_span());
 
-    let service = WorkerServer::new(WorkerService::new(worker.clone()))
+    let generated = WorkerServer::new(WorkerService::new(worker.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = WorkerRoutes::new(worker.clone(), generated);
     // Stopping the tasks first ends their streams, which lets graceful shutdown finish.
     // The worker may also stop itself (the dispatcher refused it).
     let signal = {

@@ -1,13 +1,13 @@
 //! The Worker gRPC service: `GetElements` streams a task's elements.
 //!
-//! Each stream has a producer (a tokio task) that takes batches from the task's
-//! buffer and a bounded response channel (capacity 2) read by tonic. The producer
-//! reserves room in the channel *before* taking a batch, so a slow consumer leaves
-//! elements in the task buffer for faster ones instead of holding them. It stops
-//! when the client goes away, the task is stopped, or the sequence ends.
+//! [`open_stream`] checks a GetElements request and starts its producer
+//! (`producer`), which feeds a bounded channel of messages. The server answers
+//! GetElements through `route`, which encodes those messages without copying
+//! tensor data; the generated tonic method below reads the same channel (it is
+//! what a plain `WorkerServer` would serve) and the other methods are served by
+//! the generated `WorkerServer` as usual.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use prost::Message;
 use sluice_proto::v1 as pb;
@@ -16,17 +16,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use crate::producer::{produce, BatchResult, RESPONSE_BUFFER};
 use crate::state::{Lookup, Worker};
-use crate::task::{Batch, Limits, StopReason, Task};
-
-/// Batches a stream may have produced and the client not yet read.
-const RESPONSE_BUFFER: usize = 2;
-
-/// How long a stopped stream waits for room to tell its client why. Bounded so a
-/// client that stopped reading does not keep the task (and its thread) alive.
-const STOP_NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
-
-type BatchResult = Result<pb::ElementBatch, Status>;
+use crate::task::{Limits, StopReason};
 
 pub(crate) struct WorkerService {
     worker: Arc<Worker>,
@@ -46,41 +38,7 @@ impl pb::worker_server::Worker for WorkerService {
         &self,
         request: Request<pb::GetElementsRequest>,
     ) -> Result<Response<Self::GetElementsStream>, Status> {
-        let req = request.into_inner();
-        let task_id = req.task_id;
-        let task = match self.worker.lookup(task_id) {
-            Lookup::Running(task) => task,
-            Lookup::Finished => return Ok(Response::new(end_of_sequence_stream())),
-            Lookup::Deleted => return Err(StopReason::Deleted.status(task_id)),
-            Lookup::ShuttingDown => return Err(StopReason::ShuttingDown.status(task_id)),
-            Lookup::Unknown => {
-                return Err(Status::unavailable(format!(
-                    "task {task_id} is not known to this worker yet"
-                )))
-            }
-        };
-        if task.rounds.is_some() {
-            return Err(Status::failed_precondition(format!(
-                "task {task_id} serves coordinated reads (num_consumers is set); read it with \
-                 RoundRobinGetElement, one round at a time"
-            )));
-        }
-        crate::cache::check_request(&task, &req.trainer_id)?;
-        let trainer = Some(req.trainer_id).filter(|t| !t.is_empty());
-        let limits = Limits::new(
-            &self.worker.config,
-            req.max_elements_per_message,
-            req.max_bytes_per_message,
-        );
-        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        let span = tracing::debug_span!(
-            "get_elements",
-            worker = %self.worker.address,
-            task_id,
-            iteration_id = task.iteration_id,
-            client_id = req.client_id,
-        );
-        tokio::spawn(produce(self.worker.clone(), task, trainer, limits, tx).instrument(span));
+        let rx = open_stream(&self.worker, request.into_inner())?;
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -107,78 +65,43 @@ impl pb::worker_server::Worker for WorkerService {
     }
 }
 
-/// The next message of a stream: from the task's cross-trainer cache at the
-/// trainer's cursor, or first come first served from its buffer.
-async fn next_batch(task: &Task, trainer: Option<&str>, limits: Limits) -> Result<Batch, Status> {
-    match (&task.cache, trainer) {
-        (Some(cache), Some(trainer)) => {
-            let elements = cache.next_batch(task, trainer, limits).await?;
-            Ok(Batch { elements, end_of_sequence: false })
+/// Starts a GetElements stream: checks the request against the task table and
+/// spawns the stream's producer in a span carrying its ids. The receiver yields the
+/// stream's messages, then its end: closed after end_of_sequence, or an error.
+pub(crate) fn open_stream(
+    worker: &Arc<Worker>,
+    req: pb::GetElementsRequest,
+) -> Result<mpsc::Receiver<BatchResult>, Status> {
+    let task_id = req.task_id;
+    let task = match worker.lookup(task_id) {
+        Lookup::Running(task) => task,
+        Lookup::Finished => return Ok(crate::producer::end_of_sequence()),
+        Lookup::Deleted => return Err(StopReason::Deleted.status(task_id)),
+        Lookup::ShuttingDown => return Err(StopReason::ShuttingDown.status(task_id)),
+        Lookup::Unknown => {
+            return Err(Status::unavailable(format!(
+                "task {task_id} is not known to this worker yet"
+            )))
         }
-        _ => task.next_batch(limits).await,
+    };
+    if task.rounds.is_some() {
+        return Err(Status::failed_precondition(format!(
+            "task {task_id} serves coordinated reads (num_consumers is set); read it with \
+             RoundRobinGetElement, one round at a time"
+        )));
     }
-}
-
-/// The answer for a task that already finished: one empty end_of_sequence batch.
-fn end_of_sequence_stream() -> ReceiverStream<BatchResult> {
-    let (tx, rx) = mpsc::channel(1);
-    // Cannot fail: the channel is new, has room for one and its receiver is alive.
-    let _ = tx.try_send(Ok(pb::ElementBatch { elements: Vec::new(), end_of_sequence: true }));
-    ReceiverStream::new(rx)
-}
-
-async fn produce(
-    worker: Arc<Worker>,
-    task: Arc<Task>,
-    trainer: Option<String>,
-    limits: Limits,
-    tx: mpsc::Sender<BatchResult>,
-) {
-    let _open = crate::drain::OpenStream::new(&task);
-    let _counted = worker.counters.stream_opened();
-    let mut sent = 0u64;
-    loop {
-        let permit = tokio::select! {
-            permit = tx.reserve() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break, // the client went away
-            },
-            reason = task.stopped() => {
-                tracing::debug!(sent, ?reason, "stream stopped");
-                // Batches already queued go first; a client that stopped reading
-                // altogether sees the stream end without end_of_sequence instead.
-                let notice = tx.send(Err(reason.status(task.task_id)));
-                let _ = tokio::time::timeout(STOP_NOTICE_TIMEOUT, notice).await;
-                return;
-            }
-        };
-        let batch = tokio::select! {
-            batch = next_batch(&task, trainer.as_deref(), limits) => batch,
-            reason = task.stopped() => Err(reason.status(task.task_id)),
-            _ = tx.closed() => break,
-        };
-        match batch {
-            Ok(batch) => {
-                let end = batch.end_of_sequence;
-                sent += batch.elements.len() as u64;
-                if end {
-                    // The first stream to see the end finishes the task for everyone.
-                    worker.finish(&task);
-                }
-                let message = pb::ElementBatch { elements: batch.elements, end_of_sequence: end };
-                worker.counters.streamed(message.elements.len(), message.encoded_len());
-                permit.send(Ok(message));
-                if end {
-                    tracing::debug!(sent, "stream reached end of sequence");
-                    return;
-                }
-            }
-            Err(status) => {
-                tracing::debug!(sent, code = ?status.code(), "stream failed");
-                permit.send(Err(status));
-                return;
-            }
-        }
-    }
-    tracing::debug!(sent, "stream closed by the client");
+    crate::cache::check_request(&task, &req.trainer_id)?;
+    let trainer = Some(req.trainer_id).filter(|t| !t.is_empty());
+    let limits =
+        Limits::new(&worker.config, req.max_elements_per_message, req.max_bytes_per_message);
+    let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+    let span = tracing::debug_span!(
+        "get_elements",
+        worker = %worker.address,
+        task_id,
+        iteration_id = task.iteration_id,
+        client_id = req.client_id,
+    );
+    tokio::spawn(produce(worker.clone(), task, trainer, limits, tx).instrument(span));
+    Ok(rx)
 }

@@ -1,0 +1,105 @@
+//! The producer of a GetElements stream: a tokio task that takes batches from the
+//! task's buffer and sends them into the stream's bounded response channel.
+//!
+//! It reserves room in the channel *before* taking a batch, so a slow consumer
+//! leaves elements in the task buffer for faster ones instead of holding them. It
+//! stops when the client goes away (the channel's receiver is dropped), the task is
+//! stopped, or the sequence ends. The channel carries messages, not bytes: the HTTP
+//! layer (`route`) encodes them, so there is one producer whatever the encoding.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use sluice_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use crate::state::Worker;
+use crate::task::{Batch, Limits, Task};
+
+/// Batches a stream may have produced and the client not yet read.
+pub(crate) const RESPONSE_BUFFER: usize = 2;
+
+/// How long a stopped stream waits for room to tell its client why. Bounded so a
+/// client that stopped reading does not keep the task (and its thread) alive.
+const STOP_NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One message of a stream, or the status that ends it.
+pub(crate) type BatchResult = Result<pb::ElementBatch, Status>;
+
+/// The answer for a task that already finished: one empty end_of_sequence batch.
+pub(crate) fn end_of_sequence() -> mpsc::Receiver<BatchResult> {
+    let (tx, rx) = mpsc::channel(1);
+    // Cannot fail: the channel is new, has room for one and its receiver is alive.
+    let _ = tx.try_send(Ok(pb::ElementBatch { elements: Vec::new(), end_of_sequence: true }));
+    rx
+}
+
+/// The next message of a stream: from the task's cross-trainer cache at the
+/// trainer's cursor, or first come first served from its buffer.
+async fn next_batch(task: &Task, trainer: Option<&str>, limits: Limits) -> Result<Batch, Status> {
+    match (&task.cache, trainer) {
+        (Some(cache), Some(trainer)) => {
+            let elements = cache.next_batch(task, trainer, limits).await?;
+            Ok(Batch { elements, end_of_sequence: false })
+        }
+        _ => task.next_batch(limits).await,
+    }
+}
+
+pub(crate) async fn produce(
+    worker: Arc<Worker>,
+    task: Arc<Task>,
+    trainer: Option<String>,
+    limits: Limits,
+    tx: mpsc::Sender<BatchResult>,
+) {
+    let _open = crate::drain::OpenStream::new(&task);
+    let _counted = worker.counters.stream_opened();
+    let mut sent = 0u64;
+    loop {
+        let permit = tokio::select! {
+            permit = tx.reserve() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break, // the client went away
+            },
+            reason = task.stopped() => {
+                tracing::debug!(sent, ?reason, "stream stopped");
+                // Batches already queued go first; a client that stopped reading
+                // altogether sees the stream end without end_of_sequence instead.
+                let notice = tx.send(Err(reason.status(task.task_id)));
+                let _ = tokio::time::timeout(STOP_NOTICE_TIMEOUT, notice).await;
+                return;
+            }
+        };
+        let batch = tokio::select! {
+            batch = next_batch(&task, trainer.as_deref(), limits) => batch,
+            reason = task.stopped() => Err(reason.status(task.task_id)),
+            _ = tx.closed() => break,
+        };
+        match batch {
+            Ok(batch) => {
+                let end = batch.end_of_sequence;
+                sent += batch.elements.len() as u64;
+                if end {
+                    // The first stream to see the end finishes the task for everyone.
+                    worker.finish(&task);
+                }
+                let message = pb::ElementBatch { elements: batch.elements, end_of_sequence: end };
+                worker.counters.streamed(message.elements.len(), message.encoded_len());
+                permit.send(Ok(message));
+                if end {
+                    tracing::debug!(sent, "stream reached end of sequence");
+                    return;
+                }
+            }
+            Err(status) => {
+                tracing::debug!(sent, code = ?status.code(), "stream failed");
+                permit.send(Err(status));
+                return;
+            }
+        }
+    }
+    tracing::debug!(sent, "stream closed by the client");
+}

@@ -1,0 +1,129 @@
+//! Encoding an `ElementBatch` as a gRPC message without copying tensor data.
+//!
+//! tonic's prost codec encodes every response into one contiguous buffer, which
+//! copies each tensor's bytes (already a `Bytes` into the element's buffer) once
+//! more per message, and faults in a fresh encode buffer for large messages: for
+//! 1 MiB elements that copy was a large share of the worker's CPU. h2 writes a
+//! DATA frame's payload larger than a few hundred bytes with a vectored write
+//! instead of copying it, so a response body made of a chain of `Bytes` chunks
+//! reaches the socket without the copy.
+//!
+//! [`encode`] produces that chain: the gRPC message prefix (compressed flag 0 and
+//! the big-endian length), then the protobuf encoding, where every `Tensor.data`
+//! of at least [`ZERO_COPY_MIN_BYTES`] is its own chunk — the very same `Bytes` —
+//! and everything else is encoded (with prost's own field encoders, so the result
+//! is byte for byte what `Message::encode_to_vec` gives) into small chunks that
+//! share one allocation. Smaller tensors are copied: a separate chunk (and DATA
+//! frame) costs more than copying a few KiB.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::encoding::{self, encode_key, encode_varint, WireType};
+use prost::Message;
+use sluice_proto::v1 as pb;
+use thiserror::Error;
+
+/// Tensor data at least this long is sent as its own chunk instead of copied.
+pub(crate) const ZERO_COPY_MIN_BYTES: usize = 4096;
+
+/// The gRPC message prefix: compressed flag and big-endian u32 length.
+pub(crate) const GRPC_HEADER_BYTES: usize = 5;
+
+// Field numbers of `proto/sluice.proto`.
+const BATCH_ELEMENTS: u32 = 1;
+const BATCH_END_OF_SEQUENCE: u32 = 2;
+const ELEMENT_COMPONENTS: u32 = 1;
+const ELEMENT_NAMES: u32 = 2;
+const TENSOR_DTYPE: u32 = 1;
+const TENSOR_SHAPE: u32 = 2;
+const TENSOR_DATA: u32 = 3;
+
+/// The message is larger than the peer may accept (the `max_encoding_message_size`
+/// every Sluice endpoint applies).
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes")]
+pub(crate) struct TooLarge {
+    pub len: usize,
+    pub limit: usize,
+}
+
+/// `batch` as a length-prefixed gRPC message, in chunks whose concatenation is the
+/// 5-byte prefix followed by `batch.encode_to_vec()`. Tensor data of at least
+/// `zero_copy_min` bytes is a chunk of its own that shares the tensor's memory.
+pub(crate) fn encode(
+    batch: &pb::ElementBatch,
+    zero_copy_min: usize,
+    limit: usize,
+) -> Result<Vec<Bytes>, TooLarge> {
+    let len = batch.encoded_len();
+    if len > limit || u32::try_from(len).is_err() {
+        return Err(TooLarge { len, limit });
+    }
+    let shared: usize = tensors(batch).map(|t| t.data.len()).filter(|&n| n >= zero_copy_min).sum();
+    let mut out = Scatter {
+        // Exactly the bytes that are not shared: one allocation for every prefix chunk.
+        prefix: BytesMut::with_capacity(GRPC_HEADER_BYTES + len - shared),
+        chunks: Vec::new(),
+        zero_copy_min,
+    };
+    out.prefix.put_u8(0); // not compressed
+    out.prefix.put_u32(len as u32);
+    for element in &batch.elements {
+        encode_key(BATCH_ELEMENTS, WireType::LengthDelimited, &mut out.prefix);
+        encode_varint(element.encoded_len() as u64, &mut out.prefix);
+        out.element(element);
+    }
+    if batch.end_of_sequence {
+        encoding::bool::encode(BATCH_END_OF_SEQUENCE, &batch.end_of_sequence, &mut out.prefix);
+    }
+    Ok(out.finish())
+}
+
+fn tensors(batch: &pb::ElementBatch) -> impl Iterator<Item = &pb::Tensor> {
+    batch.elements.iter().flat_map(|e| e.components.iter())
+}
+
+struct Scatter {
+    /// Encoded bytes not yet cut into a chunk.
+    prefix: BytesMut,
+    chunks: Vec<Bytes>,
+    zero_copy_min: usize,
+}
+
+impl Scatter {
+    fn element(&mut self, element: &pb::Element) {
+        for tensor in &element.components {
+            encode_key(ELEMENT_COMPONENTS, WireType::LengthDelimited, &mut self.prefix);
+            encode_varint(tensor.encoded_len() as u64, &mut self.prefix);
+            self.tensor(tensor);
+        }
+        encoding::string::encode_repeated(ELEMENT_NAMES, &element.names, &mut self.prefix);
+    }
+
+    /// As prost does: default values (dtype 0, empty shape, empty data) are left out.
+    fn tensor(&mut self, tensor: &pb::Tensor) {
+        if tensor.dtype != 0 {
+            encoding::int32::encode(TENSOR_DTYPE, &tensor.dtype, &mut self.prefix);
+        }
+        encoding::uint64::encode_packed(TENSOR_SHAPE, &tensor.shape, &mut self.prefix);
+        if tensor.data.len() >= self.zero_copy_min && !tensor.data.is_empty() {
+            encode_key(TENSOR_DATA, WireType::LengthDelimited, &mut self.prefix);
+            encode_varint(tensor.data.len() as u64, &mut self.prefix);
+            self.cut();
+            self.chunks.push(tensor.data.clone());
+        } else if !tensor.data.is_empty() {
+            encoding::bytes::encode(TENSOR_DATA, &tensor.data, &mut self.prefix);
+        }
+    }
+
+    /// Ends the current prefix chunk; the next one continues in the same allocation.
+    fn cut(&mut self) {
+        if !self.prefix.is_empty() {
+            self.chunks.push(self.prefix.split().freeze());
+        }
+    }
+
+    fn finish(mut self) -> Vec<Bytes> {
+        self.cut();
+        self.chunks
+    }
+}
