@@ -238,16 +238,17 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         );
     }
 
-    let (loopback, memcpy) = if cfg.runs(Section::Limits) {
+    let (loopback, loopback_streams, memcpy) = if cfg.runs(Section::Limits) {
         tracing::info!("--- loopback TCP and memcpy bandwidth");
         let probe = tokio::task::spawn_blocking(|| {
-            let lo = limits::loopback_bandwidth(LIMIT_PROBE);
-            (lo, limits::memcpy_bandwidth(LIMIT_PROBE))
+            let lo = limits::loopback_bandwidth(LIMIT_PROBE, 1);
+            let streams = limits::loopback_bandwidth(LIMIT_PROBE, streaming::WORKERS);
+            (lo, streams, limits::memcpy_bandwidth(LIMIT_PROBE))
         });
-        let (lo, mem) = probe.await?;
-        (Outcome::from_result(lo), Outcome::from_result(mem))
+        let (lo, streams, mem) = probe.await?;
+        (Outcome::from_result(lo), Outcome::from_result(streams), Outcome::from_result(mem))
     } else {
-        (skipped(), skipped())
+        (skipped(), skipped(), skipped())
     };
 
     let (streaming, epoch) = streaming_and_epoch(cfg, &logs).await;
@@ -373,6 +374,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     Ok(Report {
         machine,
         loopback,
+        loopback_streams,
         memcpy,
         streaming,
         epoch,

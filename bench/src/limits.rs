@@ -34,24 +34,47 @@ const CHUNK: usize = 1 << 20;
 /// Warm-up before the timed part: connection set-up, page faults of the buffers.
 const WARMUP: Duration = Duration::from_millis(100);
 
-/// One sender thread writes 1 MiB chunks over 127.0.0.1 for `duration`; the receiver
-/// (this thread) reads them. Timed from the first byte after the warm-up to the last
-/// byte received, so the socket buffers do not inflate the figure.
-pub fn loopback_bandwidth(duration: Duration) -> anyhow::Result<Bandwidth> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
-    let address = listener.local_addr()?;
-    let sender = std::thread::spawn(move || -> std::io::Result<()> {
-        let mut s = TcpStream::connect(address)?;
-        s.set_nodelay(true)?;
-        let chunk = vec![0x5au8; CHUNK];
-        let end = Instant::now() + WARMUP + duration;
-        while Instant::now() < end {
-            s.write_all(&chunk)?;
-        }
-        Ok(())
-        // Dropping the socket ends the receiver's reads.
-    });
-    let (mut r, _) = listener.accept().context("accepting the sender")?;
+/// `streams` connections over 127.0.0.1 at once, each with one sender thread
+/// writing 1 MiB chunks for `duration` and one receiver thread reading them (the
+/// streaming case has one connection per worker, so its limit is the same number
+/// of streams at once). Each receiver is timed from its first byte after the
+/// warm-up to its last byte, so the socket buffers do not inflate the figure; the
+/// result is the sum of the streams' rates.
+pub fn loopback_bandwidth(duration: Duration, streams: usize) -> anyhow::Result<Bandwidth> {
+    let pairs = (0..streams.max(1))
+        .map(|_| {
+            let listener = TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
+            let address = listener.local_addr()?;
+            let sender = std::thread::spawn(move || send(address, duration));
+            let (r, _) = listener.accept().context("accepting the sender")?;
+            let receiver = std::thread::spawn(move || receive(r, duration));
+            anyhow::Ok((sender, receiver))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (mut bytes, mut secs, mut rate) = (0u64, 0f64, 0f64);
+    for (sender, receiver) in pairs {
+        let b = receiver.join().map_err(|_| anyhow::anyhow!("a receiver thread panicked"))??;
+        sender.join().map_err(|_| anyhow::anyhow!("a sender thread panicked"))??;
+        bytes += b.bytes;
+        secs = secs.max(b.secs);
+        rate += b.gb_per_s;
+    }
+    Ok(Bandwidth { bytes, secs, gb_per_s: rate })
+}
+
+fn send(address: std::net::SocketAddr, duration: Duration) -> std::io::Result<()> {
+    let mut s = TcpStream::connect(address)?;
+    s.set_nodelay(true)?;
+    let chunk = vec![0x5au8; CHUNK];
+    let end = Instant::now() + WARMUP + duration;
+    while Instant::now() < end {
+        s.write_all(&chunk)?;
+    }
+    Ok(())
+    // Dropping the socket ends the receiver's reads.
+}
+
+fn receive(mut r: TcpStream, duration: Duration) -> anyhow::Result<Bandwidth> {
     let mut buf = vec![0u8; CHUNK];
     let start = Instant::now();
     let (mut timed_from, mut bytes) = (None, 0u64);
@@ -70,7 +93,6 @@ pub fn loopback_bandwidth(duration: Duration) -> anyhow::Result<Bandwidth> {
         }
     }
     let elapsed = timed_from.map(|t| t.elapsed()).unwrap_or_default();
-    sender.join().map_err(|_| anyhow::anyhow!("the sender thread panicked"))??;
     anyhow::ensure!(bytes > 0, "nothing received after the warm-up");
     Ok(Bandwidth::of(bytes, elapsed))
 }

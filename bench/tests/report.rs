@@ -52,6 +52,7 @@ fn report(check: &str) -> Report {
             snapshot_every: None,
         },
         loopback: Outcome::Measured(Bandwidth::of(2_000_000_000, Duration::from_secs(1))),
+        loopback_streams: Outcome::Measured(Bandwidth::of(4_000_000_000, Duration::from_secs(1))),
         memcpy: skipped(),
         streaming: vec![Outcome::Measured(case), skipped()],
         epoch: Outcome::Measured(Epoch { cases: vec![epoch] }),
@@ -90,8 +91,10 @@ fn a_streaming_exactly_once_violation_fails_the_run() {
 
 #[test]
 fn bandwidth_probes_measure_something() {
-    let lo = loopback_bandwidth(Duration::from_millis(100)).unwrap();
+    let lo = loopback_bandwidth(Duration::from_millis(100), 1).unwrap();
     assert!(lo.bytes > 0 && lo.gb_per_s > 0.0);
+    let two = loopback_bandwidth(Duration::from_millis(100), 2).unwrap();
+    assert!(two.bytes > 0 && two.gb_per_s > 0.0);
     let mem = memcpy_bandwidth(Duration::from_millis(50)).unwrap();
     assert!(mem.bytes >= 4 * (64 << 20));
 }
