@@ -126,6 +126,7 @@ impl Fleet {
                     worker_uid: w.uid,
                     current_tasks: w.tasks.clone(),
                     finished_tasks: vec![],
+                    wait_for_change_ms: 0,
                 })
                 .await
                 .context("WorkerHeartbeat")?;

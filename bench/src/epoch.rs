@@ -52,6 +52,11 @@ pub async fn run(service: &Service, runs: usize) -> anyhow::Result<Epoch> {
         let (mut times, mut elements) = (vec![], vec![]);
         for _ in 0..runs {
             let r = read(&service.client, &DatasetDef::range(ELEMENTS), mode, |_| Ok(())).await?;
+            tracing::info!(
+                mode = name,
+                end_after_last_ms = r.end_after_last.as_secs_f64() * 1e3,
+                "end of epoch run"
+            );
             times.push(r.end_after_last);
             elements.push(r.elements);
         }

@@ -20,6 +20,8 @@
 //!   state machine around `apply`, and the peer RPCs.
 //! - `client_view`: a consumer's view of its iteration and the `ClientHeartbeat`
 //!   long poll, woken by the state machine's applied index.
+//! - `worker_view`: a worker's heartbeat answer (tasks to start and to delete) and
+//!   the long poll that holds an empty one until there is a task for it.
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
 //!   `status`: the `GetStatus` rendering.
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
@@ -48,6 +50,7 @@ pub mod server;
 mod service;
 pub mod state;
 mod status;
+mod worker_view;
 
 pub use apply::apply;
 pub use command::{Command, Response};

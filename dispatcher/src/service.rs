@@ -23,6 +23,7 @@ use crate::error::StateError;
 use crate::liveness::Liveness;
 use crate::round_robin_coordinator::RoundRobinCoordinator;
 use crate::state::{DatasetId, State};
+use crate::worker_view;
 
 /// How long `GetStatus` waits for a leader to confirm itself before answering
 /// with its local (possibly stale) view.
@@ -91,6 +92,16 @@ impl DispatcherService {
 
     /// A long poll waits at most `max_client_wait` and a quarter of the client
     /// timeout, so a waiting consumer is never late.
+    /// The longest a worker heartbeat is held: a fraction of the worker timeout (a
+    /// held heartbeat feeds the timer only when it is read), at most
+    /// `max_client_wait`.
+    fn max_worker_wait(&self) -> Duration {
+        match self.config.worker_timeout {
+            t if t.is_zero() => self.config.max_client_wait,
+            t => (t / 4).min(self.config.max_client_wait),
+        }
+    }
+
     fn max_poll_wait(&self) -> Duration {
         match self.config.client_timeout {
             t if t.is_zero() => self.config.max_client_wait,
@@ -295,21 +306,10 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                 }
             }
         }
-        self.liveness.worker_seen(&address, req.worker_uid);
         let current: BTreeSet<u64> = req.current_tasks.into_iter().collect();
-        let resp = self.core.read_leader(|s| {
-            let active: BTreeSet<u64> =
-                s.workers.get(&address).map(|w| w.active_tasks.clone()).unwrap_or_default();
-            let new_tasks = s
-                .worker_tasks(&address)
-                .into_iter()
-                .filter(|t| !current.contains(&t.id))
-                .filter_map(|t| task_def(s, t))
-                .collect();
-            let tasks_to_delete = current.difference(&active).copied().collect();
-            pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete }
-        });
-        let resp = resp.await?;
+        let wait = Duration::from_millis(req.wait_for_change_ms.into()).min(self.max_worker_wait());
+        let seen = || self.liveness.worker_seen(&address, req.worker_uid);
+        let resp = worker_view::long_poll(&self.core, &address, &current, wait, seen).await?;
         Ok(Response::new(resp))
     }
 

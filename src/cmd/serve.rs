@@ -133,19 +133,26 @@ async fn bind_metrics(addr: Option<&str>) -> anyhow::Result<Option<TcpListener>>
     Ok(Some(listener))
 }
 
-async fn stop_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Ctrl-C or SIGTERM. The handlers are installed when this is called, not when the
+/// future is first polled: callers call it before printing `listening on`, so a
+/// signal sent as soon as a script reads that line is caught (and not the default
+/// action, which kills the process without draining).
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        Ok(async move {
+            tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        })
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
 }
 
 pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
@@ -183,6 +190,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         );
     }
     // Before the service's listener, whose `listening on` line says "ready".
+    let stop = stop_signal()?;
     let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
     let listener = match config.peers.get(&config.node_id) {
         Some(own) => {
@@ -195,7 +203,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         None => bind(&a.host, a.port).await?,
     };
     let registry = FunctionRegistry::builtin();
-    sluice_dispatcher::run_with_metrics(listener, metrics, config, registry, stop_signal()).await?;
+    sluice_dispatcher::run_with_metrics(listener, metrics, config, registry, stop).await?;
     Ok(())
 }
 
@@ -216,10 +224,11 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     config.exit_when_idle =
         a.exit_when_idle.then(|| std::time::Duration::from_secs(a.idle_grace_secs));
     config.validate()?;
+    let stop = stop_signal()?;
     let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
     let listener = bind(&a.host, a.port).await?;
     let registry = FunctionRegistry::builtin();
-    sluice_worker::run_with_metrics(listener, metrics, config, registry, stop_signal()).await?;
+    sluice_worker::run_with_metrics(listener, metrics, config, registry, stop).await?;
     Ok(())
 }
 

@@ -1,10 +1,18 @@
 //! The control loop: register with the dispatcher, then heartbeat.
 //!
 //! ```text
-//!  register ──ok──▶ heartbeat every interval (or at once when a task finished)
-//!     ▲                 │ new_tasks → start, tasks_to_delete → stop,
+//!  register ──ok──▶ heartbeat: a long poll the dispatcher holds up to one interval
+//!     ▲                 │ while it has no task to start or stop for this worker
+//!     │                 │ (at once when a task finished: the poll is dropped and
+//!     │                 │ a new heartbeat reports it)
+//!     │                 │ new_tasks → start, tasks_to_delete → stop,
 //!     └── NotFound ─────┘ finished_tasks reported until a heartbeat carrying them succeeds
 //! ```
+//!
+//! Held polls let a worker start a new task within milliseconds instead of at its
+//! next heartbeat (`dispatcher/src/worker_view.rs`). An empty answer the
+//! dispatcher did not hold (`long_polled` unset: it does not hold polls) is
+//! followed by the rest of the interval, so the loop never spins.
 //!
 //! Every dispatcher call is bounded by the `RetryPolicy` inside `DispatcherClient`;
 //! this loop only decides what to do after one gave up: registration is tried again
@@ -73,30 +81,53 @@ async fn register(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) ->
 /// Heartbeats until the worker stops (false) or the dispatcher no longer knows this
 /// worker (true: the caller registers again).
 async fn heartbeat_until_lost(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) -> bool {
+    let interval = worker.config.heartbeat_interval;
+    // Whether to wait (out the rest of the interval) before the next heartbeat:
+    // not at first, so a task created since registration starts at once.
+    let mut pause: Option<std::time::Duration> = None;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(worker.config.heartbeat_interval) => {}
-            _ = worker.task_finished.notified() => {}
-            _ = stopped(shutdown) => return false,
+        if let Some(pause) = pause.take() {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = worker.task_finished.notified() => {}
+                _ = stopped(shutdown) => return false,
+            }
         }
-        let req = worker.heartbeat_request();
+        let mut req = worker.heartbeat_request();
+        // Nothing to report: the dispatcher may hold the answer until it has a task
+        // for us. With finished tasks to report, answer at once.
+        if req.finished_tasks.is_empty() {
+            req.wait_for_change_ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
+        }
         let finished = req.finished_tasks.clone();
+        let started = tokio::time::Instant::now();
         let result = tokio::select! {
             r = worker.dispatcher.worker_heartbeat(req) => r,
+            // A task finished while the poll was held: drop the poll, report it now.
+            _ = worker.task_finished.notified() => continue,
             _ = stopped(shutdown) => return false,
         };
         match result {
             Ok(resp) => {
+                let empty = resp.new_tasks.is_empty() && resp.tasks_to_delete.is_empty();
                 worker.reported(&finished);
                 worker.delete_tasks(&resp.tasks_to_delete);
                 worker.start_tasks(resp.new_tasks);
+                // Held by the dispatcher: poll again at once. Answered early and
+                // empty by one that does not hold polls: wait out the interval.
+                if empty && !resp.long_polled {
+                    pause = interval.checked_sub(started.elapsed()).filter(|p| !p.is_zero());
+                }
             }
             Err(e) if e.code() == Some(Code::NotFound) => {
                 tracing::warn!(error = %e, "the dispatcher does not know this worker; registering again");
                 worker.forget_all_tasks();
                 return true;
             }
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat failed");
+                pause = Some(interval);
+            }
         }
     }
 }

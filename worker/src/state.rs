@@ -248,6 +248,7 @@ impl Worker {
             worker_uid: self.worker_uid,
             current_tasks,
             finished_tasks: table.unreported.iter().copied().collect(),
+            wait_for_change_ms: 0,
         }
     }
 

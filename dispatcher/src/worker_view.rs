@@ -1,0 +1,82 @@
+//! A worker's heartbeat answer, and the long poll that holds an empty one.
+//!
+//! A worker learns its tasks only from heartbeat answers. Polled every heartbeat
+//! interval (500 ms), a task created just after a heartbeat waited up to that long
+//! before its worker started it: the first element of a job came ~0.6 s after it
+//! was made, and a DYNAMIC epoch could not end until every worker had picked up
+//! (and found nothing left in) its task, 0–500 ms after the last element. So a
+//! worker that asks for it (`wait_for_change_ms`) gets its answer held while it
+//! would be empty, and sent as soon as an applied change gives it a task to start
+//! or to delete (the same wake-up as the client's long poll, `client_view.rs`).
+//!
+//! ```text
+//!  heartbeat ─► read_leader(answer) ─► tasks to start or delete? ─► answer
+//!                       ▲                        │ no
+//!                       └── applied index changed, or the wait is over ─┘
+//! ```
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use sluice_proto::v1 as pb;
+use tokio::time::Instant;
+
+use crate::convert::task_def;
+use crate::core::{Core, ProposeError};
+use crate::state::State;
+
+/// The tasks `address` should start (assigned to it, not among `current`) and
+/// stop (among `current`, no longer active for it).
+pub(crate) fn answer(
+    s: &State,
+    address: &str,
+    current: &BTreeSet<u64>,
+) -> pb::WorkerHeartbeatResponse {
+    let active: BTreeSet<u64> =
+        s.workers.get(address).map(|w| w.active_tasks.clone()).unwrap_or_default();
+    let new_tasks = s
+        .worker_tasks(address)
+        .into_iter()
+        .filter(|t| !current.contains(&t.id))
+        .filter_map(|t| task_def(s, t))
+        .collect();
+    let tasks_to_delete = current.difference(&active).copied().collect();
+    pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete, long_polled: false }
+}
+
+/// The answer at once if it has something to do or `wait` is zero; otherwise the
+/// first non-empty answer after an applied change, or the empty one when `wait`
+/// has passed. `on_read` runs after each read (the handler feeds the worker's
+/// liveness timer with it, so a held heartbeat keeps the worker alive).
+pub(crate) async fn long_poll(
+    core: &Core,
+    address: &str,
+    current: &BTreeSet<u64>,
+    wait: Duration,
+    on_read: impl Fn(),
+) -> Result<pb::WorkerHeartbeatResponse, ProposeError> {
+    let deadline = Instant::now() + wait;
+    // Subscribed before the first read, so a change applied between that read and
+    // the wait still wakes it.
+    let mut applied = core.applied();
+    let mut current_answer = core.read_leader(|s| answer(s, address, current)).await?;
+    current_answer.long_polled = !wait.is_zero();
+    loop {
+        on_read();
+        let empty =
+            current_answer.new_tasks.is_empty() && current_answer.tasks_to_delete.is_empty();
+        if !empty || Instant::now() >= deadline {
+            return Ok(current_answer);
+        }
+        tokio::select! {
+            changed = applied.changed() => {
+                if changed.is_err() {
+                    return Ok(current_answer); // the state machine is gone
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => return Ok(current_answer),
+        }
+        current_answer = core.read_local(|s| answer(s, address, current));
+        current_answer.long_polled = true;
+    }
+}

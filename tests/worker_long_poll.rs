@@ -1,0 +1,77 @@
+//! A worker learns of a new task through a held `WorkerHeartbeat` the dispatcher
+//! answers when the task is created, not at the worker's next heartbeat. Deadlines
+//! only: the heartbeat interval and the dispatcher's wait are an hour, so only the
+//! wake-up on a change can pass them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{collect_i64, Cluster, DEADLINE};
+use sluice_client::{ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_dataset::DatasetDef;
+use sluice_dispatcher::DispatcherConfig;
+use sluice_proto::v1 as pb;
+use sluice_proto::v1::dispatcher_client::DispatcherClient as Grpc;
+use sluice_worker::WorkerConfig;
+
+/// Longer than any test's deadline: a wait that ends by itself fails the test.
+const LONG: Duration = Duration::from_secs(3600);
+
+/// A dispatcher that may hold a heartbeat for an hour and never times a worker out.
+async fn patient_cluster() -> Cluster {
+    let config = DispatcherConfig {
+        max_client_wait: LONG,
+        worker_timeout: Duration::ZERO,
+        ..DispatcherConfig::default()
+    };
+    Cluster::start_with(0, config).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_heartbeat_is_answered_when_a_task_is_created_for_the_worker() {
+    let cluster = patient_cluster().await;
+    let client = cluster.client();
+    let address = "127.0.0.1:9".to_string();
+    let reg =
+        pb::RegisterWorkerRequest { address: address.clone(), worker_uid: 1, functions: vec![] };
+    client.dispatcher().register_worker(reg).await.unwrap();
+    let mut grpc = Grpc::connect(format!("http://{}", cluster.dispatcher_address)).await.unwrap();
+    let hb = pb::WorkerHeartbeatRequest {
+        address,
+        worker_uid: 1,
+        wait_for_change_ms: LONG.as_millis() as u32,
+        ..Default::default()
+    };
+    let held = tokio::spawn(async move { grpc.worker_heartbeat(hb).await });
+    // A job made after the heartbeat was sent: its task must wake the held answer.
+    let opts = ReadOptions::new(ProcessingMode::Off).worker_retry(RetryPolicy::for_tests());
+    let _stream = client.distribute(&DatasetDef::range(3), opts).await.unwrap();
+    let answer = tokio::time::timeout(DEADLINE, held)
+        .await
+        .expect("the held heartbeat is answered when the task is created")
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.new_tasks.len(), 1, "answered with the new task: {answer:?}");
+    assert!(answer.long_polled, "the dispatcher says it held the answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_heartbeating_once_an_hour_starts_a_new_job_and_its_epoch_ends() {
+    let mut cluster = patient_cluster().await;
+    let mut config = WorkerConfig::for_tests(cluster.addresses());
+    config.heartbeat_interval = LONG;
+    cluster.add_worker_with(config).await;
+    cluster.wait_workers(1).await;
+    // The worker registered before the job existed: it can only learn of its task
+    // (and report it finished) through held heartbeats.
+    let opts = ReadOptions::new(ProcessingMode::Dynamic).worker_retry(RetryPolicy::for_tests());
+    let stream = cluster.client().distribute(&DatasetDef::range(100), opts).await.unwrap();
+    let got = tokio::time::timeout(DEADLINE, collect_i64(stream))
+        .await
+        .expect("the worker started its task and the epoch ended within the deadline");
+    let mut got = got;
+    got.sort();
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+}
