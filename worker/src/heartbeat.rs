@@ -96,7 +96,8 @@ async fn heartbeat_until_lost(worker: &Arc<Worker>, shutdown: &mut watch::Receiv
         let mut req = worker.heartbeat_request();
         // Nothing to report: the dispatcher may hold the answer until it has a task
         // for us. With finished tasks to report, answer at once.
-        if req.finished_tasks.is_empty() {
+        let poll = req.finished_tasks.is_empty();
+        if poll {
             req.wait_for_change_ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
         }
         let finished = req.finished_tasks.clone();
@@ -113,9 +114,10 @@ async fn heartbeat_until_lost(worker: &Arc<Worker>, shutdown: &mut watch::Receiv
                 worker.reported(&finished);
                 worker.delete_tasks(&resp.tasks_to_delete);
                 worker.start_tasks(resp.new_tasks);
-                // Held by the dispatcher: poll again at once. Answered early and
-                // empty by one that does not hold polls: wait out the interval.
-                if empty && !resp.long_polled {
+                // A report (answered at once), or a poll the dispatcher held: poll
+                // again at once. A poll answered early and empty by a dispatcher
+                // that does not hold polls: wait out the interval.
+                if poll && empty && !resp.long_polled {
                     pause = interval.checked_sub(started.elapsed()).filter(|p| !p.is_zero());
                 }
             }
