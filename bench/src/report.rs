@@ -416,7 +416,7 @@ impl Report {
                 ));
                 line(
                     "  rates from the first element to the last; `1st element` includes job \
-                     creation and the workers picking up their tasks (heartbeat)"
+                     creation and the workers starting their tasks"
                         .into(),
                 );
                 line(format!(

@@ -13,8 +13,8 @@
 //!
 //! In OFF mode every worker produces the whole dataset, so the reader gets each
 //! element once per worker: the check is that every value arrives exactly twice.
-//! Rates run from the first element to the last (the workers pick their tasks up on
-//! their next heartbeat, up to 500 ms after the job is made).
+//! Rates run from the first element to the last (the time to the first element,
+//! job creation and the workers starting their tasks, is not part of the rate).
 
 use std::time::{Duration, Instant};
 
