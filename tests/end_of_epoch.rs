@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Cluster, DEADLINE};
+use common::{patient_config, Cluster, DEADLINE, LONG};
 use futures::StreamExt;
 use sluice_client::{DispatcherClient, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, FunctionRegistry};
@@ -17,9 +17,6 @@ use sluice_dispatcher::DispatcherConfig;
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::dispatcher_client::DispatcherClient as Grpc;
 use tokio::net::TcpListener;
-
-/// Longer than any test's deadline: a wait that ends by itself fails the test.
-const LONG: Duration = Duration::from_secs(3600);
 
 /// A "worker" that registers but never serves: its task holds the iteration open
 /// until the test reports it finished.
@@ -80,12 +77,6 @@ fn long_poll(client_id: u64, known_view: u64, wait: Duration) -> pb::ClientHeart
     }
 }
 
-/// A dispatcher whose long polls may wait an hour.
-async fn patient_cluster(workers: usize) -> Cluster {
-    let config = DispatcherConfig { max_client_wait: LONG, ..DispatcherConfig::default() };
-    Cluster::start_with(workers, config).await
-}
-
 async fn grpc(address: &str) -> Grpc<tonic::transport::Channel> {
     Grpc::connect(format!("http://{address}")).await.unwrap()
 }
@@ -119,7 +110,7 @@ async fn the_stream_ends_when_the_long_poll_sees_the_iteration_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_is_answered_when_the_iteration_finishes() {
-    let cluster = patient_cluster(0).await;
+    let cluster = Cluster::start_with(0, patient_config()).await;
     let d = cluster.client().dispatcher().clone();
     let ghost = Ghost::register(&d).await;
     let client_id = join_iteration(&d).await;
@@ -142,7 +133,7 @@ async fn a_long_poll_is_answered_when_the_iteration_finishes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unchanged_view_is_answered_unchanged_after_the_wait_and_a_stale_one_at_once() {
-    let cluster = patient_cluster(0).await;
+    let cluster = Cluster::start_with(0, patient_config()).await;
     let d = cluster.client().dispatcher().clone();
     let ghost = Ghost::register(&d).await;
     let client_id = join_iteration(&d).await;

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{collect_i64, Cluster, DEADLINE};
+use common::{collect_i64, patient_config, Cluster, DEADLINE, LONG};
 use sluice_client::{ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
 use sluice_dispatcher::DispatcherConfig;
@@ -15,16 +15,9 @@ use sluice_proto::v1 as pb;
 use sluice_proto::v1::dispatcher_client::DispatcherClient as Grpc;
 use sluice_worker::WorkerConfig;
 
-/// Longer than any test's deadline: a wait that ends by itself fails the test.
-const LONG: Duration = Duration::from_secs(3600);
-
-/// A dispatcher that may hold a heartbeat for an hour and never times a worker out.
+/// A patient dispatcher that never times a worker out.
 async fn patient_cluster() -> Cluster {
-    let config = DispatcherConfig {
-        max_client_wait: LONG,
-        worker_timeout: Duration::ZERO,
-        ..DispatcherConfig::default()
-    };
+    let config = DispatcherConfig { worker_timeout: Duration::ZERO, ..patient_config() };
     Cluster::start_with(0, config).await
 }
 

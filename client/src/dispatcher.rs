@@ -32,16 +32,16 @@ pub fn channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientErr
 /// messages a worker may send before the reader acknowledges them. The default
 /// 64 KiB (and the adaptive window, which grows from it by RTT estimates that are
 /// noise on loopback) stalls the sender on every large message.
-pub const WORKER_STREAM_WINDOW_BYTES: u32 = 8 << 20;
-pub const WORKER_CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
+pub(crate) const WORKER_STREAM_WINDOW_BYTES: u32 = 8 << 20;
+pub(crate) const WORKER_CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
 /// The largest HTTP/2 frame a worker may send (up to the stream window): a message
 /// of the worker's default 4 MiB bound travels in one frame, so the reader decodes
 /// its tensors as slices of that frame (`worker_stream.rs`) rather than gathering
 /// 16 KiB frames (the default) into a copy.
-pub const WORKER_MAX_FRAME_BYTES: u32 = WORKER_STREAM_WINDOW_BYTES;
+pub(crate) const WORKER_MAX_FRAME_BYTES: u32 = WORKER_STREAM_WINDOW_BYTES;
 
 /// A lazily connecting channel to a worker, with windows sized for element streams.
-pub fn worker_channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientError> {
+pub(crate) fn worker_channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientError> {
     Ok(endpoint(address, policy)?
         .initial_stream_window_size(WORKER_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(WORKER_CONNECTION_WINDOW_BYTES)

@@ -28,11 +28,12 @@ pub struct DispatcherConfig {
     /// restart replays at most about this many entries. See
     /// [`DispatcherConfig::default_snapshot_every`].
     pub snapshot_every: u64,
-    /// Raft timers. A follower stands for election once it has not heard a leader
-    /// for `election_timeout_max` (openraft's leader lease: it refuses to vote for
-    /// another before that) plus a timeout drawn from `min..max`, so a leader's death
-    /// is repaired within about `2 × max` (default 50 ms; 150..300 ms: 450–600 ms).
-    /// A leader stalled longer than `max + min` (a host under heavy load) loses its
+    /// Raft timers (defaults: heartbeat 50 ms, election timeout 150..300 ms). A
+    /// follower stands for election once it has not heard a leader for
+    /// `election_timeout_max` (openraft's leader lease: it refuses to vote for
+    /// another before that) plus a timeout drawn from `min..max`, so a dead leader
+    /// is replaced within about `2 × max` (450–600 ms with the defaults). A leader
+    /// stalled longer than `max + min` (a host under heavy load) loses its
     /// leadership needlessly; raise them there.
     pub heartbeat_interval: Duration,
     pub election_timeout_min: Duration,

@@ -90,20 +90,21 @@ impl DispatcherService {
         Ok(())
     }
 
-    /// A long poll waits at most `max_client_wait` and a quarter of the client
-    /// timeout, so a waiting consumer is never late.
-    /// The longest a worker heartbeat is held: a fraction of the worker timeout (a
-    /// held heartbeat feeds the timer only when it is read), at most
-    /// `max_client_wait`.
-    fn max_worker_wait(&self) -> Duration {
-        match self.config.worker_timeout {
-            t if t.is_zero() => self.config.max_client_wait,
-            t => (t / 4).min(self.config.max_client_wait),
-        }
+    /// A consumer's long poll waits at most `max_client_wait` and a quarter of the
+    /// client timeout, so a waiting consumer is never late.
+    fn max_poll_wait(&self) -> Duration {
+        self.poll_cap(self.config.client_timeout)
     }
 
-    fn max_poll_wait(&self) -> Duration {
-        match self.config.client_timeout {
+    /// The same for a worker's held heartbeat and the worker timeout (a held
+    /// heartbeat feeds the liveness timer only when it is read).
+    fn max_worker_wait(&self) -> Duration {
+        self.poll_cap(self.config.worker_timeout)
+    }
+
+    /// `max_client_wait`, and at most a quarter of `timeout` (0: no timeout).
+    fn poll_cap(&self, timeout: Duration) -> Duration {
+        match timeout {
             t if t.is_zero() => self.config.max_client_wait,
             t => (t / 4).min(self.config.max_client_wait),
         }

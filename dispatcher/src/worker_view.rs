@@ -32,15 +32,15 @@ pub(crate) fn answer(
     address: &str,
     current: &BTreeSet<u64>,
 ) -> pb::WorkerHeartbeatResponse {
-    let active: BTreeSet<u64> =
-        s.workers.get(address).map(|w| w.active_tasks.clone()).unwrap_or_default();
+    let active = s.workers.get(address).map(|w| &w.active_tasks);
     let new_tasks = s
         .worker_tasks(address)
         .into_iter()
         .filter(|t| !current.contains(&t.id))
         .filter_map(|t| task_def(s, t))
         .collect();
-    let tasks_to_delete = current.difference(&active).copied().collect();
+    let tasks_to_delete =
+        current.iter().filter(|id| !active.is_some_and(|a| a.contains(id))).copied().collect();
     pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete, long_polled: false }
 }
 

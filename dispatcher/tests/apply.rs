@@ -5,14 +5,7 @@ use sluice_dispatcher::state::{SplitAnswer, SplitCursor};
 use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
 
 mod common;
-use common::{iteration, ok, worker};
-
-fn register(s: &mut State, def: DatasetDef) -> String {
-    match ok(s, Command::RegisterDataset { dataset_id: None, def }) {
-        Response::DatasetRegistered { dataset_id } => dataset_id,
-        r => panic!("{r:?}"),
-    }
-}
+use common::{iteration, ok, register, worker};
 
 fn job(s: &mut State, ds: &str, mode: Mode, name: Option<&str>) -> Result<u64, StateError> {
     job_with(s, ds, mode, name, TargetWorkers::Auto, &[])

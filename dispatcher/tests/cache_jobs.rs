@@ -3,12 +3,8 @@
 use sluice_dataset::DatasetDef;
 use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
 
-fn register(s: &mut State, def: DatasetDef) -> String {
-    match apply(s, Command::RegisterDataset { dataset_id: None, def }).unwrap() {
-        Response::DatasetRegistered { dataset_id } => dataset_id,
-        r => panic!("{r:?}"),
-    }
-}
+mod common;
+use common::register;
 
 fn job(s: &mut State, ds: &str, name: Option<&str>, cache: bool) -> Result<u64, StateError> {
     let c = Command::GetOrCreateJob {

@@ -4,14 +4,7 @@ use sluice_dataset::{Arg, DatasetDef};
 use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
 
 mod common;
-use common::{iteration, ok, worker};
-
-fn register(s: &mut State, def: DatasetDef) -> String {
-    match ok(s, Command::RegisterDataset { dataset_id: None, def }) {
-        Response::DatasetRegistered { dataset_id } => dataset_id,
-        r => panic!("{r:?}"),
-    }
-}
+use common::{iteration, ok, register, worker};
 
 fn rr_job(s: &mut State, ds: &str, name: Option<&str>, n: u32) -> Result<u64, StateError> {
     let c = Command::GetOrCreateJob {

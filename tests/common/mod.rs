@@ -17,6 +17,15 @@ use tokio::net::TcpListener;
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// Longer than any test's deadline: a wait that ends by itself fails the test.
+pub const LONG: Duration = Duration::from_secs(3600);
+
+/// A dispatcher whose long polls (consumers' and workers') may wait an hour, so
+/// only the wake-up on a change can end one within `DEADLINE`.
+pub fn patient_config() -> DispatcherConfig {
+    DispatcherConfig { max_client_wait: LONG, ..DispatcherConfig::default() }
+}
+
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

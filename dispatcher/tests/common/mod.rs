@@ -3,10 +3,19 @@
 //! unpacked.
 #![allow(dead_code)]
 
+use sluice_dataset::DatasetDef;
 use sluice_dispatcher::{apply, Command, Response, State};
 
 pub fn ok(s: &mut State, c: Command) -> Response {
     apply(s, c).expect("command applies")
+}
+
+/// Registers `def` under a derived id; returns the id.
+pub fn register(s: &mut State, def: DatasetDef) -> String {
+    match ok(s, Command::RegisterDataset { dataset_id: None, def }) {
+        Response::DatasetRegistered { dataset_id } => dataset_id,
+        r => panic!("{r:?}"),
+    }
 }
 
 /// Gets or creates repetition 0 of `job_id`; returns (iteration id, client id).
