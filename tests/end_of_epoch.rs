@@ -190,6 +190,6 @@ async fn a_follower_refuses_a_long_poll_at_once_naming_the_leader() {
     let refused = tokio::time::timeout(DEADLINE, refused).await.expect("refused at once");
     let status = refused.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-    let named = status.metadata().get(sluice_client::dispatcher::LEADER_METADATA);
-    assert_eq!(named.and_then(|v| v.to_str().ok()), Some(leader.as_str()));
+    let named = sluice_proto::contract::leader_address(&status);
+    assert_eq!(named, Some(leader.as_str()));
 }

@@ -321,10 +321,6 @@ impl DispatcherClient {
 
 /// The index in `addresses` of the leader a follower named, if any.
 fn leader_hint(status: &tonic::Status, addresses: &[String]) -> Option<usize> {
-    let leader = status.metadata().get(LEADER_METADATA)?.to_str().ok()?;
+    let leader = sluice_proto::contract::leader_address(status)?;
     addresses.iter().position(|a| a == leader)
 }
-
-/// Metadata key under which a follower names the leader's address (must match the
-/// dispatcher's `convert::LEADER_METADATA`).
-pub const LEADER_METADATA: &str = "sluice-leader";

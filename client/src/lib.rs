@@ -23,7 +23,7 @@
 //!   bytes (decodes from the received HTTP/2 frames).
 //! - `view_poll`: the manager's long poll of the task list and the end of the
 //!   iteration (`ClientHeartbeat` with `known_view`).
-//! - [`round_robin`] — coordinated reads (`num_consumers` + `consumer_index`): the
+//! - [`coordinated`] — coordinated reads (`num_consumers` + `consumer_index`): the
 //!   reader that reads every task one round at a time, pauses for joining workers
 //!   and votes dead ones out.
 //! - [`blocking`] — the same as a blocking iterator, for callers without a runtime.
@@ -41,13 +41,13 @@
 pub mod blocking;
 mod cache_options;
 pub mod client;
+pub mod coordinated;
 pub mod dispatcher;
 pub mod error;
 pub mod local_workers;
 pub mod options;
 pub mod reader;
 pub mod retry;
-pub mod round_robin;
 mod view_poll;
 mod worker_stream;
 

@@ -168,7 +168,7 @@ pub struct ReadOptions {
     /// job's identity; needs a job name, an infinite dataset and a `trainer_id`.
     pub use_cross_trainer_cache: bool,
     /// Coordinated reads: this many consumers read the named job in rounds, each
-    /// round's elements from one worker (see [`crate::round_robin`]). Set with
+    /// round's elements from one worker (see [`crate::coordinated`]). Set with
     /// [`ReadOptions::coordinated`], together with `consumer_index`.
     pub num_consumers: Option<u32>,
     /// Coordinated reads: which consumer this reader is (`< num_consumers`).
@@ -245,6 +245,6 @@ impl ReadOptions {
         if self.heartbeat_interval.is_zero() {
             return Err(ClientError::InvalidArgument("heartbeat_interval must be > 0".into()));
         }
-        crate::round_robin::validate(self)
+        crate::coordinated::validate(self)
     }
 }

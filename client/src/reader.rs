@@ -69,7 +69,7 @@ impl ElementStream {
         let (tx, rx) = mpsc::channel(opts.max_outstanding_requests);
         let span = tracing::info_span!("read", iteration_id, client_id, job = %job_name);
         let manager = if opts.num_consumers.is_some() {
-            let rounds = crate::round_robin::manage(dispatcher.clone(), client_id, opts, tx);
+            let rounds = crate::coordinated::manage(dispatcher.clone(), client_id, opts, tx);
             tokio::spawn(rounds.instrument(span))
         } else {
             tokio::spawn(manage(dispatcher.clone(), client_id, opts, tx).instrument(span))

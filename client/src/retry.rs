@@ -64,16 +64,69 @@ pub fn is_retryable(code: Code) -> bool {
     matches!(code, Code::Unavailable | Code::Aborted | Code::Cancelled | Code::DeadlineExceeded)
 }
 
-/// Whether a failed call is worth retrying: the retryable codes, and the transport
-/// failures (a connection reset by a killed peer mid-call) that tonic reports as
-/// `Unknown`.
+/// Whether a failed call is worth retrying: a retryable code, or a failure of the
+/// connection itself ([`is_transport_failure`]) whatever code tonic gave it.
 pub fn is_retryable_status(status: &tonic::Status) -> bool {
-    if is_retryable(status.code()) {
-        return true;
+    is_retryable(status.code()) || is_transport_failure(status)
+}
+
+/// Whether the call failed in the connection rather than in the peer's answer: a
+/// connection reset by a killed peer, or an HTTP/2 stream torn down by a stopping
+/// one. Told by the type of the error tonic keeps as the status's source (h2,
+/// hyper, I/O or tonic transport errors), never by its text; tonic maps these to
+/// `Unknown`, `Internal` or `Cancelled`. A status the peer sent has no source.
+pub fn is_transport_failure(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.is::<h2::Error>()
+            || e.is::<hyper::Error>()
+            || e.is::<std::io::Error>()
+            || e.is::<tonic::transport::Error>()
+        {
+            return true;
+        }
+        source = e.source();
     }
-    let m = status.message().to_ascii_lowercase();
-    status.code() == Code::Unknown
-        && ["transport", "connection", "broken pipe", "reset", "h2 protocol", "stream"]
-            .iter()
-            .any(|w| m.contains(w))
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Status;
+
+    #[test]
+    fn transport_failures_are_retryable_by_type_whatever_their_code() {
+        // A stream torn down mid-call: tonic maps the h2 error to Internal.
+        let torn = Status::from_error(Box::new(h2::Error::from(h2::Reason::INTERNAL_ERROR)));
+        assert_eq!(torn.code(), Code::Internal);
+        assert!(is_retryable_status(&torn), "{torn:?}");
+        // A reset connection, wrapped once more, as a body error arrives.
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let wrapped: Box<dyn std::error::Error + Send + Sync> = Box::new(Wrapper(reset));
+        let status = Status::from_error(wrapped);
+        assert_eq!(status.code(), Code::Unknown);
+        assert!(is_retryable_status(&status), "{status:?}");
+    }
+
+    #[test]
+    fn a_status_the_peer_sent_is_judged_by_its_code_not_its_text() {
+        let sent = Status::internal("h2 protocol error: connection reset (transport)");
+        assert!(!is_retryable_status(&sent));
+        assert!(is_retryable_status(&Status::unavailable("anything")));
+        assert!(!is_retryable_status(&Status::not_found("task 3")));
+    }
+
+    #[derive(Debug)]
+    struct Wrapper(std::io::Error);
+    impl std::fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "reading the body")
+        }
+    }
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
 }

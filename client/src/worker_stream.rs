@@ -26,9 +26,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tower::Service;
 
-const PATH: &str = "/sluice.v1.Worker/GetElements";
-/// gRPC message prefix: compressed flag (1 byte), big-endian length (4 bytes).
-const PREFIX: usize = 5;
+use sluice_proto::contract::element_route::{MESSAGE_PREFIX_BYTES as PREFIX, PATH};
 
 /// Opens a `GetElements` stream on `channel` (lazy channels connect here).
 pub(crate) async fn get_elements(

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use sluice_dataset::DatasetDef;
 
 use crate::command::{Command, Response};
+use crate::coordinated;
 use crate::error::StateError;
-use crate::round_robin;
 use crate::state::*;
 
 /// The most splits one GetSplit may take at once.
@@ -30,9 +30,9 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         } => {
             let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
             match num_consumers {
-                Some(n) => round_robin::get_or_create_job(state, job, static_workers, n),
+                Some(n) => coordinated::get_or_create_job(state, job, static_workers, n),
                 None => {
-                    round_robin::refuse_plain_join(state, job.job_name.as_deref())?;
+                    coordinated::refuse_plain_join(state, job.job_name.as_deref())?;
                     get_or_create_job(state, job, static_workers)
                 }
             }
@@ -66,11 +66,11 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         Command::GcIteration { iteration_id } => {
             crate::apply_liveness::gc_iteration(state, iteration_id)
         }
-        Command::RoundRobinPromoteTasks { iteration_id, starting_round } => {
-            round_robin::promote_tasks(state, iteration_id, starting_round)
+        Command::CoordinatedPromoteTasks { iteration_id, starting_round } => {
+            coordinated::promote_tasks(state, iteration_id, starting_round)
         }
-        Command::RoundRobinRemoveTask { task_id, round } => {
-            round_robin::remove_task(state, task_id, round)
+        Command::CoordinatedRemoveTask { task_id, round } => {
+            coordinated::remove_task(state, task_id, round)
         }
     }
 }
@@ -267,9 +267,9 @@ fn get_or_create_iteration(
             } else {
                 state.workers.keys().cloned().collect()
             };
-            let round_robin = job
+            let coordinated = job
                 .num_consumers
-                .map(|num_consumers| RoundRobinIteration { num_consumers, ..Default::default() });
+                .map(|num_consumers| CoordinatedIteration { num_consumers, ..Default::default() });
             let mut iteration = Iteration {
                 id: iteration_id,
                 job_id,
@@ -282,7 +282,7 @@ fn get_or_create_iteration(
                 lost_splits: vec![],
                 lost_tasks: BTreeSet::new(),
                 garbage_collected: false,
-                round_robin,
+                coordinated,
             };
             for address in workers {
                 let task_id = new_task(state, job_id, iteration_id, &address);
@@ -412,7 +412,7 @@ fn register_worker(
     let has_task: BTreeSet<IterationId> = state
         .tasks
         .values()
-        .filter(|t| t.worker_address == address && !t.lost && !round_robin::is_removed(state, t))
+        .filter(|t| t.worker_address == address && !t.lost && !coordinated::is_removed(state, t))
         .map(|t| t.iteration_id)
         .collect();
     let missing: Vec<(JobId, IterationId)> = state
@@ -424,8 +424,8 @@ fn register_worker(
         .collect();
     for (job_id, iteration_id) in missing {
         let task_id = new_task(state, job_id, iteration_id, &address);
-        // A round-robin iteration's consumers read it only from an agreed round.
-        round_robin::add_task(state, iteration_id, task_id);
+        // A coordinated iteration's consumers read it only from an agreed round.
+        coordinated::add_task(state, iteration_id, task_id);
     }
     let tasks = state.worker_tasks(&address).iter().map(|t| t.id).collect();
     Ok(Response::WorkerRegistered { tasks })

@@ -130,7 +130,7 @@ mod tests {
     fn the_digest_ignores_what_the_reader_does_not_act_on() {
         let mut r = resp(false, false);
         let base = digest(&r);
-        r.round_robin_pause = true;
+        r.coordinated_pause = true;
         r.view_digest = 42;
         assert_eq!(base, digest(&r));
     }

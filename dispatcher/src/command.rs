@@ -35,7 +35,7 @@ pub enum Command {
         /// name and a pipeline not known to be finite.
         cross_trainer_cache: bool,
         /// Coordinated reads: the job reads in rounds of this many consumers
-        /// (refused over a pipeline known to end; see `round_robin.rs`).
+        /// (refused over a pipeline known to end; see `coordinated.rs`).
         num_consumers: Option<u32>,
     },
     /// Gets or creates (job, repetition) with one task per registered worker, and
@@ -89,16 +89,16 @@ pub enum Command {
     GcIteration {
         iteration_id: IterationId,
     },
-    /// Every pending task of the round-robin iteration joins the rounds at
+    /// Every pending task of the coordinated iteration joins the rounds at
     /// `starting_round`. Proposed once every consumer reported it is paused at
-    /// a round ≤ `starting_round` (see `round_robin.rs`).
-    RoundRobinPromoteTasks {
+    /// a round ≤ `starting_round` (see `coordinated.rs`).
+    CoordinatedPromoteTasks {
         iteration_id: IterationId,
         starting_round: u64,
     },
     /// All consumers voted a task out (MaybeRemoveTask); `round` is the highest
     /// round voted. Consumers skip the task from then on.
-    RoundRobinRemoveTask {
+    CoordinatedRemoveTask {
         task_id: TaskId,
         round: u64,
     },
@@ -118,8 +118,8 @@ impl Command {
             Command::Batch(_) => "Batch",
             Command::WorkerLost { .. } => "WorkerLost",
             Command::GcIteration { .. } => "GcIteration",
-            Command::RoundRobinPromoteTasks { .. } => "RoundRobinPromoteTasks",
-            Command::RoundRobinRemoveTask { .. } => "RoundRobinRemoveTask",
+            Command::CoordinatedPromoteTasks { .. } => "CoordinatedPromoteTasks",
+            Command::CoordinatedRemoveTask { .. } => "CoordinatedRemoveTask",
         }
     }
 }
@@ -158,8 +158,8 @@ pub enum Response {
         changed: bool,
     },
     /// The tasks that joined the rounds (empty: none was pending).
-    RoundRobinPromoted {
+    CoordinatedPromoted {
         task_ids: Vec<TaskId>,
     },
-    RoundRobinRemoved,
+    CoordinatedRemoved,
 }

@@ -20,9 +20,6 @@ impl From<StateError> for Status {
     }
 }
 
-/// The metadata key carrying the leader's address when a follower refuses.
-pub const LEADER_METADATA: &str = "sluice-leader";
-
 impl From<ProposeError> for Status {
     fn from(e: ProposeError) -> Status {
         match e {
@@ -37,11 +34,11 @@ impl From<ProposeError> for Status {
                          retry shortly"
                     ),
                 };
-                let mut status = Status::unavailable(msg);
-                if let Some(a) = leader_address.and_then(|a| a.parse().ok()) {
-                    status.metadata_mut().insert(LEADER_METADATA, a);
+                let status = Status::unavailable(msg);
+                match leader_address {
+                    Some(a) => sluice_proto::contract::with_leader_address(status, &a),
+                    None => status,
                 }
-                status
             }
             ProposeError::Unavailable(m) => Status::unavailable(m),
         }
@@ -127,7 +124,7 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
 /// The tasks of `it` as readers see them, in read order (the long-poll view and the
 /// coordinated readers' heartbeat both answer with this list).
 pub(crate) fn task_infos(s: &State, it: &Iteration) -> Vec<pb::TaskInfo> {
-    let rr = it.round_robin.as_ref();
+    let rr = it.coordinated.as_ref();
     it.tasks
         .iter()
         .filter_map(|t| s.tasks.get(t))
@@ -136,7 +133,7 @@ pub(crate) fn task_infos(s: &State, it: &Iteration) -> Vec<pb::TaskInfo> {
             worker_address: t.worker_address.clone(),
             finished: t.finished,
             starting_round: t.starting_round,
-            round_robin_removed: rr.is_some_and(|rr| rr.removed.contains_key(&t.id)),
+            coordinated_removed: rr.is_some_and(|rr| rr.removed.contains_key(&t.id)),
         })
         .collect()
 }

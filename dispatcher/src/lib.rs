@@ -13,8 +13,8 @@
 //!   job requires (checked by `apply` when the job is created).
 //! - [`core`] — [`Core`], the single owner of the state: commands go through Raft
 //!   ([`raft`]) and its journal before they are applied and answered.
-//! - `round_robin`: coordinated reads, the replicated half (pending tasks,
-//!   promotion, removal; called by `apply`); `round_robin_coordinator`: the
+//! - `coordinated`: coordinated reads, the replicated half (pending tasks,
+//!   promotion, removal; called by `apply`); `coordinated_reads`: the
 //!   leader's soft half (pause reports, removal votes) and the protocol's doc.
 //! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
 //!   state machine around `apply`, and the peer RPCs.
@@ -38,14 +38,14 @@ mod client_view;
 pub mod command;
 pub mod config;
 mod convert;
+mod coordinated;
+mod coordinated_reads;
 pub mod core;
 mod def_serde;
 pub mod error;
 mod liveness;
 mod metrics;
 pub mod raft;
-mod round_robin;
-mod round_robin_coordinator;
 pub mod server;
 mod service;
 pub mod state;

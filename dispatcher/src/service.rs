@@ -18,10 +18,10 @@ use crate::client_view;
 use crate::command::{Command, Response as R};
 use crate::config::DispatcherConfig;
 use crate::convert::*;
+use crate::coordinated_reads::CoordinatedReads;
 use crate::core::Core;
 use crate::error::StateError;
 use crate::liveness::Liveness;
-use crate::round_robin_coordinator::RoundRobinCoordinator;
 use crate::state::{DatasetId, State};
 use crate::worker_view;
 
@@ -37,7 +37,7 @@ pub struct DispatcherService {
     /// Soft state: heartbeat times and the leader's timers.
     liveness: Arc<Liveness>,
     /// Coordinated reads: pause reports and removal votes (soft state).
-    round_robin: RoundRobinCoordinator,
+    coordinated: CoordinatedReads,
 }
 
 impl DispatcherService {
@@ -47,8 +47,8 @@ impl DispatcherService {
         registry: FunctionRegistry,
         liveness: Arc<Liveness>,
     ) -> Self {
-        let round_robin = RoundRobinCoordinator::new(core.clone());
-        DispatcherService { core, config, registry, liveness, round_robin }
+        let coordinated = CoordinatedReads::new(core.clone());
+        DispatcherService { core, config, registry, liveness, coordinated }
     }
 
     fn unexpected(cmd: &str, r: R) -> Status {
@@ -226,7 +226,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
     ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
         let req = req.into_inner();
         if req.consumer_index.is_some() {
-            return Ok(Response::new(self.round_robin.client_heartbeat(req).await?));
+            return Ok(Response::new(self.coordinated.client_heartbeat(req).await?));
         }
         let client_id = req.client_id;
         // A long poll answers at a change or after the wait, which is a fraction of
@@ -338,7 +338,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::MaybeRemoveTaskRequest>,
     ) -> Result<Response<pb::MaybeRemoveTaskResponse>, Status> {
-        Ok(Response::new(self.round_robin.maybe_remove_task(req.into_inner()).await?))
+        Ok(Response::new(self.coordinated.maybe_remove_task(req.into_inner()).await?))
     }
 
     async fn get_status(

@@ -146,8 +146,8 @@ pub struct Iteration {
     /// and nobody may join it again (a new reader gets a new iteration).
     pub garbage_collected: bool,
     /// Coordinated reads (the job has `num_consumers`): tasks waiting to join the
-    /// rounds and tasks voted out. See `round_robin.rs`.
-    pub round_robin: Option<RoundRobinIteration>,
+    /// rounds and tasks voted out. See `coordinated.rs`.
+    pub coordinated: Option<CoordinatedIteration>,
 }
 
 /// A split range a lost (or restarted) worker held: granted, never known delivered.
@@ -159,9 +159,9 @@ pub struct LostSplit {
     pub end: u64,
 }
 
-/// The replicated part of the round-robin protocol of one iteration.
+/// The replicated part of the coordinated-read protocol of one iteration.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RoundRobinIteration {
+pub struct CoordinatedIteration {
     pub num_consumers: u32,
     /// Tasks of workers that joined after the iteration started, in arrival order;
     /// not yet in `Iteration::tasks` (consumers do not read them yet).

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //! - [`v1`]: every message and both services (`Dispatcher`, `Worker`), generated.
+//! - [`contract`]: the rest of the wire contract — reason codes and the leader's
+//!   address carried on a status, and the element route's path and framing.
 //! - [`MAX_MESSAGE_BYTES`]: the one bound on a gRPC message that every server and
 //!   client in Sluice applies, so a bad peer cannot make another allocate without limit.
 //!
@@ -13,6 +15,8 @@ pub mod v1 {
     #![allow(clippy::all, missing_docs)]
     tonic::include_proto!("sluice.v1");
 }
+
+pub mod contract;
 
 /// Largest encoded gRPC message any Sluice endpoint sends or accepts (64 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;

@@ -7,7 +7,7 @@
 //! - `heartbeat`: the control loop — register, heartbeat, start and delete tasks,
 //!   report finished ones.
 //! - `task`: one task — its pipeline thread and the bounded buffer consumers share.
-//! - `round_robin`: coordinated reads — a round-robin task serves rounds: all
+//! - `coordinated`: coordinated reads — a coordinated task serves rounds: all
 //!   `num_consumers` consumers ask, consumer i gets element i, or all skip.
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
 //! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`); it opens
@@ -42,12 +42,12 @@
 
 mod cache;
 pub mod config;
+mod coordinated;
 mod drain;
 pub mod error;
 mod heartbeat;
 mod metrics;
 mod producer;
-mod round_robin;
 mod route;
 mod scatter;
 mod service;

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  service: GetElements producer ──► Counters (elements, bytes, streams open)
-//!           RoundRobinGetElement ──┘
+//!           CoordinatedGetElement ──┘
 //!  scrape ──► WorkerCollector ──► task table: tasks running, cache bytes
 //! ```
 //!

@@ -26,7 +26,7 @@ use thiserror::Error;
 pub(crate) const ZERO_COPY_MIN_BYTES: usize = 4096;
 
 /// The gRPC message prefix: compressed flag and big-endian u32 length.
-pub(crate) const GRPC_HEADER_BYTES: usize = 5;
+pub(crate) use sluice_proto::contract::element_route::MESSAGE_PREFIX_BYTES as GRPC_HEADER_BYTES;
 
 // Field numbers of `proto/sluice.proto`.
 const BATCH_ELEMENTS: u32 = 1;

@@ -42,11 +42,11 @@ impl pb::worker_server::Worker for WorkerService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn round_robin_get_element(
+    async fn coordinated_get_element(
         &self,
-        request: Request<pb::RoundRobinGetElementRequest>,
-    ) -> Result<Response<pb::RoundRobinGetElementResponse>, Status> {
-        let answer = crate::round_robin::get_element(&self.worker, request.into_inner()).await?;
+        request: Request<pb::CoordinatedGetElementRequest>,
+    ) -> Result<Response<pb::CoordinatedGetElementResponse>, Status> {
+        let answer = crate::coordinated::get_element(&self.worker, request.into_inner()).await?;
         if let Some(e) = &answer.element {
             self.worker.counters.streamed(1, e.encoded_len());
         }
@@ -78,16 +78,12 @@ pub(crate) fn open_stream(
         Lookup::Finished => return Ok(crate::producer::end_of_sequence()),
         Lookup::Deleted => return Err(StopReason::Deleted.status(task_id)),
         Lookup::ShuttingDown => return Err(StopReason::ShuttingDown.status(task_id)),
-        Lookup::Unknown => {
-            return Err(Status::unavailable(format!(
-                "task {task_id} is not known to this worker yet"
-            )))
-        }
+        Lookup::Unknown => return Err(crate::task::not_yet_known(task_id)),
     };
     if task.rounds.is_some() {
         return Err(Status::failed_precondition(format!(
             "task {task_id} serves coordinated reads (num_consumers is set); read it with \
-             RoundRobinGetElement, one round at a time"
+             CoordinatedGetElement, one round at a time"
         )));
     }
     crate::cache::check_request(&task, &req.trainer_id)?;

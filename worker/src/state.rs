@@ -172,7 +172,7 @@ impl Worker {
             table.started += 1;
             drop(table);
             // Finishes the task if its pipeline ends with nobody left to read the end
-            // (a stream that sees it first finishes it the usual way). Round-robin and
+            // (a stream that sees it first finishes it the usual way). Coordinated and
             // cache tasks need an infinite pipeline: their end is an error their own
             // readers report.
             if task.rounds.is_some() || task.cache.is_some() {

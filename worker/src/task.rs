@@ -19,6 +19,7 @@ use std::sync::Arc;
 use prost::Message;
 use sluice_client::DispatcherClient;
 use sluice_dataset::{DatasetDef, DatasetError, Element, FunctionRegistry, StaticPolicy};
+use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch, Mutex};
@@ -46,11 +47,18 @@ pub(crate) enum StopReason {
     ShuttingDown,
 }
 
+/// The answer for a task this worker has not heard of yet: retryable, and marked so
+/// a coordinated reader knows the worker is alive.
+pub(crate) fn not_yet_known(task_id: u64) -> Status {
+    Reason::TaskNotYetKnown
+        .attach(Status::unavailable(format!("task {task_id} is not known to this worker yet")))
+}
+
 impl StopReason {
     pub(crate) fn status(self, task_id: u64) -> Status {
         match self {
-            StopReason::Deleted => Status::failed_precondition(format!(
-                "task {task_id} was deleted by the dispatcher before it finished"
+            StopReason::Deleted => Reason::TaskDeleted.attach(Status::failed_precondition(
+                format!("task {task_id} was deleted by the dispatcher before it finished"),
             )),
             // Retryable: the same address may come back (a restarted worker).
             StopReason::ShuttingDown => Status::unavailable("the worker is shutting down"),
@@ -111,8 +119,8 @@ pub(crate) struct Task {
     pub cache: Option<crate::cache::CrossTrainerCache>,
     /// GetElements streams open on this task (a draining worker waits for them).
     pub open_streams: std::sync::atomic::AtomicUsize,
-    /// Coordinated reads: the task serves rounds (`round_robin.rs`), not streams.
-    pub rounds: Option<crate::round_robin::Rounds>,
+    /// Coordinated reads: the task serves rounds (`coordinated.rs`), not streams.
+    pub rounds: Option<crate::coordinated::Rounds>,
 }
 
 struct Buffer {
@@ -135,7 +143,7 @@ impl Task {
     /// (bad definition, unknown mode, no thread) is created failed, so its consumers
     /// get the reason instead of waiting.
     pub(crate) fn start(def: pb::TaskDef, ctx: &RunnerContext) -> Arc<Task> {
-        // A round-robin task keeps at most one round (num_consumers elements) ahead.
+        // A coordinated task keeps at most one round (num_consumers elements) ahead.
         let capacity = def.num_consumers.map_or(ctx.buffer_elements, |n| n as usize);
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let (stop, _) = watch::channel(None);
@@ -143,7 +151,7 @@ impl Task {
         let cache = def.use_cross_trainer_cache.then(|| {
             crate::cache::CrossTrainerCache::new(def.task_id, ctx.cross_trainer_cache_bytes)
         });
-        let rounds = def.num_consumers.map(crate::round_robin::Rounds::new);
+        let rounds = def.num_consumers.map(crate::coordinated::Rounds::new);
         let mut task = Task {
             task_id: def.task_id,
             iteration_id: def.iteration_id,
@@ -293,7 +301,7 @@ impl Task {
         }
     }
 
-    /// One element for a round-robin round, waiting at most `wait` for it.
+    /// One element for a coordinated round, waiting at most `wait` for it.
     pub(crate) async fn take_one(&self, wait: std::time::Duration) -> Result<Took, Status> {
         let mut buf = self.buffer.lock().await;
         // Taken from the channel by `ended_when_drained`, not yet delivered.

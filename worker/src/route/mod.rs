@@ -26,8 +26,7 @@ use tower::Service;
 use crate::service::{open_stream, WorkerService};
 use crate::state::Worker;
 
-/// The HTTP/2 path of `Worker.GetElements`.
-pub(crate) const GET_ELEMENTS_PATH: &str = "/sluice.v1.Worker/GetElements";
+pub(crate) use sluice_proto::contract::element_route::PATH as GET_ELEMENTS_PATH;
 
 /// The Worker service with GetElements served without copying tensor data.
 #[derive(Clone)]

@@ -10,10 +10,9 @@ use thiserror::Error;
 use tonic::body::Body;
 use tonic::Status;
 
-use crate::scatter::GRPC_HEADER_BYTES;
-
-/// Largest GetElements request message accepted.
-pub(super) const MAX_REQUEST_BYTES: usize = 64 * 1024;
+use sluice_proto::contract::element_route::{
+    MAX_REQUEST_BYTES, MESSAGE_PREFIX_BYTES as GRPC_HEADER_BYTES,
+};
 
 /// Why a GetElements request was refused.
 #[derive(Debug, Error)]

@@ -1,4 +1,4 @@
-//! Coordinated (round-robin) reads on the worker: one [`Rounds`] per round-robin
+//! Coordinated (round-robin) reads on the worker: one [`Rounds`] per coordinated
 //! task, in front of the task's bounded buffer.
 //!
 //! ```text
@@ -75,8 +75,8 @@ impl Rounds {
 
 pub(crate) async fn get_element(
     worker: &Worker,
-    req: pb::RoundRobinGetElementRequest,
-) -> Result<pb::RoundRobinGetElementResponse, Status> {
+    req: pb::CoordinatedGetElementRequest,
+) -> Result<pb::CoordinatedGetElementResponse, Status> {
     let task_id = req.task_id;
     let task = match worker.lookup(task_id) {
         Lookup::Running(task) => task,
@@ -85,11 +85,7 @@ pub(crate) async fn get_element(
         }
         Lookup::Deleted => return Err(StopReason::Deleted.status(task_id)),
         Lookup::ShuttingDown => return Err(StopReason::ShuttingDown.status(task_id)),
-        Lookup::Unknown => {
-            return Err(Status::unavailable(format!(
-                "task {task_id} is not known to this worker yet"
-            )))
-        }
+        Lookup::Unknown => return Err(crate::task::not_yet_known(task_id)),
     };
     let Some(rounds) = &task.rounds else {
         return Err(Status::failed_precondition(format!(
@@ -118,7 +114,7 @@ impl Rounds {
         task: &Task,
         consumer: u32,
         round: u64,
-    ) -> Result<pb::RoundRobinGetElementResponse, Status> {
+    ) -> Result<pb::CoordinatedGetElementResponse, Status> {
         let n = self.num_consumers;
         if consumer >= n {
             return Err(Status::invalid_argument(format!(
@@ -157,7 +153,7 @@ impl Rounds {
                 }
             }
             if tokio::time::timeout_at(deadline, started.changed()).await.is_err() {
-                return Ok(pb::RoundRobinGetElementResponse {
+                return Ok(pb::CoordinatedGetElementResponse {
                     waiting: true,
                     ..Default::default()
                 });
@@ -171,7 +167,7 @@ impl Rounds {
         task_id: u64,
         consumer: u32,
         round: u64,
-    ) -> Option<Result<pb::RoundRobinGetElementResponse, Status>> {
+    ) -> Option<Result<pb::CoordinatedGetElementResponse, Status>> {
         let mut st = self.state.lock().await;
         (st.current == Some(round)).then(|| serve(&mut st, task_id, consumer, round))
     }
@@ -194,7 +190,7 @@ impl Rounds {
                 Ok(Took::Nothing) => break,
                 Ok(Took::Ended) => {
                     let status = Status::failed_precondition(format!(
-                        "round-robin task {}: the pipeline ended after {} element(s), but \
+                        "coordinated task {}: the pipeline ended after {} element(s), but \
                          coordinated reads need an infinite dataset (end it with repeat())",
                         task.task_id, st.taken
                     ));
@@ -229,13 +225,13 @@ fn serve(
     task_id: u64,
     consumer: u32,
     round: u64,
-) -> Result<pb::RoundRobinGetElementResponse, Status> {
+) -> Result<pb::CoordinatedGetElementResponse, Status> {
     let Some(elements) = &mut st.elements else {
-        return Ok(pb::RoundRobinGetElementResponse { skipped: true, ..Default::default() });
+        return Ok(pb::CoordinatedGetElementResponse { skipped: true, ..Default::default() });
     };
     match elements.get_mut(consumer as usize).and_then(Option::take) {
         Some(element) => {
-            Ok(pb::RoundRobinGetElementResponse { element: Some(element), ..Default::default() })
+            Ok(pb::CoordinatedGetElementResponse { element: Some(element), ..Default::default() })
         }
         None => Err(Status::failed_precondition(format!(
             "consumer {consumer} asked task {task_id} for round {round}, but this task already \

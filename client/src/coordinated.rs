@@ -7,15 +7,15 @@
 //!  heartbeat loop ──ClientHeartbeat(consumer_index, paused_at)──▶ dispatcher
 //!        │ task list (with starting_round, removed), pause
 //!        ▼
-//!     Shared ◀── round loop: round r = one RoundRobinGetElement per task, in the
+//!     Shared ◀── round loop: round r = one CoordinatedGetElement per task, in the
 //!                dispatcher's task order, all at once; output in (round, task) order
 //! ```
 //!
 //! A task is read from its `starting_round` on. When the dispatcher says
-//! `round_robin_pause` (a worker is joining), the round loop starts no new round
+//! `coordinated_pause` (a worker is joining), the round loop starts no new round
 //! and the next heartbeat reports `paused_at` = the first round not started; the
 //! dispatcher then sets the joining tasks' `starting_round` to the highest round
-//! reported, and lifts the pause (protocol: `dispatcher/src/round_robin_coordinator.rs`).
+//! reported, and lifts the pause (protocol: `dispatcher/src/coordinated_reads.rs`).
 //! A task whose worker cannot be reached is retried with backoff; from the second
 //! failure on the consumer also votes `MaybeRemoveTask`, and skips the task once
 //! all consumers agreed. Everything is bounded: each worker request waits at most
@@ -41,6 +41,7 @@ use crate::error::ClientError;
 use crate::options::{ReadOptions, TargetWorkers};
 use crate::reader::Batch;
 use crate::retry::is_retryable_status;
+use sluice_proto::contract::Reason;
 
 /// The checks of `num_consumers` / `consumer_index` in [`ReadOptions::validate`].
 pub(crate) fn validate(opts: &ReadOptions) -> Result<(), ClientError> {
@@ -72,7 +73,7 @@ pub(crate) fn validate(opts: &ReadOptions) -> Result<(), ClientError> {
 
 impl DispatcherClient {
     /// `ClientHeartbeat` with the coordinated-read fields.
-    pub async fn round_robin_heartbeat(
+    pub async fn coordinated_heartbeat(
         &self,
         req: pb::ClientHeartbeatRequest,
     ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
@@ -170,28 +171,28 @@ async fn heartbeats(ctx: &Ctx) -> Result<(), ClientError> {
         let req = pb::ClientHeartbeatRequest {
             client_id: ctx.client_id,
             consumer_index: Some(ctx.consumer_index),
-            round_robin_paused_at: paused_at,
-            round_robin_sequence: sequence,
+            coordinated_paused_at: paused_at,
+            coordinated_sequence: sequence,
             ..Default::default()
         };
-        let hb = ctx.dispatcher.round_robin_heartbeat(req).await?;
+        let hb = ctx.dispatcher.coordinated_heartbeat(req).await?;
         {
             let mut s = ctx.shared();
             for t in hb.tasks {
                 match s.tasks.iter_mut().find(|e| e.task_id == t.task_id) {
-                    Some(e) => e.removed |= t.round_robin_removed,
+                    Some(e) => e.removed |= t.coordinated_removed,
                     None => s.tasks.push(Entry {
                         task_id: t.task_id,
                         address: Arc::from(t.worker_address.as_str()),
                         starting_round: t.starting_round,
-                        removed: t.round_robin_removed,
+                        removed: t.coordinated_removed,
                     }),
                 }
             }
-            if s.paused != hb.round_robin_pause {
-                debug!(paused = hb.round_robin_pause, next_round = s.next_round, "pause changed");
+            if s.paused != hb.coordinated_pause {
+                debug!(paused = hb.coordinated_pause, next_round = s.next_round, "pause changed");
             }
-            s.paused = hb.round_robin_pause;
+            s.paused = hb.coordinated_pause;
         }
         ctx.changed.send_modify(|g| *g += 1);
     }
@@ -275,7 +276,7 @@ async fn fetch(
     round: u64,
 ) -> Result<Got, ClientError> {
     let policy = &ctx.opts.worker_retry;
-    let req = pb::RoundRobinGetElementRequest {
+    let req = pb::CoordinatedGetElementRequest {
         task_id: t.task_id,
         client_id: ctx.client_id,
         consumer_index: ctx.consumer_index,
@@ -285,7 +286,7 @@ async fn fetch(
     let mut failures = 0u32;
     loop {
         let answer =
-            tokio::time::timeout(policy.attempt_timeout, client.round_robin_get_element(req)).await;
+            tokio::time::timeout(policy.attempt_timeout, client.coordinated_get_element(req)).await;
         let status = match answer {
             Ok(Ok(resp)) => {
                 let resp = resp.into_inner();
@@ -316,14 +317,13 @@ async fn fetch(
             )),
         };
         // A task the dispatcher removed is deleted on its worker: as good as gone.
-        let deleted = status.message().contains("deleted by the dispatcher");
-        // A connection torn down by a stopping worker can surface as Internal.
-        let torn = status.message().contains("h2 protocol error");
-        if !is_retryable_status(&status) && !deleted && !torn {
+        let reason = Reason::of(&status);
+        let deleted = reason == Some(Reason::TaskDeleted);
+        if !is_retryable_status(&status) && !deleted {
             return Err(ClientError::Rpc {
                 peer: "worker",
                 address: t.address.to_string(),
-                call: "RoundRobinGetElement",
+                call: "CoordinatedGetElement",
                 code: status.code(),
                 message: status.message().to_string(),
             });
@@ -335,7 +335,7 @@ async fn fetch(
         failures += 1;
         // A worker that answers "not known yet" is alive: it has not heard of
         // the task from the dispatcher yet. Only an unreachable worker is voted on.
-        let alive = status.message().contains("not known to this worker yet");
+        let alive = reason == Some(Reason::TaskNotYetKnown);
         if failures >= 2 && !alive {
             let vote = pb::MaybeRemoveTaskRequest {
                 task_id: t.task_id,

@@ -30,7 +30,7 @@ fn message(e: StateError) -> String {
 }
 
 #[test]
-fn a_round_robin_job_needs_an_infinite_dataset_and_names_the_count() {
+fn a_coordinated_job_needs_an_infinite_dataset_and_names_the_count() {
     let mut s = State::default();
     let finite = register(&mut s, DatasetDef::range(10).map("square").batch(3, false));
     let before = s.clone();
@@ -84,16 +84,16 @@ fn a_joining_worker_waits_pending_until_promoted_at_one_round_for_everyone() {
     let w2 = worker(&mut s, "w2", 2);
     assert_eq!(w2.len(), 1, "the worker is told to run its task");
     assert_eq!(s.iterations[&it].tasks, first, "consumers do not read it yet");
-    assert_eq!(s.iterations[&it].round_robin.as_ref().unwrap().pending, w2);
+    assert_eq!(s.iterations[&it].coordinated.as_ref().unwrap().pending, w2);
 
-    let c = Command::RoundRobinPromoteTasks { iteration_id: it, starting_round: 17 };
-    assert_eq!(ok(&mut s, c), Response::RoundRobinPromoted { task_ids: w2.clone() });
+    let c = Command::CoordinatedPromoteTasks { iteration_id: it, starting_round: 17 };
+    assert_eq!(ok(&mut s, c), Response::CoordinatedPromoted { task_ids: w2.clone() });
     assert_eq!(s.iterations[&it].tasks, [first.clone(), w2.clone()].concat());
     assert_eq!(s.tasks[&w2[0]].starting_round, 17);
-    assert!(s.iterations[&it].round_robin.as_ref().unwrap().pending.is_empty());
+    assert!(s.iterations[&it].coordinated.as_ref().unwrap().pending.is_empty());
     // Nothing pending: a second promotion promotes nothing.
-    let c = Command::RoundRobinPromoteTasks { iteration_id: it, starting_round: 20 };
-    assert_eq!(ok(&mut s, c), Response::RoundRobinPromoted { task_ids: vec![] });
+    let c = Command::CoordinatedPromoteTasks { iteration_id: it, starting_round: 20 };
+    assert_eq!(ok(&mut s, c), Response::CoordinatedPromoted { task_ids: vec![] });
 }
 
 #[test]
@@ -106,8 +106,8 @@ fn a_voted_out_task_is_dropped_by_its_worker_and_a_returning_worker_joins_again(
     let it = iteration(&mut s, job, 1).0;
     let tasks = s.iterations[&it].tasks.clone();
     let dead = tasks[1];
-    ok(&mut s, Command::RoundRobinRemoveTask { task_id: dead, round: 5 });
-    let rr = s.iterations[&it].round_robin.clone().unwrap();
+    ok(&mut s, Command::CoordinatedRemoveTask { task_id: dead, round: 5 });
+    let rr = s.iterations[&it].coordinated.clone().unwrap();
     assert_eq!(rr.removed.get(&dead), Some(&5));
     assert!(!s.workers["w2"].active_tasks.contains(&dead), "the worker is told to drop it");
     assert_eq!(s.iterations[&it].tasks, tasks, "the read order keeps it, marked removed");
@@ -116,9 +116,9 @@ fn a_voted_out_task_is_dropped_by_its_worker_and_a_returning_worker_joins_again(
     let back = worker(&mut s, "w2", 3);
     assert_eq!(back.len(), 1);
     assert_ne!(back[0], dead);
-    assert_eq!(s.iterations[&it].round_robin.as_ref().unwrap().pending, back);
+    assert_eq!(s.iterations[&it].coordinated.as_ref().unwrap().pending, back);
 
-    // Not a round-robin task: refused, nothing changes.
+    // Not a coordinated task: refused, nothing changes.
     let plain = register(&mut s, DatasetDef::range(3));
     let c = Command::GetOrCreateJob {
         dataset_id: plain,
@@ -133,7 +133,7 @@ fn a_voted_out_task_is_dropped_by_its_worker_and_a_returning_worker_joins_again(
     let plain_it = iteration(&mut s, job_id, 1).0;
     let plain_task = s.iterations[&plain_it].tasks[0];
     let before = s.clone();
-    let e = apply(&mut s, Command::RoundRobinRemoveTask { task_id: plain_task, round: 0 });
+    let e = apply(&mut s, Command::CoordinatedRemoveTask { task_id: plain_task, round: 0 });
     assert!(matches!(e, Err(StateError::FailedPrecondition(_))), "{e:?}");
     assert_eq!(s, before);
 }

@@ -1,5 +1,5 @@
 //! Coordinated (round-robin) reads: the leader's soft state and the two handlers
-//! that use it — the round-robin part of `ClientHeartbeat` and `MaybeRemoveTask`.
+//! that use it — the coordinated-read part of `ClientHeartbeat` and `MaybeRemoveTask`.
 //!
 //! # The protocol
 //! `num_consumers` = N consumers read a job in *rounds*: in round r each consumer
@@ -9,12 +9,12 @@
 //! every consumer gets its element from the same worker, per task slot.
 //!
 //! **A worker joins** (pending-task protocol). `RegisterWorker` creates its task in
-//! every unfinished round-robin iteration as *pending* (replicated): the worker runs
+//! every unfinished coordinated iteration as *pending* (replicated): the worker runs
 //! it at once, consumers do not read it yet. While an iteration has pending tasks,
-//! the heartbeat answer says `round_robin_pause`: the consumer starts no new round
+//! the heartbeat answer says `coordinated_pause`: the consumer starts no new round
 //! (rounds in flight finish) and reports, in its next heartbeat,
-//! `round_robin_paused_at = n`, the first round it has not started. Once all N
-//! consumers reported a pause, the leader proposes `RoundRobinPromoteTasks` with
+//! `coordinated_paused_at = n`, the first round it has not started. Once all N
+//! consumers reported a pause, the leader proposes `CoordinatedPromoteTasks` with
 //! `starting_round = max(n)`: every pending task joins at that round. Since every
 //! consumer is paused at a round ≤ max(n), none has started it; the answer that
 //! lifts the pause carries the task with its `starting_round`, so every consumer
@@ -29,7 +29,7 @@
 //! **A worker dies.** A consumer that fails to reach a task's worker votes
 //! `MaybeRemoveTask(task, consumer_index, round)`. A vote counts only while its RPC
 //! waits (at most [`VOTE_WAIT`]); once all N consumers vote at the same time, the
-//! leader proposes `RoundRobinRemoveTask` and every voter (and any later one) is
+//! leader proposes `CoordinatedRemoveTask` and every voter (and any later one) is
 //! answered `removed = true`: each consumer skips the task from the round it
 //! failed on. Unlike tf.data, votes for different rounds do not cancel each other
 //! (a worker that died while answering a round may have answered some consumers
@@ -59,7 +59,7 @@ use crate::state::{ClientId, IterationId, State, TaskId};
 /// How long a `MaybeRemoveTask` vote waits for the other consumers' votes.
 pub const VOTE_WAIT: Duration = Duration::from_secs(3);
 
-pub(crate) struct RoundRobinCoordinator {
+pub(crate) struct CoordinatedReads {
     core: Arc<Core>,
     /// A std `Mutex`: short sections, never held across an `.await`.
     soft: Mutex<Soft>,
@@ -102,9 +102,9 @@ fn unknown_client(client_id: ClientId) -> Status {
     .into()
 }
 
-impl RoundRobinCoordinator {
+impl CoordinatedReads {
     pub(crate) fn new(core: Arc<Core>) -> Self {
-        RoundRobinCoordinator {
+        CoordinatedReads {
             core,
             soft: Mutex::new(Soft::default()),
             votes_changed: watch::channel(0).0,
@@ -156,15 +156,15 @@ impl RoundRobinCoordinator {
             let seen = soft.consumers.entry(iteration_id).or_default();
             let entry = seen.entry(consumer_index).or_insert(Seen {
                 client_id,
-                sequence: req.round_robin_sequence,
+                sequence: req.coordinated_sequence,
                 paused_at: None,
             });
             // A late duplicate of an older heartbeat of the same client says nothing new.
-            if entry.client_id != client_id || req.round_robin_sequence >= entry.sequence {
+            if entry.client_id != client_id || req.coordinated_sequence >= entry.sequence {
                 *entry = Seen {
                     client_id,
-                    sequence: req.round_robin_sequence,
-                    paused_at: req.round_robin_paused_at,
+                    sequence: req.coordinated_sequence,
+                    paused_at: req.coordinated_paused_at,
                 };
             }
             if !view.pending {
@@ -190,14 +190,14 @@ impl RoundRobinCoordinator {
             soft.consumers.get(&iteration_id).and_then(|seen| all_paused(seen, n))
         };
         let Some(starting_round) = target else { return Ok(()) };
-        let cmd = Command::RoundRobinPromoteTasks { iteration_id, starting_round };
+        let cmd = Command::CoordinatedPromoteTasks { iteration_id, starting_round };
         let promoted = self.core.propose(cmd).await?;
         if let Some(seen) = self.soft().consumers.get_mut(&iteration_id) {
             for s in seen.values_mut() {
                 s.paused_at = None;
             }
         }
-        if let R::RoundRobinPromoted { task_ids } = promoted {
+        if let R::CoordinatedPromoted { task_ids } = promoted {
             if !task_ids.is_empty() {
                 tracing::info!(iteration_id, starting_round, ?task_ids, "tasks joined the rounds");
             }
@@ -219,7 +219,7 @@ impl RoundRobinCoordinator {
         };
         let Some(n) = n else {
             return Err(Status::failed_precondition(format!(
-                "task {task_id} is not read in rounds; only round-robin tasks can be voted out"
+                "task {task_id} is not read in rounds; only coordinated tasks can be voted out"
             )));
         };
         if already {
@@ -243,7 +243,7 @@ impl RoundRobinCoordinator {
             // Our own bump is no news to us.
             changed.borrow_and_update();
             if let Some(round) = unanimous {
-                self.core.propose(Command::RoundRobinRemoveTask { task_id, round }).await?;
+                self.core.propose(Command::CoordinatedRemoveTask { task_id, round }).await?;
                 tracing::info!(task_id, round, "task voted out by all consumers");
                 self.soft().votes.remove(&task_id);
                 self.bump();
@@ -275,7 +275,7 @@ fn all_paused(seen: &BTreeMap<u32, Seen>, n: u32) -> Option<u64> {
 
 fn view(s: &State, client_id: ClientId) -> Option<View> {
     let it = s.client_iteration(client_id)?;
-    let rr = it.round_robin.as_ref();
+    let rr = it.coordinated.as_ref();
     let tasks = crate::convert::task_infos(s, it);
     let pending = rr.is_some_and(|rr| !rr.pending.is_empty());
     Some(View {
@@ -283,7 +283,7 @@ fn view(s: &State, client_id: ClientId) -> Option<View> {
             iteration_id: it.id,
             tasks,
             iteration_finished: it.finished,
-            round_robin_pause: pending,
+            coordinated_pause: pending,
             // Coordinated reads poll; they do not long-poll.
             view_digest: 0,
         },
@@ -292,9 +292,9 @@ fn view(s: &State, client_id: ClientId) -> Option<View> {
     })
 }
 
-/// For a known task: (its iteration's num_consumers if round-robin, removed?).
+/// For a known task: (its iteration's num_consumers if coordinated, removed?).
 fn vote_view(s: &State, task_id: TaskId) -> Option<(Option<u32>, bool)> {
     let task = s.tasks.get(&task_id)?;
-    let rr = s.iterations.get(&task.iteration_id).and_then(|it| it.round_robin.as_ref());
+    let rr = s.iterations.get(&task.iteration_id).and_then(|it| it.coordinated.as_ref());
     Some((rr.map(|rr| rr.num_consumers), rr.is_some_and(|rr| rr.removed.contains_key(&task_id))))
 }

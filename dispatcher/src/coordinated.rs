@@ -1,6 +1,6 @@
 //! Coordinated (round-robin) reads: the replicated half, as pure functions called
 //! by `apply`. The leader's soft half (pauses and votes) is in
-//! `round_robin_coordinator.rs`; the protocol as a whole is described there.
+//! `coordinated_reads.rs`; the protocol as a whole is described there.
 //!
 //! What is replicated: the job's `num_consumers`, each iteration's pending tasks
 //! (workers that joined after it started, not yet read by consumers), each task's
@@ -97,21 +97,21 @@ pub(crate) fn get_or_create_job(
 }
 
 /// Adds a new task to its iteration: at the end of the read order, or, for a
-/// round-robin iteration, to the pending tasks that join at an agreed round.
+/// coordinated iteration, to the pending tasks that join at an agreed round.
 pub(crate) fn add_task(state: &mut State, iteration_id: IterationId, task_id: TaskId) {
     let Some(it) = state.iterations.get_mut(&iteration_id) else { return };
-    match &mut it.round_robin {
+    match &mut it.coordinated {
         Some(rr) => rr.pending.push(task_id),
         None => it.tasks.push(task_id),
     }
 }
 
-/// Whether the task was voted out of its round-robin iteration.
+/// Whether the task was voted out of its coordinated iteration.
 pub(crate) fn is_removed(state: &State, task: &Task) -> bool {
     state
         .iterations
         .get(&task.iteration_id)
-        .and_then(|it| it.round_robin.as_ref())
+        .and_then(|it| it.coordinated.as_ref())
         .is_some_and(|rr| rr.removed.contains_key(&task.id))
 }
 
@@ -124,7 +124,7 @@ pub(crate) fn promote_tasks(
         .iterations
         .get_mut(&iteration_id)
         .ok_or_else(|| StateError::not_found("iteration", iteration_id))?;
-    let Some(rr) = &mut it.round_robin else {
+    let Some(rr) = &mut it.coordinated else {
         return Err(StateError::FailedPrecondition(format!(
             "iteration {iteration_id} does not read in rounds (its job has no num_consumers)"
         )));
@@ -136,7 +136,7 @@ pub(crate) fn promote_tasks(
             task.starting_round = starting_round;
         }
     }
-    Ok(Response::RoundRobinPromoted { task_ids })
+    Ok(Response::CoordinatedPromoted { task_ids })
 }
 
 pub(crate) fn remove_task(
@@ -150,9 +150,9 @@ pub(crate) fn remove_task(
         .iterations
         .get_mut(&task.iteration_id)
         .ok_or_else(|| StateError::not_found("iteration", task.iteration_id))?;
-    let Some(rr) = &mut it.round_robin else {
+    let Some(rr) = &mut it.coordinated else {
         return Err(StateError::FailedPrecondition(format!(
-            "task {task_id} is not read in rounds; only round-robin tasks can be voted out"
+            "task {task_id} is not read in rounds; only coordinated tasks can be voted out"
         )));
     };
     rr.removed.entry(task_id).or_insert(round);
@@ -162,5 +162,5 @@ pub(crate) fn remove_task(
     if let Some(w) = state.workers.get_mut(&worker_address) {
         w.active_tasks.remove(&task_id);
     }
-    Ok(Response::RoundRobinRemoved)
+    Ok(Response::CoordinatedRemoved)
 }
