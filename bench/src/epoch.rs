@@ -12,7 +12,7 @@ use serde::Serialize;
 use sluice_client::ProcessingMode;
 use sluice_dataset::DatasetDef;
 
-use crate::report::Latency;
+use crate::measure::Latency;
 use crate::service::Service;
 use crate::streaming::read;
 

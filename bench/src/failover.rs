@@ -17,12 +17,32 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use serde::Serialize;
 use sluice_client::DispatcherClient;
 
-use crate::driver::{check_runs, drive, lane_policy, Fleet, RunSummary, Shared};
+use crate::driver::{check_runs, drive, lane_policy, ExactlyOnce, Fleet, RunSummary, Shared};
 use crate::procs::Group;
-use crate::report::Failover;
 use crate::BenchConfig;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Failover {
+    pub killed_node: u64,
+    pub new_leader: Option<u64>,
+    pub killed_after_s: f64,
+    /// From the SIGKILL until a surviving node reported itself leader (polled).
+    pub new_leader_after_ms: Option<f64>,
+    /// From the SIGKILL to the first split answered to a request sent after it.
+    pub first_split_after_kill_ms: Option<f64>,
+    /// Splits requested before the kill whose answers arrived after it (sent by the
+    /// old leader before it died, or retried on the new one).
+    pub in_flight_after_kill: u64,
+    /// The longest gap between consecutive answered splits in the whole run.
+    pub longest_gap_ms: f64,
+    pub splits_after_kill: u64,
+    pub run: RunSummary,
+    pub retry_policy: String,
+    pub exactly_once: ExactlyOnce,
+}
 
 /// The loops run this long before the kill…
 const BEFORE_KILL: Duration = Duration::from_secs(2);

@@ -24,9 +24,13 @@
 //!   [`service`] — an in-memory dispatcher and `sluice worker` processes, the same way;
 //!   [`procstat`] — CPU time and RSS from `/proc`.
 //! - [`limits`], [`streaming`], [`epoch`], [`gap`], [`rss`] — the streaming-side
-//!   measurements (issue 7).
-//! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each.
-//! - [`report`] — [`report::Report`], rendering; [`machine`] — the header.
+//!   measurements.
+//! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each;
+//!   each module defines the row type it measures.
+//! - [`measure`] — [`measure::Latency`] and [`measure::Outcome`], which every
+//!   measurement returns (a leaf).
+//! - [`report`] — [`report::Report`] gathers the rows and renders them, one
+//!   function per section; [`machine`] — the header.
 //!
 //! Every process started here is killed and reaped when its guard drops (also on an
 //! error, a panic, or Ctrl-C, which drops the whole run); every loop is bounded in
@@ -40,6 +44,7 @@ pub mod fsync;
 pub mod gap;
 pub mod limits;
 pub mod machine;
+pub mod measure;
 pub mod procs;
 pub mod procstat;
 pub mod report;
@@ -276,7 +281,8 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         (skipped(), skipped())
     };
     let sled_append = sled_append_1.measured().copied();
-    let limit = |o: &Outcome<report::Latency>, what: &'static str| o.measured().map(|l| (what, *l));
+    let limit =
+        |o: &Outcome<measure::Latency>, what: &'static str| o.measured().map(|l| (what, *l));
 
     let mut split_rows = vec![];
     let mut splits = vec![];
@@ -392,7 +398,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     })
 }
 
-type Row = Outcome<report::SplitCase>;
+type Row = Outcome<splits::SplitCase>;
 
 /// How long each bandwidth probe runs.
 const LIMIT_PROBE: Duration = Duration::from_secs(1);
@@ -452,9 +458,9 @@ async fn cluster_and_failover(
     dir: &Path,
     logs: &Path,
     (name, grants_name): (&str, &str),
-    limit: Option<(&str, report::Latency)>,
-    append: Option<report::Latency>,
-) -> (Row, Row, Outcome<report::Failover>) {
+    limit: Option<(&str, measure::Latency)>,
+    append: Option<measure::Latency>,
+) -> (Row, Row, Outcome<failover::Failover>) {
     let work_dir = dir.join("cluster");
     let started = async {
         let work_dir = work_dir.to_str().context("bench dir is not UTF-8")?;
@@ -494,7 +500,7 @@ async fn cluster_and_failover(
 }
 
 /// The S3 PUT latency and (d), on one moto server; skipped loudly without moto.
-async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<report::Latency>, Row) {
+async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<measure::Latency>, Row) {
     let moto = match tokio::task::spawn_blocking(MotoServer::try_start).await {
         Ok(Ok(m)) => m,
         Ok(Err(e)) => {

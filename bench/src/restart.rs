@@ -14,12 +14,29 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
+use serde::Serialize;
 use sluice_client::{DispatcherClient, RetryPolicy};
 
 use crate::driver::{drive, ExactlyOnce, Fleet, Lane, RunSummary, Shared};
-use crate::report::Restart;
 use crate::splits::start_group;
 use crate::BenchConfig;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Restart {
+    pub splits_requested: u64,
+    pub fill: RunSummary,
+    /// False when the fill hit `--restart-timeout-secs` before handing out them all.
+    pub fill_complete: bool,
+    pub journal_bytes_on_disk: u64,
+    pub journal_bytes_apparent: u64,
+    pub last_log_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub listening_ms: f64,
+    pub first_split_ms: f64,
+    pub next_split_begin: u64,
+    pub handed_out_before_kill: u64,
+    pub exactly_once: ExactlyOnce,
+}
 
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 

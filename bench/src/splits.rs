@@ -9,14 +9,31 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use serde::Serialize;
 use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::DispatcherConfig;
 use tokio::net::TcpListener;
 
 use crate::driver::{check_runs, drive, ExactlyOnce, Fleet, RunSummary, Shared};
+use crate::measure::Latency;
 use crate::procs::Group;
-use crate::report::{Latency, SplitCase};
 use crate::BenchConfig;
+
+/// One row of the get-split table.
+#[derive(Clone, Debug, Serialize)]
+pub struct SplitCase {
+    pub name: String,
+    pub journal: String,
+    pub run: RunSummary,
+    /// The physical limit this case's commits wait on ("fsync" or "S3 PUT"), if any.
+    pub limit: Option<String>,
+    /// splits/s × the limit's median latency: splits committed per fsync (or PUT).
+    pub splits_per_limit: Option<f64>,
+    /// splits/s × the median latency of one journal append of one entry (sled) or
+    /// one PUT (S3): about 1 means one append per split, no group commit.
+    pub splits_per_append: Option<f64>,
+    pub exactly_once: ExactlyOnce,
+}
 
 /// One rate measurement on a new iteration of `fleet`'s dispatcher, each lane asking
 /// for `max_splits` splits per `GetSplit`.
