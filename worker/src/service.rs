@@ -17,13 +17,12 @@
 use std::sync::Arc;
 
 use prost::Message;
+use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
-
-use sluice_proto::contract::Reason;
 
 use crate::buffer::{Limits, StopReason};
 use crate::config::WorkerConfig;

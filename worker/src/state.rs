@@ -190,8 +190,8 @@ impl Worker {
             let done = task.take_pipeline_done();
             let (task, worker) = (Arc::downgrade(&task), Arc::downgrade(self));
             self.tasks.runner.runtime.spawn(async move {
+                // `None`: the thread never started. An error: it panicked. Same check.
                 if let Some(done) = done {
-                    // An error means the thread never started or panicked: same check.
                     let _ = done.await;
                 }
                 let (Some(task), Some(worker)) = (task.upgrade(), worker.upgrade()) else {
