@@ -32,13 +32,11 @@
 //! - [`config`], [`error`].
 
 pub mod apply;
-mod apply_liveness;
 mod cache_check;
 mod client_view;
 pub mod command;
 pub mod config;
 mod convert;
-mod coordinated;
 mod coordinated_reads;
 pub mod core;
 mod def_serde;
