@@ -23,7 +23,8 @@ use std::time::Duration;
 use sluice_proto::v1 as pb;
 use tokio::time::Instant;
 
-use crate::core::{Core, ProposeError};
+use crate::core::Core;
+use crate::error::ProposeError;
 use crate::state::{ClientId, State};
 
 /// The client's view of its iteration, with its digest; `None` if the client is

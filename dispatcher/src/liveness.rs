@@ -182,7 +182,7 @@ impl Liveness {
                 }
                 Ok(_) => {}
                 // Already released (e.g. by the consumer itself): nothing to do.
-                Err(crate::core::ProposeError::Rejected(e)) => {
+                Err(crate::error::ProposeError::Rejected(e)) => {
                     tracing::debug!(command = %what, error = %e, "liveness proposal refused")
                 }
                 Err(e) => {

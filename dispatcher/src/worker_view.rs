@@ -22,7 +22,8 @@ use sluice_proto::v1 as pb;
 use tokio::time::Instant;
 
 use crate::convert::task_def;
-use crate::core::{Core, ProposeError};
+use crate::core::Core;
+use crate::error::ProposeError;
 use crate::state::State;
 
 /// The tasks `address` should start (assigned to it, not among `current`) and
