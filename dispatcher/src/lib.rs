@@ -43,6 +43,7 @@ mod counters;
 mod def_serde;
 pub mod error;
 mod liveness;
+mod long_poll;
 mod metrics;
 pub mod raft;
 pub mod server;
