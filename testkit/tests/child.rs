@@ -82,7 +82,7 @@ fn run_returns_status_and_output_and_is_killed_past_its_deadline() {
     assert_eq!((out.stdout.as_str(), out.stderr.as_str()), ("in\n", "err\n"));
 
     let slow = sh("echo slow-command >&2; exec sleep 30");
-    let err = run(&slow, None, Duration::from_millis(300)).err().expect("an error");
+    let err = run(&slow, None, Duration::from_millis(300)).expect_err("an error");
     let text = err.to_string();
     assert!(matches!(err, Error::RunTimeout { .. }), "{text}");
     assert!(text.contains("slow-command"), "{text}");
