@@ -53,6 +53,6 @@ pub use error::Error;
 pub use moto::MotoServer;
 pub use ports::Port;
 pub use quorum::{Quorum, QuorumConfig};
-pub use sluice::{sluice_log_env, Sluice};
+pub use sluice::{harness_log_env, sluice_log_env, Sluice};
 pub use stderr::{log_tail, Stderr};
 pub use wait::{wait_blocking, wait_until, DEADLINE};

@@ -16,6 +16,13 @@ pub fn sluice_log_env(var: &str, default: &str) -> (String, String) {
     ("SLUICE_LOG".to_string(), std::env::var(var).unwrap_or_else(|_| default.to_string()))
 }
 
+/// The log filter of the children of `sluice chaos` and `sluice bench`:
+/// `$SLUICE_CHAOS_CHILD_LOG`, default `info,openraft=warn` (their logs are files
+/// kept with the run's report, so they log more than a test's children).
+pub fn harness_log_env() -> (String, String) {
+    sluice_log_env("SLUICE_CHAOS_CHILD_LOG", "info,openraft=warn")
+}
+
 /// The `sluice` executable under test (tests pass `env!("CARGO_BIN_EXE_sluice")`).
 #[derive(Clone, Debug)]
 pub struct Sluice {
