@@ -23,8 +23,8 @@ use serde::Serialize;
 use sluice_client::{Client, DispatcherClient, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
 
+use crate::group::group_config;
 use crate::service::{start_workers, wait_registered};
-use crate::splits::group_config;
 use crate::streaming::{READ_TIMEOUT, WORKERS};
 use crate::BenchConfig;
 

@@ -12,7 +12,7 @@
 //!      ─► splits ─► driver ── (a) memory, (b) sled: in process; (c) 3×sled, (d) 3×S3: procs
 //!      ─► splits ─► driver ── (c) again with --splits-per-request per GetSplit (grants)
 //!      ─► failover ─► driver  SIGKILL the leader of (c) under load
-//!      ─► gap ─► splits+service SIGKILL the leader under a DYNAMIC reader: element gap
+//!      ─► gap ─► group+service SIGKILL the leader under a DYNAMIC reader: element gap
 //!      ─► rss ───► service    VmRSS of an idle dispatcher and worker
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
 //!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
@@ -21,7 +21,7 @@
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
 //!   ([`driver::drive`]), the exactly-once check.
 //! - [`service`] — an in-memory dispatcher and `sluice worker` processes; groups of
-//!   `sluice dispatcher` processes are `sluice_testkit::Quorum`s ([`splits::group_config`]).
+//!   `sluice dispatcher` processes are `sluice_testkit::Quorum`s started as [`group`] says.
 //!   Every child is `sluice_testkit`'s: killed and reaped on drop, killed by the kernel if
 //!   the bench dies, every wait bounded. [`procstat`] — CPU time and RSS from `/proc`.
 //! - [`limits`], [`streaming`], [`epoch`], [`gap`], [`rss`] — the streaming-side
@@ -39,6 +39,7 @@ pub mod failover;
 pub mod files;
 pub mod fsync;
 pub mod gap;
+pub mod group;
 pub mod limits;
 pub mod machine;
 pub mod procstat;

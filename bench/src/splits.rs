@@ -3,19 +3,20 @@
 //! (a) one node in memory and (b) one node on sled run in this process
 //! (`sluice_dispatcher::spawn`); (c) three nodes on sled and (d) three nodes on the
 //! moto S3 server run as `sluice dispatcher` processes (a `sluice_testkit::Quorum`, see
-//! [`group_config`]). Each case drives
+//! [`crate::group`]). Each case drives
 //! a fresh iteration with [`drive`] until end of splits or the time budget.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::DispatcherConfig;
-use sluice_testkit::{harness_log_env, Quorum, QuorumConfig};
+use sluice_testkit::Quorum;
 use tokio::net::TcpListener;
 
 use crate::driver::{check_runs, drive, ExactlyOnce, Fleet, RunSummary, Shared};
+use crate::group::group_config;
 use crate::report::{Latency, SplitCase};
 use crate::BenchConfig;
 
@@ -67,7 +68,7 @@ pub async fn in_process(
             .snapshot_every
             .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(work_dir.as_deref())),
         work_dir,
-        // The fake workers never heartbeat (see `FAKE_WORKER_TIMEOUT_SECS`).
+        // The fake workers never heartbeat (see `group::FAKE_WORKER_TIMEOUT_SECS`).
         worker_timeout: Duration::from_secs(86400),
         ..DispatcherConfig::default()
     };
@@ -86,43 +87,6 @@ pub async fn in_process(
         Err(_) => tracing::warn!("in-process dispatcher did not stop within 10 s"),
     }
     measured
-}
-
-/// `--worker-timeout-secs` of every dispatcher the bench starts for split loops: longer
-/// than any bench run, since the fake workers of [`crate::driver`] do not heartbeat.
-pub const FAKE_WORKER_TIMEOUT_SECS: &str = "86400";
-
-/// A group of `n` `sluice dispatcher` processes journaling to `work_dir` (a directory
-/// or a URL), with `envs` added to their environment, logs in `logs/`
-/// (`<prefix>node-<id>.log`); `snapshot_every: None` leaves the dispatcher's default.
-pub fn group_config(
-    cfg: &BenchConfig,
-    n: usize,
-    work_dir: &str,
-    envs: &[(String, String)],
-    elements_per_split: u64,
-    logs: &Path,
-    prefix: &str,
-) -> QuorumConfig {
-    let mut args: Vec<String> = vec![
-        "--elements-per-split".into(),
-        elements_per_split.to_string(),
-        // The split loops' fake workers never heartbeat: without this the
-        // dispatcher declares them lost after its default 10 s and ends their
-        // tasks (the restart fill runs for minutes).
-        "--worker-timeout-secs".into(),
-        FAKE_WORKER_TIMEOUT_SECS.into(),
-    ];
-    if let Some(every) = cfg.snapshot_every {
-        args.extend(["--snapshot-every".to_string(), every.to_string()]);
-    }
-    QuorumConfig {
-        args,
-        envs: envs.iter().cloned().chain([harness_log_env()]).collect(),
-        log_dir: Some(PathBuf::from(logs)),
-        log_prefix: prefix.to_string(),
-        ..QuorumConfig::new(&cfg.sluice_exe, n, work_dir)
-    }
 }
 
 /// Starts a group of `n` processes on `work_dir` and waits for its leader.
