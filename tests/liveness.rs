@@ -8,9 +8,9 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Command};
 
-use common::{collect_i64, counts, run_sluice, wait_until, Proc};
+use common::{collect_i64, counts, run_sluice, wait_until, Port, Proc};
 use futures::StreamExt;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
@@ -19,11 +19,11 @@ use sluice_proto::v1 as pb;
 fn dispatcher(extra: &[&str]) -> Proc {
     let mut args = vec!["dispatcher", "--port", "0"];
     args.extend_from_slice(extra);
-    Proc::server(&args)
+    common::server(&args)
 }
 
 fn worker(dispatcher: &str, buffer: &str) -> Proc {
-    Proc::server(&[
+    common::server(&[
         "worker",
         "--dispatcher",
         dispatcher,
@@ -70,19 +70,13 @@ fn task_threads(pid: u32) -> usize {
 
 /// `sluice ARGS` with stdout piped, killed on drop, and its stdout lines.
 fn spawn_reader(args: &[&str]) -> (Proc, std::io::Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_LOG", std::env::var("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sluice read");
-    let out = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    (Proc { child, address: None }, out)
+    let mut child = common::sluice().spawn(args);
+    let out = child.take_stdout().expect("stdout").lines();
+    (child, out)
 }
 
 fn signal(p: &Proc, sig: &str) {
-    let ok = Command::new("kill").args([sig, &p.child.id().to_string()]).status().unwrap();
+    let ok = Command::new("kill").args([sig, &p.id().to_string()]).status().unwrap();
     assert!(ok.success(), "kill {sig}");
 }
 
@@ -177,7 +171,8 @@ async fn an_abandoned_iteration_is_collected_its_task_stops_and_it_stays_collect
 {
     let work_dir = tempfile::tempdir().unwrap();
     let wd = work_dir.path().to_str().unwrap().to_string();
-    let port = common::free_port().to_string();
+    let reserved = Port::reserve().unwrap();
+    let port = reserved.number().to_string();
     let flags = |port: &str| -> Vec<String> {
         [
             "dispatcher",
@@ -195,10 +190,10 @@ async fn an_abandoned_iteration_is_collected_its_task_stops_and_it_stays_collect
         .collect()
     };
     let args = flags(&port);
-    let mut dp = Proc::server(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut dp = common::server(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let d = dp.address().to_string();
     let w = worker(&d, "4");
-    let wpid = w.child.id();
+    let wpid = w.id();
     let c = client(&d);
     wait_status(&c, "the worker", |s| s.workers.len() == 1).await;
     let spec = r#"{"stages": [{"range": {"stop": 1000000000}}]}"#;
@@ -227,7 +222,7 @@ async fn an_abandoned_iteration_is_collected_its_task_stops_and_it_stays_collect
 
     tracing::info!("--- restart the dispatcher on its work_dir: nothing resurrects");
     dp.kill();
-    let _dp = Proc::server(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let _dp = common::server(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let wa = w.address().to_string();
     wait_status(&c, "the worker heartbeats the restarted dispatcher", |s| {
         s.workers.iter().any(|x| x.address == wa && x.last_heartbeat_ms_ago.is_some())
@@ -333,29 +328,9 @@ async fn a_new_leader_does_not_declare_workers_lost_because_of_the_failover() {
     const N: i64 = 3000;
     let work_dir = tempfile::tempdir().unwrap();
     let wd = work_dir.path().to_str().unwrap().to_string();
-    let addresses: Vec<String> =
-        (0..3).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
-    let peers: Vec<String> =
-        addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
-    let peers = peers.join(",");
-    let mut nodes: Vec<Option<Proc>> = (1..=3)
-        .map(|id: u64| {
-            let id = id.to_string();
-            Some(Proc::server(&[
-                "dispatcher",
-                "--node-id",
-                &id,
-                "--peers",
-                &peers,
-                "--work-dir",
-                &wd,
-                "--worker-timeout-secs",
-                "2",
-                "--elements-per-split",
-                "10",
-            ]))
-        })
-        .collect();
+    let flags = ["--worker-timeout-secs", "2", "--elements-per-split", "10"];
+    let mut q = common::sluice().quorum(3, &wd, &flags, &[]);
+    let addresses = q.addresses().to_vec();
     let all = addresses.join(",");
     let _w = worker(&all, "4");
     let c = Client::new(&addresses, RetryPolicy::for_tests()).unwrap();
@@ -375,9 +350,7 @@ async fn a_new_leader_does_not_declare_workers_lost_because_of_the_failover() {
         got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
     }
     tracing::info!("--- SIGKILL the leader mid-epoch");
-    if let Some(mut p) = nodes[leader as usize - 1].take() {
-        p.kill();
-    }
+    q.kill(leader);
     got.extend(collect_i64(stream).await);
     assert_eq!(got.len() as i64, N, "every element once: no task was ended as lost");
     assert_eq!(counts(&got).len() as i64, N);

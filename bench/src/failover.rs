@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 use sluice_client::DispatcherClient;
+use sluice_testkit::Quorum;
 
 use crate::driver::{check_runs, drive, lane_policy, ExactlyOnce, Fleet, RunSummary, Shared};
-use crate::procs::Group;
 use crate::BenchConfig;
 
 #[derive(Clone, Debug, Serialize)]
@@ -53,7 +53,7 @@ const AFTER_RECOVERY: Duration = Duration::from_secs(2);
 const RECOVERY_LIMIT: Duration = Duration::from_secs(40);
 
 pub async fn run(
-    group: &mut Group,
+    group: &mut Quorum,
     fleet: &mut Fleet,
     cfg: &BenchConfig,
 ) -> anyhow::Result<Failover> {
@@ -69,7 +69,7 @@ pub async fn run(
     // Replies the old leader had sent before dying may still arrive; only an answer
     // to a request sent after the kill shows that a new leader serves.
     let waited = Instant::now();
-    let status = group.client(lane_policy())?;
+    let status = DispatcherClient::new(group.addresses(), lane_policy())?;
     // When (µs since `t0`) a surviving node first said it leads.
     let mut new_leader_after = None;
     while (shared.answered_after_mark.load(Ordering::Relaxed) == 0 || new_leader_after.is_none())

@@ -12,7 +12,7 @@
 //!      ─► splits ─► driver ── (a) memory, (b) sled: in process; (c) 3×sled, (d) 3×S3: procs
 //!      ─► splits ─► driver ── (c) again with --splits-per-request per GetSplit (grants)
 //!      ─► failover ─► driver  SIGKILL the leader of (c) under load
-//!      ─► gap ─► procs+service SIGKILL the leader under a DYNAMIC reader: element gap
+//!      ─► gap ─► group+service SIGKILL the leader under a DYNAMIC reader: element gap
 //!      ─► rss ───► service    VmRSS of an idle dispatcher and worker
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
 //!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
@@ -20,9 +20,10 @@
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
 //!   ([`driver::drive`]), the exactly-once check.
-//! - [`procs`] — `sluice dispatcher` child processes, killed and reaped on drop;
-//!   [`service`] — an in-memory dispatcher and `sluice worker` processes, the same way;
-//!   [`procstat`] — CPU time and RSS from `/proc`.
+//! - [`service`] — an in-memory dispatcher and `sluice worker` processes; groups of
+//!   `sluice dispatcher` processes are `sluice_testkit::Quorum`s started as [`group`] says.
+//!   Every child is `sluice_testkit`'s: killed and reaped on drop, killed by the kernel if
+//!   the bench dies, every wait bounded. [`procstat`] — CPU time and RSS from `/proc`.
 //! - [`limits`], [`streaming`], [`epoch`], [`gap`], [`rss`] — the streaming-side
 //!   measurements.
 //! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each;
@@ -42,10 +43,10 @@ pub mod failover;
 pub mod files;
 pub mod fsync;
 pub mod gap;
+pub mod group;
 pub mod limits;
 pub mod machine;
 pub mod measure;
-pub mod procs;
 pub mod procstat;
 pub mod report;
 pub mod restart;
@@ -465,7 +466,7 @@ async fn cluster_and_failover(
     let started = async {
         let work_dir = work_dir.to_str().context("bench dir is not UTF-8")?;
         let group = splits::start_group(cfg, 3, work_dir, &[], logs).await?;
-        let fleet = Fleet::register(&group.addresses, cfg.workers).await?;
+        let fleet = Fleet::register(group.addresses(), cfg.workers).await?;
         anyhow::Ok((group, fleet))
     };
     let (mut group, mut fleet) = match started.await {
@@ -518,7 +519,7 @@ async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<measure::Lat
     let row = async {
         let work_dir = format!("s3://{}/bench-cluster", moto.bucket());
         let mut group = splits::start_group(cfg, 3, &work_dir, &moto.env(), logs).await?;
-        let mut fleet = Fleet::register(&group.addresses, cfg.workers).await?;
+        let mut fleet = Fleet::register(group.addresses(), cfg.workers).await?;
         let r = splits::rate(&mut fleet, cfg.elements, cfg.duration, 1).await;
         group.stop();
         r

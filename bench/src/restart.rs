@@ -44,7 +44,7 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
     let work_dir = dir.join("restart");
     let work_dir_s = work_dir.to_str().context("bench dir is not UTF-8")?;
     let mut group = start_group(cfg, 1, work_dir_s, &[], logs).await?;
-    let mut fleet = Fleet::register(&group.addresses, cfg.workers).await?;
+    let mut fleet = Fleet::register(group.addresses(), cfg.workers).await?;
     let lanes = fleet.new_iteration(cfg.restart_splits + cfg.workers as u64 + 1, 1).await?;
 
     tracing::info!(splits = cfg.restart_splits, "--- hand out splits to journal them");
@@ -71,16 +71,18 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
             cfg.restart_timeout
         );
     }
-    let status = group.client(RetryPolicy::default())?.get_status().await?;
+    let status =
+        DispatcherClient::new(group.addresses(), RetryPolicy::default())?.get_status().await?;
     let raft = status.raft.unwrap_or_default();
 
     tracing::info!("--- SIGKILL the node and start it again on the same work_dir and port");
     group.kill(1);
     let (journal_bytes_on_disk, journal_bytes_apparent) = disk_usage(&work_dir);
-    let node = group.start_node(1).await?;
-    let (spawned_at, listening_after) = (node.spawned_at, node.listening_after);
+    let node = group.start_node_async(1).await?;
+    let (spawned_at, listening_after) =
+        (node.spawned_at(), node.listening_after().unwrap_or_default());
     let poller = DispatcherClient::new(
-        &group.addresses,
+        group.addresses(),
         RetryPolicy {
             initial_backoff: Duration::from_millis(2),
             max_backoff: Duration::from_millis(5),

@@ -2,7 +2,8 @@
 //!
 //! (a) one node in memory and (b) one node on sled run in this process
 //! (`sluice_dispatcher::spawn`); (c) three nodes on sled and (d) three nodes on the
-//! moto S3 server run as `sluice dispatcher` processes ([`Group`]). Each case drives
+//! moto S3 server run as `sluice dispatcher` processes (a `sluice_testkit::Quorum`, see
+//! [`crate::group`]). Each case drives
 //! a fresh iteration with [`drive`] until end of splits or the time budget.
 
 use std::path::Path;
@@ -12,11 +13,12 @@ use anyhow::Context;
 use serde::Serialize;
 use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::DispatcherConfig;
+use sluice_testkit::Quorum;
 use tokio::net::TcpListener;
 
 use crate::driver::{check_runs, drive, ExactlyOnce, Fleet, RunSummary, Shared};
+use crate::group::group_config;
 use crate::measure::Latency;
-use crate::procs::Group;
 use crate::BenchConfig;
 
 /// One row of the get-split table.
@@ -83,7 +85,7 @@ pub async fn in_process(
             .snapshot_every
             .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(work_dir.as_deref())),
         work_dir,
-        // The fake workers never heartbeat (see `procs::FAKE_WORKER_TIMEOUT_SECS`).
+        // The fake workers never heartbeat (see `group::FAKE_WORKER_TIMEOUT_SECS`).
         worker_timeout: Duration::from_secs(86400),
         ..DispatcherConfig::default()
     };
@@ -111,9 +113,8 @@ pub async fn start_group(
     work_dir: &str,
     envs: &[(String, String)],
     logs: &Path,
-) -> anyhow::Result<Group> {
-    let group =
-        Group::start(&cfg.sluice_exe, n, work_dir, envs, cfg.snapshot_every, 1, logs, "").await?;
+) -> anyhow::Result<Quorum> {
+    let group = Quorum::start_async(group_config(cfg, n, work_dir, envs, 1, logs, "")).await?;
     let leader = group.leader().await?;
     tracing::info!(leader, nodes = n, work_dir, "group started");
     Ok(group)

@@ -17,7 +17,8 @@
 //!   claiming sequence numbers. `object::segment` is the byte format, `object::recover` the
 //!   fold and the torn-tail/corruption rules, `object::compact` what a purge lets us delete,
 //!   `object::remote` timeouts, retries and error classes around object_store.
-//! - `testing` (feature `testing`) — the moto S3 server fixture for tests.
+//! - `testing` (feature `testing`) — the moto S3 server fixture for tests (the process is
+//!   `sluice_testkit`'s; this adds the journal's `OpenOptions` for it).
 //!
 //! Data flow: [`open`] parses the location, opens the backend, which recovers (verifying every
 //! checksum, cutting a torn tail, refusing corruption in the middle) and returns the handle
