@@ -8,6 +8,7 @@ use crate::driver::{ExactlyOnce, RunSummary};
 use crate::epoch::Epoch;
 use crate::gap::ElementGap;
 use crate::limits::Bandwidth;
+use crate::read_failover::ReadFailover;
 use crate::rss::IdleRss;
 use crate::streaming::StreamCase;
 
@@ -149,6 +150,8 @@ pub struct Report {
     pub epoch: Outcome<Epoch>,
     /// Leader SIGKILL under a DYNAMIC reader: the longest gap in arrivals.
     pub gap: Outcome<ElementGap>,
+    /// Leader SIGKILL + restart cycles under a `sluice read` process: the stalls.
+    pub gap_read: Outcome<ReadFailover>,
     pub rss: Outcome<IdleRss>,
     pub fsync: Outcome<Latency>,
     /// The sled journal's `append` of 1 entry, and of `workers` entries (one batch).
@@ -180,6 +183,7 @@ impl Report {
         }
         failed("end of epoch", failed_error(&self.epoch));
         failed("element gap", failed_error(&self.gap));
+        failed("element gap, `sluice read`", failed_error(&self.gap_read));
         failed("idle RSS", failed_error(&self.rss));
         failed("fsync", failed_error(&self.fsync));
         failed("sled append", failed_error(&self.sled_append_1));
@@ -558,6 +562,10 @@ impl Report {
                 ));
             }
             other => line(format!("  {}", not_measured(other))),
+        }
+        match &self.gap_read {
+            Outcome::Measured(r) => r.render(ms).into_iter().for_each(&mut *line),
+            other => line(format!("  `sluice read` cycles: {}", not_measured(other))),
         }
     }
 
