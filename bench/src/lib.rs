@@ -12,7 +12,8 @@
 //!      ─► splits ─► driver ── (a) memory, (b) sled: in process; (c) 3×sled, (d) 3×S3: procs
 //!      ─► splits ─► driver ── (c) again with --splits-per-request per GetSplit (grants)
 //!      ─► failover ─► driver  SIGKILL the leader of (c) under load
-//!      ─► gap ─► group+service SIGKILL the leader under a DYNAMIC reader: element gap
+//!      ─► gap ─► group+service SIGKILL the leader under a DYNAMIC reader: element gap;
+//!                 then kill+restart cycles under a `sluice read` process (read_failover)
 //!      ─► rss ───► service    VmRSS of an idle dispatcher and worker
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
 //!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
@@ -25,7 +26,8 @@
 //!   Every child is `sluice_testkit`'s: killed and reaped on drop, killed by the kernel if
 //!   the bench dies, every wait bounded. [`procstat`] — CPU time and RSS from `/proc`.
 //! - [`limits`], [`streaming`], [`epoch`], [`gap`], [`rss`] — the streaming-side
-//!   measurements.
+//!   measurements; [`read_failover`] — the gap section's kill and restart cycles as
+//!   a `sluice read` process sees them.
 //! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each;
 //!   each module defines the row type it measures.
 //! - [`measure`] — [`measure::Latency`] and [`measure::Outcome`], which every
@@ -48,6 +50,7 @@ pub mod limits;
 pub mod machine;
 pub mod measure;
 pub mod procstat;
+pub mod read_failover;
 pub mod report;
 pub mod restart;
 pub mod rss;
@@ -172,6 +175,9 @@ impl BenchConfig {
         }
         if s.epoch_runs == 0 || s.epoch_runs > 100 {
             bail!("--epoch-runs must be 1..=100");
+        }
+        if s.gap_kills > 200 {
+            bail!("--gap-kills must be at most 200");
         }
         if self.fsync_samples == 0 || self.put_samples == 0 || self.snapshot_every == Some(0) {
             bail!("--fsync-samples, --put-samples and --snapshot-every must be at least 1");
@@ -351,6 +357,15 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     } else {
         skipped()
     };
+    let gap_read = if cfg.runs(Section::Gap) && cfg.stream.gap_kills > 0 {
+        let kills = cfg.stream.gap_kills;
+        tracing::info!("--- {kills} leader SIGKILLs and restarts under `sluice read`");
+        Outcome::from_result(read_failover::run(cfg, &dir, &logs).await)
+    } else if cfg.runs(Section::Gap) {
+        Outcome::Skipped { reason: "--gap-kills 0".into() }
+    } else {
+        skipped()
+    };
 
     let rss = if cfg.runs(Section::Rss) {
         tracing::info!("--- idle RSS");
@@ -386,6 +401,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         streaming,
         epoch,
         gap,
+        gap_read,
         rss,
         fsync,
         sled_append_1,

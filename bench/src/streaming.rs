@@ -38,6 +38,8 @@ pub struct StreamConfig {
     pub epoch_runs: usize,
     /// `range(N)` of the leader-kill element-gap case.
     pub gap_elements: u64,
+    /// Leader kill + restart cycles under a `sluice read` process (0: none).
+    pub gap_kills: usize,
 }
 
 /// Bound of one read: a read that takes longer fails its section.

@@ -57,6 +57,7 @@ fn report(check: &str) -> Report {
         streaming: vec![Outcome::Measured(case), skipped()],
         epoch: Outcome::Measured(Epoch { cases: vec![epoch] }),
         gap: skipped(),
+        gap_read: skipped(),
         rss: skipped(),
         fsync: skipped(),
         sled_append_1: skipped(),

@@ -3,12 +3,14 @@
 use sluice_dataset::DatasetDef;
 use sluice_proto::v1 as pb;
 
+use crate::coordinated;
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
 use crate::local_workers;
 use crate::options::{ReadOptions, TargetWorkers};
 use crate::reader::ElementStream;
 use crate::retry::RetryPolicy;
+use crate::task_readers;
 
 /// A cloneable handle to a Sluice service, given the dispatcher addresses.
 #[derive(Clone)]
@@ -80,13 +82,18 @@ impl Client {
             })
             .await?;
         tracing::debug!(job = %job.job_name, iteration_id = it.iteration_id, "reading");
-        Ok(ElementStream::start(
-            self.dispatcher.clone(),
-            job.job_name,
-            it.iteration_id,
-            it.client_id,
-            opts,
-        ))
+        let (d, client_id) = (self.dispatcher.clone(), it.client_id);
+        let (job_name, capacity) = (job.job_name, opts.max_outstanding_requests);
+        // The stream's manager: rounds for a coordinated read, else one reader per task.
+        Ok(if opts.num_consumers.is_some() {
+            ElementStream::start(d.clone(), job_name, it.iteration_id, client_id, capacity, |tx| {
+                coordinated::manage(d, client_id, opts, tx)
+            })
+        } else {
+            ElementStream::start(d.clone(), job_name, it.iteration_id, client_id, capacity, |tx| {
+                task_readers::manage(d, client_id, opts, tx)
+            })
+        })
     }
 
     /// Registers `def` and reads it: `register_dataset` + `from_dataset_id`.

@@ -26,7 +26,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use sluice_dataset::Element;
 use sluice_proto::v1 as pb;
@@ -36,57 +35,13 @@ use tokio::sync::{mpsc, watch};
 use tonic::transport::Channel;
 use tracing::debug;
 
-use crate::dispatcher::{worker_channel, DispatcherClient};
+use crate::channels::worker_channel;
+use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
-use crate::options::{ReadOptions, TargetWorkers};
+use crate::options::ReadOptions;
 use crate::reader::Batch;
-use crate::retry::is_retryable_status;
+use crate::retry::{describe, is_retryable_status, Attempt};
 use sluice_proto::contract::Reason;
-
-/// The checks of `num_consumers` / `consumer_index` in [`ReadOptions::validate`].
-pub(crate) fn validate(opts: &ReadOptions) -> Result<(), ClientError> {
-    let bad = |m: String| Err(ClientError::InvalidArgument(m));
-    match (opts.num_consumers, opts.consumer_index) {
-        (None, None) => Ok(()),
-        (Some(_), None) | (None, Some(_)) => {
-            bad("num_consumers and consumer_index go together: set both (a coordinated read) or \
-             neither"
-                .into())
-        }
-        (Some(0), _) => bad("num_consumers must be at least 1".into()),
-        (Some(n), Some(i)) if i >= n => {
-            bad(format!("consumer_index={i} must be less than num_consumers={n}"))
-        }
-        _ if opts.job_name.is_none() => {
-            bad("num_consumers and consumer_index need a job_name: the consumers of a coordinated \
-             read find each other by it"
-                .into())
-        }
-        _ if opts.target_workers == TargetWorkers::Local => bad(
-            "num_consumers cannot be used with target_workers=LOCAL: every consumer of a round \
-             must read the same workers"
-                .into(),
-        ),
-        _ => Ok(()),
-    }
-}
-
-impl DispatcherClient {
-    /// `ClientHeartbeat` with the coordinated-read fields.
-    pub async fn coordinated_heartbeat(
-        &self,
-        req: pb::ClientHeartbeatRequest,
-    ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
-        self.call("ClientHeartbeat", |mut c| async move { c.client_heartbeat(req).await }).await
-    }
-
-    pub async fn maybe_remove_task(
-        &self,
-        req: pb::MaybeRemoveTaskRequest,
-    ) -> Result<pb::MaybeRemoveTaskResponse, ClientError> {
-        self.call("MaybeRemoveTask", |mut c| async move { c.maybe_remove_task(req).await }).await
-    }
-}
 
 #[derive(Clone)]
 struct Entry {
@@ -271,7 +226,7 @@ async fn rounds(ctx: &Ctx, tx: &mpsc::Sender<Batch>) -> Result<(), ClientError> 
 /// This consumer's element of `round` from one task.
 async fn fetch(
     ctx: &Ctx,
-    mut client: WorkerClient<Channel>,
+    client: WorkerClient<Channel>,
     t: &Entry,
     round: u64,
 ) -> Result<Got, ClientError> {
@@ -282,82 +237,80 @@ async fn fetch(
         consumer_index: ctx.consumer_index,
         round,
     };
-    let mut failing_since: Option<Instant> = None;
-    let mut failures = 0u32;
-    loop {
-        let answer =
-            tokio::time::timeout(policy.attempt_timeout, client.coordinated_get_element(req)).await;
-        let status = match answer {
-            Ok(Ok(resp)) => {
-                let resp = resp.into_inner();
-                if resp.waiting {
-                    // The worker is alive; the other consumers have not asked yet.
-                    failing_since = None;
-                    failures = 0;
-                    continue;
-                }
-                if resp.skipped {
-                    return Ok(Got::Skipped);
-                }
-                let element = resp.element.ok_or_else(|| ClientError::Protocol {
-                    address: t.address.to_string(),
-                    message: format!("round {round} of task {}: no element", t.task_id),
-                })?;
-                return Element::try_from(element).map(Got::Element).map_err(|e| {
-                    ClientError::Protocol {
-                        address: t.address.to_string(),
-                        message: format!("malformed element: {e}"),
-                    }
-                });
-            }
-            Ok(Err(status)) => status,
-            Err(_) => tonic::Status::deadline_exceeded(format!(
-                "no answer within {:?}",
-                policy.attempt_timeout
-            )),
-        };
-        // A task the dispatcher removed is deleted on its worker: as good as gone.
-        let reason = Reason::of(&status);
-        let deleted = reason == Some(Reason::TaskDeleted);
-        if !is_retryable_status(&status) && !deleted {
-            return Err(ClientError::Rpc {
-                peer: "worker",
-                address: t.address.to_string(),
-                call: "CoordinatedGetElement",
-                code: status.code(),
-                message: status.message().to_string(),
-            });
-        }
-        if ctx.is_removed(t.task_id) {
-            return Ok(Got::Removed);
-        }
-        let since = *failing_since.get_or_insert_with(Instant::now);
-        failures += 1;
-        // A worker that answers "not known yet" is alive: it has not heard of
-        // the task from the dispatcher yet. Only an unreachable worker is voted on.
-        let alive = reason == Some(Reason::TaskNotYetKnown);
-        if failures >= 2 && !alive {
-            let vote = pb::MaybeRemoveTaskRequest {
-                task_id: t.task_id,
-                consumer_index: ctx.consumer_index,
-                round,
-                client_id: ctx.client_id,
+    let client = &client;
+    let retry = policy.retry("worker", &t.address);
+    retry
+        .run(move |failures| async move {
+            let mut client = client.clone();
+            let call = client.coordinated_get_element(req);
+            let status = match tokio::time::timeout(policy.attempt_timeout, call).await {
+                Ok(Ok(resp)) => return answer_of(t, round, resp.into_inner()),
+                Ok(Err(status)) => status,
+                Err(_) => tonic::Status::deadline_exceeded(format!(
+                    "no answer within {:?}",
+                    policy.attempt_timeout
+                )),
             };
-            debug!(task_id = t.task_id, round, "worker unreachable; voting to remove its task");
-            if ctx.dispatcher.maybe_remove_task(vote).await?.removed {
-                debug!(task_id = t.task_id, round, "task removed by all consumers");
-                return Ok(Got::Removed);
+            // A task the dispatcher removed is deleted on its worker: as good as gone.
+            let reason = Reason::of(&status);
+            let deleted = reason == Some(Reason::TaskDeleted);
+            if !is_retryable_status(&status) && !deleted {
+                let call = "CoordinatedGetElement";
+                return Attempt::GiveUp(ClientError::rpc("worker", &t.address, call, &status));
             }
-        }
-        if since.elapsed() >= policy.deadline {
-            return Err(ClientError::Unavailable {
-                peer: "worker",
-                address: t.address.to_string(),
-                attempts: failures,
-                elapsed: since.elapsed(),
-                last_error: format!("{:?}: {}", status.code(), status.message()),
-            });
-        }
-        tokio::time::sleep(policy.backoff(failures - 1)).await;
+            if ctx.is_removed(t.task_id) {
+                return Attempt::Done(Got::Removed);
+            }
+            // A worker that answers "not known yet" is alive: it has not heard of
+            // the task from the dispatcher yet. Only an unreachable worker is voted
+            // on, from its second failure in a row (this one) on.
+            let alive = reason == Some(Reason::TaskNotYetKnown);
+            if failures >= 1 && !alive {
+                let vote = pb::MaybeRemoveTaskRequest {
+                    task_id: t.task_id,
+                    consumer_index: ctx.consumer_index,
+                    round,
+                    client_id: ctx.client_id,
+                };
+                debug!(task_id = t.task_id, round, "worker unreachable; voting to remove its task");
+                match ctx.dispatcher.maybe_remove_task(vote).await {
+                    Ok(r) if r.removed => {
+                        debug!(task_id = t.task_id, round, "task removed by all consumers");
+                        return Attempt::Done(Got::Removed);
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Attempt::GiveUp(e),
+                }
+            }
+            Attempt::Failed(describe(&status))
+        })
+        .await
+}
+
+/// What a worker's answer to `CoordinatedGetElement` means for the retry loop.
+fn answer_of(
+    t: &Entry,
+    round: u64,
+    resp: pb::CoordinatedGetElementResponse,
+) -> Attempt<Got, String> {
+    if resp.waiting {
+        // The worker is alive; the other consumers have not asked yet.
+        return Attempt::Waiting;
+    }
+    if resp.skipped {
+        return Attempt::Done(Got::Skipped);
+    }
+    let Some(element) = resp.element else {
+        return Attempt::GiveUp(ClientError::Protocol {
+            address: t.address.to_string(),
+            message: format!("round {round} of task {}: no element", t.task_id),
+        });
+    };
+    match Element::try_from(element) {
+        Ok(e) => Attempt::Done(Got::Element(e)),
+        Err(e) => Attempt::GiveUp(ClientError::Protocol {
+            address: t.address.to_string(),
+            message: format!("malformed element: {e}"),
+        }),
     }
 }

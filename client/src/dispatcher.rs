@@ -13,50 +13,15 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::dispatcher_client::DispatcherClient as Grpc;
 use sluice_proto::MAX_MESSAGE_BYTES;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
+pub use crate::channels::channel;
 use crate::error::ClientError;
-use crate::retry::{is_retryable_status, RetryPolicy};
-
-/// Builds a lazily connecting channel to `address` (`host:port` or a URL).
-pub fn channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientError> {
-    Ok(endpoint(address, policy)?.http2_adaptive_window(true).connect_lazy())
-}
-
-/// HTTP/2 receive windows of a connection to a worker: how many bytes of element
-/// messages a worker may send before the reader acknowledges them. The default
-/// 64 KiB (and the adaptive window, which grows from it by RTT estimates that are
-/// noise on loopback) stalls the sender on every large message.
-pub(crate) const WORKER_STREAM_WINDOW_BYTES: u32 = 8 << 20;
-pub(crate) const WORKER_CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
-/// The largest HTTP/2 frame a worker may send (up to the stream window): a message
-/// of the worker's default 4 MiB bound travels in one frame, so the reader decodes
-/// its tensors as slices of that frame (`worker_stream.rs`) rather than gathering
-/// 16 KiB frames (the default) into a copy.
-pub(crate) const WORKER_MAX_FRAME_BYTES: u32 = WORKER_STREAM_WINDOW_BYTES;
-
-/// A lazily connecting channel to a worker, with windows sized for element streams.
-pub(crate) fn worker_channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientError> {
-    Ok(endpoint(address, policy)?
-        .initial_stream_window_size(WORKER_STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(WORKER_CONNECTION_WINDOW_BYTES)
-        .max_frame_size(WORKER_MAX_FRAME_BYTES)
-        .connect_lazy())
-}
-
-fn endpoint(address: &str, policy: &RetryPolicy) -> Result<Endpoint, ClientError> {
-    let url =
-        if address.contains("://") { address.to_string() } else { format!("http://{address}") };
-    Ok(Endpoint::from_shared(url)
-        .map_err(|e| ClientError::InvalidArgument(format!("bad address `{address}`: {e}")))?
-        .connect_timeout(policy.attempt_timeout)
-        .tcp_nodelay(true))
-}
+use crate::retry::{describe, is_retryable_status, Attempt, RetryPolicy};
 
 /// Cloneable, retrying handle to the dispatcher(s).
 #[derive(Clone)]
@@ -66,6 +31,8 @@ pub struct DispatcherClient {
 
 struct Inner {
     addresses: Vec<String>,
+    /// `addresses` joined by commas, as a give-up error names them.
+    all_addresses: String,
     clients: Vec<Grpc<Channel>>,
     /// Index of the address that answered last; calls start there.
     current: AtomicUsize,
@@ -89,6 +56,7 @@ impl DispatcherClient {
         Ok(DispatcherClient {
             inner: Arc::new(Inner {
                 addresses: addresses.to_vec(),
+                all_addresses: addresses.join(","),
                 clients,
                 current: AtomicUsize::new(0),
                 policy,
@@ -105,74 +73,60 @@ impl DispatcherClient {
     }
 
     /// Runs `f` against the current dispatcher, retrying retryable failures on the
-    /// next address with backoff until the policy's deadline.
+    /// next address with backoff until the policy's deadline (counted from the
+    /// call's start).
     pub async fn call<T, F, Fut>(&self, name: &'static str, mut f: F) -> Result<T, ClientError>
     where
         F: FnMut(Grpc<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let inner = &self.inner;
-        let start = Instant::now();
-        let mut attempt = 0u32;
+        let n = inner.clients.len();
         // Redirects to a named leader skip the backoff, a bounded number of times
         // (a leader change during the redirect must not make us spin).
-        let mut redirects = 0usize;
-        loop {
-            let i = inner.current.load(Ordering::Relaxed) % inner.clients.len();
-            let result =
-                tokio::time::timeout(inner.policy.attempt_timeout, f(inner.clients[i].clone()))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(tonic::Status::deadline_exceeded(format!(
-                            "no answer within {:?}",
-                            inner.policy.attempt_timeout
-                        )))
-                    });
-            let status = match result {
-                Ok(resp) => return Ok(resp.into_inner()),
-                Err(s) => s,
-            };
-            let address = inner.addresses[i].clone();
-            if !is_retryable_status(&status) {
-                return Err(ClientError::Rpc {
-                    peer: "dispatcher",
-                    address,
-                    call: name,
-                    code: status.code(),
-                    message: status.message().to_string(),
-                });
-            }
-            if let Some(j) = leader_hint(&status, &inner.addresses) {
-                if j != i && redirects < 2 * inner.addresses.len() {
-                    redirects += 1;
-                    inner.current.store(j, Ordering::Relaxed);
-                    tracing::debug!(call = name, from = %address, to = %inner.addresses[j], "following the leader");
-                    continue;
-                }
-            }
-            attempt += 1;
-            let elapsed = start.elapsed();
-            if elapsed >= inner.policy.deadline {
-                return Err(ClientError::Unavailable {
-                    peer: "dispatcher",
-                    address: inner.addresses.join(","),
-                    attempts: attempt,
-                    elapsed,
-                    last_error: format!("{}: {:?}: {}", address, status.code(), status.message()),
-                });
-            }
-            tracing::debug!(call = name, %address, attempt, code = ?status.code(), "retrying");
-            // Try the next dispatcher; with one address this is the same one again.
-            let _ = inner.current.compare_exchange(
-                i,
-                (i + 1) % inner.clients.len(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            let backoff = inner.policy.backoff(attempt - 1);
-            let left = inner.policy.deadline.saturating_sub(elapsed);
-            tokio::time::sleep(backoff.min(left)).await;
+        let redirects = AtomicUsize::new(0);
+        let retry = inner.policy.retry("dispatcher", &inner.all_addresses).counting_from_start();
+        retry
+            .run(|_| {
+                let i = inner.current.load(Ordering::Relaxed) % n;
+                self.attempt(name, i, f(inner.clients[i].clone()), &redirects)
+            })
+            .await
+    }
+
+    /// One attempt of [`Self::call`] at address `i`, and where the next goes.
+    async fn attempt<T>(
+        &self,
+        name: &'static str,
+        i: usize,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+        redirects: &AtomicUsize,
+    ) -> Attempt<T, String> {
+        let inner = &self.inner;
+        let n = inner.clients.len();
+        let timeout = inner.policy.attempt_timeout;
+        let status = match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(resp)) => return Attempt::Done(resp.into_inner()),
+            Ok(Err(status)) => status,
+            Err(_) => tonic::Status::deadline_exceeded(format!("no answer within {timeout:?}")),
+        };
+        let address = &inner.addresses[i];
+        if !is_retryable_status(&status) {
+            return Attempt::GiveUp(ClientError::rpc("dispatcher", address, name, &status));
         }
+        if let Some(j) = leader_hint(&status, &inner.addresses) {
+            if j != i && redirects.load(Ordering::Relaxed) < 2 * n {
+                redirects.fetch_add(1, Ordering::Relaxed);
+                inner.current.store(j, Ordering::Relaxed);
+                let to = &inner.addresses[j];
+                tracing::debug!(call = name, from = %address, %to, "following the leader");
+                return Attempt::Redirected;
+            }
+        }
+        // Try the next dispatcher; with one address this is the same one again.
+        let next = (i + 1) % n;
+        let _ = inner.current.compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+        Attempt::Failed(format!("{address}: {}", describe(&status)))
     }
 
     /// Asks every dispatcher for its status once each (no retries): one answer per
@@ -191,13 +145,7 @@ impl DispatcherClient {
                 .await;
                 let r = match r {
                     Ok(Ok(resp)) => Ok(resp.into_inner()),
-                    Ok(Err(s)) => Err(ClientError::Rpc {
-                        peer: "dispatcher",
-                        address: a.clone(),
-                        call: "GetStatus",
-                        code: s.code(),
-                        message: s.message().to_string(),
-                    }),
+                    Ok(Err(s)) => Err(ClientError::rpc("dispatcher", a, "GetStatus", &s)),
                     Err(_) => Err(ClientError::Unavailable {
                         peer: "dispatcher",
                         address: a.clone(),
@@ -282,6 +230,23 @@ impl DispatcherClient {
         req: pb::ClientHeartbeatRequest,
     ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
         self.call("ClientHeartbeat", |mut c| async move { c.client_heartbeat(req).await }).await
+    }
+
+    /// `ClientHeartbeat` of a coordinated read (`consumer_index`,
+    /// `coordinated_paused_at` set by the caller): [`Self::client_heartbeat_with`].
+    pub async fn coordinated_heartbeat(
+        &self,
+        req: pb::ClientHeartbeatRequest,
+    ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
+        self.client_heartbeat_with(req).await
+    }
+
+    /// A coordinated reader's vote to remove a task whose worker it cannot reach.
+    pub async fn maybe_remove_task(
+        &self,
+        req: pb::MaybeRemoveTaskRequest,
+    ) -> Result<pb::MaybeRemoveTaskResponse, ClientError> {
+        self.call("MaybeRemoveTask", |mut c| async move { c.maybe_remove_task(req).await }).await
     }
 
     pub async fn register_worker(

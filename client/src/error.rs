@@ -38,6 +38,22 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// `peer` at `address` refused `call` with `status` (not retryable).
+    pub(crate) fn rpc(
+        peer: &'static str,
+        address: &str,
+        call: &'static str,
+        status: &tonic::Status,
+    ) -> Self {
+        ClientError::Rpc {
+            peer,
+            address: address.to_string(),
+            call,
+            code: status.code(),
+            message: status.message().to_string(),
+        }
+    }
+
     /// The gRPC code of a server-side refusal, if this is one.
     pub fn code(&self) -> Option<tonic::Code> {
         match self {

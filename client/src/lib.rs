@@ -16,30 +16,44 @@
 //! ```
 //!
 //! # Layout
-//! - [`client`] — [`Client`] — `register_dataset`, `from_dataset_id`, `distribute`.
-//! - [`reader`] — [`ElementStream`] — one iteration's elements; a manager follows the
-//!   dispatcher's task list, one reader per task streams from its worker.
-//! - `worker_stream`: `GetElements` over the tonic channel without copying element
-//!   bytes (decodes from the received HTTP/2 frames).
+//! ```text
+//!  Client ──register, job, iteration──► DispatcherClient ──retry──► dispatchers
+//!    │ picks the manager
+//!    ├─ task_readers: view_poll (task list) ─► one reader per task ─► worker_stream ─► worker
+//!    └─ coordinated: heartbeats + rounds ─► CoordinatedGetElement ─► workers
+//!          │ both send element batches through a bounded channel
+//!          ▼
+//!    ElementStream (reader) ──► caller   (blocking: the same as an Iterator)
+//! ```
+//! - [`client`] — [`Client`] — `register_dataset`, `from_dataset_id` (picks the
+//!   read's manager), `distribute`.
+//! - [`reader`] — [`ElementStream`] — one iteration's elements, the receiving end
+//!   of the manager's channel; knows nothing of how they are read.
+//! - `task_readers`: the manager of a plain read: follows the dispatcher's task
+//!   list, one reader per task streams from its worker.
 //! - `view_poll`: the manager's long poll of the task list and the end of the
 //!   iteration (`ClientHeartbeat` with `known_view`).
+//! - `worker_stream`: `GetElements` over the tonic channel without copying element
+//!   bytes (decodes from the received HTTP/2 frames).
 //! - [`coordinated`] — coordinated reads (`num_consumers` + `consumer_index`): the
-//!   reader that reads every task one round at a time, pauses for joining workers
-//!   and votes dead ones out.
+//!   manager that reads every task one round at a time, pauses for joining
+//!   workers and votes dead ones out.
 //! - [`blocking`] — the same as a blocking iterator, for callers without a runtime.
-//! - [`options`] — [`ReadOptions`], [`ProcessingMode`] (`"parallel_epochs"` /
-//!   `"distributed_epoch"` accepted, and the static `file`, `data`, `file_or_data`,
-//!   `hint`), [`TargetWorkers`].
+//! - [`options`] — [`ReadOptions`] and its checks, [`ProcessingMode`]
+//!   (`"parallel_epochs"` / `"distributed_epoch"` accepted, and the static `file`,
+//!   `data`, `file_or_data`, `hint`), [`TargetWorkers`]. A leaf: the readers
+//!   depend on it.
 //! - [`dispatcher`] — [`DispatcherClient`] — retrying calls to one or more dispatchers
 //!   (also used by workers).
-//! - [`retry`] — [`RetryPolicy`] — bounded backoff for every remote call.
+//! - `channels`: the lazily connecting gRPC channels to dispatchers and workers.
+//! - [`retry`] — [`RetryPolicy`] and the one retry loop ([`retry::Retry`]) every
+//!   remote call goes through: bounded backoff up to a deadline.
 //! - [`local_workers`] — the process-wide registry of in-process workers, which
 //!   `TargetWorkers::Local` reads are limited to.
-//! - `cache_options`: the checks of a cross-trainer cache read (`ReadOptions`).
 //! - [`error`] — [`ClientError`].
 
 pub mod blocking;
-mod cache_options;
+mod channels;
 pub mod client;
 pub mod coordinated;
 pub mod dispatcher;
@@ -48,6 +62,7 @@ pub mod local_workers;
 pub mod options;
 pub mod reader;
 pub mod retry;
+mod task_readers;
 mod view_poll;
 mod worker_stream;
 

@@ -1,4 +1,7 @@
-//! What a reader asks for: processing mode, job sharing and bounds.
+//! What a reader asks for: processing mode, job sharing and bounds, and the
+//! checks of a combination before anything reaches the dispatcher.
+//!
+//! A leaf: the readers depend on these types, never the other way round.
 
 use std::fmt;
 use std::str::FromStr;
@@ -241,10 +244,63 @@ impl ReadOptions {
                 "job_name must not be empty; leave it unset for an anonymous job".into(),
             ));
         }
-        crate::cache_options::validate(self)?;
+        self.validate_cache()?;
         if self.heartbeat_interval.is_zero() {
             return Err(ClientError::InvalidArgument("heartbeat_interval must be > 0".into()));
         }
-        crate::coordinated::validate(self)
+        self.validate_coordinated()
+    }
+
+    /// The client-side checks of a cross-trainer cache read, so a reader learns
+    /// what is missing before anything reaches the dispatcher. The dispatcher
+    /// checks the job name and the dataset's cardinality again when it creates
+    /// the job.
+    fn validate_cache(&self) -> Result<(), ClientError> {
+        let bad = |m: &str| Err(ClientError::InvalidArgument(m.to_string()));
+        match (&self.trainer_id, self.use_cross_trainer_cache) {
+            (None, false) => Ok(()),
+            (Some(_), false) => bad("trainer_id is set but use_cross_trainer_cache is not; use \
+                 ReadOptions::cross_trainer_cache(trainer_id) to read through the cache"),
+            (None, true) => {
+                bad("use_cross_trainer_cache needs a trainer_id: each trainer reads the cache at \
+                 its own cursor; use ReadOptions::cross_trainer_cache(trainer_id)")
+            }
+            (Some(id), true) if id.is_empty() => {
+                bad("trainer_id must not be empty for the cross-trainer cache")
+            }
+            (Some(_), true) if self.job_name.is_none() => {
+                bad("the cross-trainer cache needs a job name: trainers share the cache by \
+                 joining the same named job (set ReadOptions.job_name / sluice read --job-name)")
+            }
+            (Some(_), true) => Ok(()),
+        }
+    }
+
+    /// The checks of `num_consumers` / `consumer_index` (a coordinated read).
+    fn validate_coordinated(&self) -> Result<(), ClientError> {
+        let bad = |m: String| Err(ClientError::InvalidArgument(m));
+        match (self.num_consumers, self.consumer_index) {
+            (None, None) => Ok(()),
+            (Some(_), None) | (None, Some(_)) => bad(
+                "num_consumers and consumer_index go together: set both (a coordinated read) or \
+                 neither"
+                    .into(),
+            ),
+            (Some(0), _) => bad("num_consumers must be at least 1".into()),
+            (Some(n), Some(i)) if i >= n => {
+                bad(format!("consumer_index={i} must be less than num_consumers={n}"))
+            }
+            _ if self.job_name.is_none() => {
+                bad("num_consumers and consumer_index need a job_name: the consumers of a \
+                 coordinated read find each other by it"
+                    .into())
+            }
+            _ if self.target_workers == TargetWorkers::Local => {
+                bad("num_consumers cannot be used with target_workers=LOCAL: every consumer of a \
+                 round must read the same workers"
+                    .into())
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// `range(N)` read under DYNAMIC while the leader is SIGKILLed (element gap).
     #[arg(long, default_value_t = 200_000)]
     pub gap_elements: u64,
+    /// Leader SIGKILL + restart cycles under a `sluice read` process in the gap
+    /// section (0: none).
+    #[arg(long, default_value_t = 20)]
+    pub gap_kills: usize,
     /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
     #[arg(long)]
     pub keep: bool,
@@ -103,6 +107,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             mib_elements: a.stream_mib,
             epoch_runs: a.epoch_runs,
             gap_elements: a.gap_elements,
+            gap_kills: a.gap_kills,
         },
         splits_per_request: a.splits_per_request,
         keep: a.keep,

@@ -16,13 +16,17 @@
 //!
 //! Every dispatcher call is bounded by the `RetryPolicy` inside `DispatcherClient`;
 //! this loop only decides what to do after one gave up: registration is tried again
-//! until it succeeds or the worker stops (a FailedPrecondition refusal — the address
-//! is not in the dispatcher's worker list — stops the worker), a failed heartbeat is logged and the next
-//! one carries the same reports. NotFound means the dispatcher lost this worker (an
+//! (the client's retry loop, without a deadline) until it succeeds or the worker
+//! stops (a FailedPrecondition refusal — the address is not in the dispatcher's
+//! worker list — stops the worker), a failed heartbeat is logged and the next one
+//! carries the same reports. NotFound means the dispatcher lost this worker (an
 //! in-memory dispatcher restarted, or it timed us out), so the worker registers again.
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use sluice_client::retry::Attempt;
 use tokio::sync::watch;
 use tonic::Code;
 
@@ -39,43 +43,57 @@ pub(crate) async fn run(worker: Arc<Worker>) {
 }
 
 /// Registers, retrying until success (true) or shutdown (false), and starts the
-/// tasks the dispatcher hands back.
+/// tasks the dispatcher hands back. Each `RegisterWorker` call is already retried
+/// per the dispatcher policy; this loop tries again after one gave up, with the
+/// same backoff and no deadline: a worker waits for its dispatcher indefinitely.
 async fn register(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) -> bool {
-    let mut attempt = 0u32;
-    loop {
-        let call = worker.dispatcher.register_worker(worker.register_request());
-        let result = tokio::select! {
-            r = call => r,
-            _ = stopped(shutdown) => return false,
-        };
-        match result {
-            Ok(resp) => {
-                tracing::info!(tasks = resp.tasks.len(), "registered with the dispatcher");
-                worker.start_tasks(resp.tasks);
-                return true;
-            }
-            // A refusal that no retry changes (the address is not in the dispatcher's
-            // worker list): stop the worker, which then exits with the reason.
-            Err(e) if e.code() == Some(Code::FailedPrecondition) => {
-                let reason = match &e {
-                    sluice_client::ClientError::Rpc { message, .. } => message.clone(),
-                    e => e.to_string(),
+    let policy = worker.dispatcher.policy().clone().with_deadline(Duration::MAX);
+    let addresses = worker.dispatcher.addresses().join(",");
+    let each_attempt = shutdown.clone();
+    let attempts = policy.retry("dispatcher", &addresses).run_until(
+        async {
+            stopped(shutdown).await;
+            false
+        },
+        |_| {
+            let call = worker.dispatcher.register_worker(worker.register_request());
+            let mut shutdown = each_attempt.clone();
+            async move {
+                let result = tokio::select! {
+                    r = call => r,
+                    _ = stopped(&mut shutdown) => return Attempt::Done(false),
                 };
-                tracing::error!(%reason, "the dispatcher refused this worker; stopping");
-                worker.refuse(reason);
-                return false;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "registration failed; trying again");
-                let pause = worker.dispatcher.policy().backoff(attempt);
-                attempt = attempt.saturating_add(1);
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = stopped(shutdown) => return false,
+                match result {
+                    Ok(resp) => {
+                        tracing::info!(tasks = resp.tasks.len(), "registered with the dispatcher");
+                        worker.start_tasks(resp.tasks);
+                        Attempt::Done(true)
+                    }
+                    // A refusal that no retry changes (the address is not in the
+                    // dispatcher's worker list): stop the worker, which then exits
+                    // with the reason.
+                    Err(e) if e.code() == Some(Code::FailedPrecondition) => {
+                        let reason = match &e {
+                            sluice_client::ClientError::Rpc { message, .. } => message.clone(),
+                            e => e.to_string(),
+                        };
+                        tracing::error!(%reason, "the dispatcher refused this worker; stopping");
+                        worker.refuse(reason);
+                        Attempt::Done(false)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "registration failed; trying again");
+                        Attempt::Failed(e)
+                    }
                 }
             }
-        }
-    }
+        },
+    );
+    // Without a deadline the loop ends only by success, refusal or shutdown.
+    attempts.await.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "registration gave up");
+        false
+    })
 }
 
 /// Heartbeats until the worker stops (false) or the dispatcher no longer knows this

@@ -12,6 +12,7 @@ use crate::failover::Failover;
 use crate::gap::ElementGap;
 use crate::limits::Bandwidth;
 use crate::measure::failed_error;
+use crate::read_failover::ReadFailover;
 pub use crate::measure::{Latency, Outcome};
 use crate::restart::Restart;
 use crate::rss::IdleRss;
@@ -55,6 +56,8 @@ pub struct Report {
     pub epoch: Outcome<Epoch>,
     /// Leader SIGKILL under a DYNAMIC reader: the longest gap in arrivals.
     pub gap: Outcome<ElementGap>,
+    /// Leader SIGKILL + restart cycles under a `sluice read` process: the stalls.
+    pub gap_read: Outcome<ReadFailover>,
     pub rss: Outcome<IdleRss>,
     pub fsync: Outcome<Latency>,
     /// The sled journal's `append` of 1 entry, and of `workers` entries (one batch).
@@ -86,6 +89,7 @@ impl Report {
         }
         failed("end of epoch", failed_error(&self.epoch));
         failed("element gap", failed_error(&self.gap));
+        failed("element gap, `sluice read`", failed_error(&self.gap_read));
         failed("idle RSS", failed_error(&self.rss));
         failed("fsync", failed_error(&self.fsync));
         failed("sled append", failed_error(&self.sled_append_1));

@@ -246,6 +246,10 @@ pub(super) fn gap(r: &Report, out: &mut Lines) {
         }
         other => out.line(format!("  {}", not_measured(other))),
     }
+    match &r.gap_read {
+        Outcome::Measured(cycles) => cycles.render(ms).into_iter().for_each(|l| out.line(l)),
+        other => out.line(format!("  `sluice read` cycles: {}", not_measured(other))),
+    }
 }
 
 /// IDLE RSS of a dispatcher and a worker.
