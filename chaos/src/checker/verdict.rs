@@ -46,7 +46,7 @@ pub struct Violation {
     /// What, which epoch, which values (the first few), counts.
     pub message: String,
     /// 0-based indexes into the events slice of the first (≤ 10) history lines
-    /// that show it ([`explain`](super::explain) prints them 1-based, as `line N`).
+    /// that show it ([`explain`](super::explain()) prints them 1-based, as `line N`).
     pub lines: Vec<usize>,
 }
 
