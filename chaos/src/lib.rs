@@ -19,7 +19,9 @@
 //! - [`history`]: the JSON-lines history (elements received, faults injected) that
 //!   the runner writes and the checker and report read.
 //! - [`checker`]: reads a history and verifies the guarantees per epoch (duplicates,
-//!   losses, OFF copies, completion, registry) into violations and a [`checker::Summary`].
+//!   losses, OFF copies, completion, registry) into violations and a [`checker::Summary`]
+//!   (`checker::run` reads the history, `deliveries` and `completion` check it, `explain`
+//!   prints a result; `checker::verdict` is the leaf of types they all share).
 //! - [`report`]: the summary table, `report.json` and the throughput-over-time SVG chart.
 
 pub mod campaign;
