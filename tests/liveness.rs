@@ -9,6 +9,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{ChildStdout, Command};
+use std::time::Duration;
 
 use common::{collect_i64, counts, run_sluice, wait_until, Port, Proc};
 use futures::StreamExt;
@@ -272,7 +273,10 @@ async fn a_killed_dynamic_reader_rejoins_its_named_job_and_continues_from_the_cu
         first.into_iter().chain(lines.map_while(Result::ok).map(|l| l.parse().unwrap())).collect();
 
     tracing::info!("--- a second trainer with the same job name continues the epoch");
-    let (ok, out, err) = run_sluice(&read, None);
+    // A deadline scaled to the work: ~2,800 committed splits and ~28,000 printed
+    // elements, which took longer than the default 30 s on a loaded machine.
+    let within = common::DEADLINE + Duration::from_millis(3 * N as u64);
+    let (ok, out, err) = common::sluice().run_within(&read, None, within);
     assert!(ok, "{err}");
     let second: Vec<i64> = out.lines().map(|l| l.parse().unwrap()).collect();
 
@@ -321,14 +325,18 @@ async fn a_worker_paused_past_the_timeout_is_lost_and_registers_again_when_it_re
 
 /// Three dispatcher processes; the leader is SIGKILLed while a worker serves a
 /// DYNAMIC read. The worker's heartbeats go unanswered during the election; the
-/// new leader starts its timers afresh, so it declares nobody lost (with a 2 s
-/// worker timeout), and every element arrives exactly once.
+/// new leader starts its timers afresh, so it declares nobody lost, and every
+/// element arrives exactly once. The worker timeout (6 s) is longer than the
+/// silences a loaded machine puts between two heartbeats of a healthy worker (2 s
+/// was not: the worker was declared lost before any kill); a new leader that
+/// counted a worker it has not heard from yet as lost fails the test whatever the
+/// timeout (`liveness.rs` unit tests pin the timer rules themselves).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_leader_does_not_declare_workers_lost_because_of_the_failover() {
     const N: i64 = 3000;
     let work_dir = tempfile::tempdir().unwrap();
     let wd = work_dir.path().to_str().unwrap().to_string();
-    let flags = ["--worker-timeout-secs", "2", "--elements-per-split", "10"];
+    let flags = ["--worker-timeout-secs", "6", "--elements-per-split", "10"];
     let mut q = common::sluice().quorum(3, &wd, &flags, &[]);
     let addresses = q.addresses().to_vec();
     let all = addresses.join(",");

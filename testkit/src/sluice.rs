@@ -7,6 +7,7 @@
 //! on (default `warn`).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::{run, Child, Quorum, QuorumConfig, Spec, Stderr, DEADLINE};
 
@@ -66,7 +67,18 @@ impl Sluice {
     /// Runs `sluice ARGS` to completion, with a deadline; returns (status ok,
     /// stdout, stderr). Panics past [`DEADLINE`].
     pub fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let out = run(&self.spec(args, &[]), stdin, DEADLINE).unwrap_or_else(|e| panic!("{e}"));
+        self.run_within(args, stdin, DEADLINE)
+    }
+
+    /// [`Sluice::run`] with a deadline scaled to the command's work (a read of tens
+    /// of thousands of elements on a loaded machine can outlast [`DEADLINE`]).
+    pub fn run_within(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+        deadline: Duration,
+    ) -> (bool, String, String) {
+        let out = run(&self.spec(args, &[]), stdin, deadline).unwrap_or_else(|e| panic!("{e}"));
         (out.success(), out.stdout, out.stderr)
     }
 
