@@ -1,6 +1,7 @@
 //! Registration, deletion, shutdown and configuration.
 
 use sluice_dataset::DatasetDef;
+use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tokio::net::TcpListener;
 use tonic::Code;
@@ -28,9 +29,12 @@ async fn deleted_task_ends_its_streams_and_refuses_new_ones() {
     let status = rest.error.expect("the stream fails");
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     assert!(status.message().contains("deleted"), "{status:?}");
+    // Through the element route's trailers: the reason readers act on.
+    assert_eq!(Reason::of(&status), Some(Reason::TaskDeleted), "{status:?}");
 
     let status = client.get_elements(request(8, 0, 0)).await.expect_err("deleted task");
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert_eq!(Reason::of(&status), Some(Reason::TaskDeleted), "{status:?}");
 
     worker.shutdown().await.expect("worker stops");
     dispatcher.shutdown().await;

@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 
 use sluice_dataset::DatasetDef;
+use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tonic::Code;
 
@@ -91,6 +92,7 @@ async fn unknown_task_is_unavailable() {
     let status = client.get_elements(request(999, 0, 0)).await.expect_err("unknown task");
     assert_eq!(status.code(), Code::Unavailable);
     assert!(status.message().contains("task 999 is not known"), "{status:?}");
+    assert_eq!(Reason::of(&status), Some(Reason::TaskNotYetKnown), "{status:?}");
 
     worker.shutdown().await.expect("worker stops");
     dispatcher.shutdown().await;
