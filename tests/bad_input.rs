@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{collect_i64, Cluster};
+use common::{collect_i64, Cluster, Port};
 use sluice_client::{ClientError, ProcessingMode, ReadOptions};
 use sluice_dataset::{DatasetDef, DatasetError};
 use sluice_proto::v1 as pb;
@@ -120,9 +120,9 @@ async fn a_different_definition_under_an_existing_id_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_dispatcher_fails_after_the_deadline_naming_the_address() {
-    // Bind and drop a listener: nothing serves on that port.
-    let addr =
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    // Reserved and never bound: nothing serves on that port.
+    let unbound = Port::reserve().unwrap();
+    let addr = unbound.address();
     let policy = sluice_client::RetryPolicy::for_tests()
         .with_deadline(std::time::Duration::from_millis(300));
     let client = sluice_client::Client::new(std::slice::from_ref(&addr), policy).unwrap();

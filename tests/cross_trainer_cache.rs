@@ -147,21 +147,29 @@ async fn a_trainer_that_falls_behind_the_window_skips_to_its_oldest_element() {
     assert!(ahead.windows(2).all(|w| w[0] < w[1]), "never an element twice");
 
     tracing::info!("--- the slow trainer reads what it prefetched, then jumps to the window");
+    // The work here is the prefetch: up to the stream's HTTP/2 window of unread
+    // elements (about half a million int64 scalars), read one by one. So the wait is
+    // scaled to it: each element must arrive within DEADLINE, and the jump must come
+    // within the most elements the windows can hold (8 MiB of stream window plus the
+    // worker's send buffer, at ≥ 8 bytes per element) — not one deadline for all,
+    // which a loaded machine outran.
+    const MOST_PREFETCHED: usize = 4 << 20;
     let mut rest = vec![*head.last().unwrap()];
-    let gap = tokio::time::timeout(DEADLINE, async {
-        loop {
-            let e = slow.next().await.expect("endless").expect("an element");
-            let v = e.as_i64().unwrap();
-            let last = *rest.last().unwrap();
-            assert!(v > last, "never an element twice: {v} after {last}");
-            rest.push(v);
-            if v > last + 1 {
-                return v - last - 1;
-            }
+    let gap = loop {
+        let e = tokio::time::timeout(DEADLINE, slow.next())
+            .await
+            .expect("the slow trainer's next element arrives before the deadline")
+            .expect("endless")
+            .expect("an element");
+        let v = e.as_i64().unwrap();
+        let last = *rest.last().unwrap();
+        assert!(v > last, "never an element twice: {v} after {last}");
+        rest.push(v);
+        if v > last + 1 {
+            break v - last - 1;
         }
-    })
-    .await
-    .expect("the slow trainer reaches the window before the deadline");
+        assert!(rest.len() < MOST_PREFETCHED, "no jump after {} elements", rest.len());
+    };
     let status = cache_status(&cluster).await;
     assert!(status.skipped_elements >= gap as u64, "skips are counted ({gap}): {status:?}");
     assert!(status.cached_bytes <= status.capacity_bytes, "{status:?}");

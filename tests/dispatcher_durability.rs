@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{collect_i64, counts, free_port, wait_until, Proc};
+use common::{collect_i64, counts, wait_until, Port};
 use futures::StreamExt;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, FunctionRegistry};
@@ -15,10 +15,10 @@ const N: i64 = 400;
 
 async fn kill_and_restart_mid_epoch(work_dir: &str, envs: &[(String, String)]) {
     common::init_tracing();
-    let port = free_port().to_string();
-    let address = format!("127.0.0.1:{port}");
-    let args = ["dispatcher", "--port", &port, "--work-dir", work_dir, "--snapshot-every", "50"];
-    let mut dispatcher = Proc::server_env(&args, envs);
+    let port = Port::reserve().unwrap();
+    let (address, number) = (port.address(), port.number().to_string());
+    let args = ["dispatcher", "--port", &number, "--work-dir", work_dir, "--snapshot-every", "50"];
+    let mut dispatcher = common::server_env(&args, envs);
     let mut workers = vec![];
     for _ in 0..2 {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -47,7 +47,7 @@ async fn kill_and_restart_mid_epoch(work_dir: &str, envs: &[(String, String)]) {
 
     tracing::info!("--- SIGKILL the dispatcher mid-epoch and restart it on the same work_dir");
     dispatcher.kill();
-    let _dispatcher = Proc::server_env(&args, envs);
+    let _dispatcher = common::server_env(&args, envs);
 
     got.extend(collect_i64(stream).await);
     let c = counts(&got);
@@ -89,10 +89,11 @@ async fn one_node_on_s3_survives_sigkill_mid_epoch_exactly_once() {
 fn a_corrupted_journal_refuses_to_start_naming_the_object_and_offset() {
     let dir = tempfile::tempdir().unwrap();
     let work_dir = format!("file://{}", dir.path().display());
-    let port = free_port().to_string();
-    let args = ["dispatcher", "--port", &port, "--work-dir", &work_dir];
-    let mut dispatcher = Proc::server(&args);
-    let address = format!("127.0.0.1:{port}");
+    let port = Port::reserve().unwrap();
+    let number = port.number().to_string();
+    let args = ["dispatcher", "--port", &number, "--work-dir", &work_dir];
+    let mut dispatcher = common::server(&args);
+    let address = port.address();
     for i in 0..5 {
         let spec = format!(r#"{{"stages": [{{"range": {{"stop": {}}}}}]}}"#, i + 1);
         let (ok, _, err) =

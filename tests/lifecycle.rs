@@ -7,13 +7,13 @@ mod common;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::{counts, free_port, run_sluice, wait_blocking, Proc, DEADLINE};
+use common::{counts, run_sluice, wait_blocking, Port, Proc, DEADLINE};
 use futures::StreamExt;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
 
 fn sigterm(p: &Proc) {
-    let pid = p.child.id().to_string();
+    let pid = p.id().to_string();
     let ok = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
     assert!(ok.success(), "kill -TERM {pid}");
 }
@@ -22,7 +22,7 @@ fn sigterm(p: &Proc) {
 fn exit_status(p: &mut Proc, what: &str) -> ExitStatus {
     let mut status = None;
     wait_blocking(what, || {
-        status = p.child.try_wait().expect("try_wait");
+        status = p.try_wait().expect("try_wait");
         status.is_some()
     });
     status.unwrap()
@@ -32,13 +32,13 @@ fn worker(dispatcher: &str, extra: &[&str]) -> Proc {
     let mut args =
         vec!["worker", "--dispatcher", dispatcher, "--port", "0", "--timeout-secs", "20"];
     args.extend_from_slice(extra);
-    Proc::server(&args)
+    common::server(&args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_a_dynamic_worker_mid_stream_and_the_read_still_gets_every_element_once() {
     common::init_tracing();
-    let dispatcher = Proc::server(&["dispatcher", "--port", "0", "--elements-per-split", "10"]);
+    let dispatcher = common::server(&["dispatcher", "--port", "0", "--elements-per-split", "10"]);
     let d = dispatcher.address().to_string();
     let mut leaving = worker(&d, &["--drain-timeout-secs", "20"]);
     let _staying = worker(&d, &[]);
@@ -84,8 +84,9 @@ async fn sigterm_drains_a_dynamic_worker_mid_stream_and_the_read_still_gets_ever
 fn sigterm_stops_a_dispatcher_on_sled_with_status_zero_and_it_restarts_with_all_state() {
     let dir = tempfile::tempdir().unwrap();
     let work_dir = dir.path().to_str().unwrap().to_string();
-    let port = free_port().to_string();
-    let start = || Proc::server(&["dispatcher", "--port", &port, "--work-dir", &work_dir]);
+    let port = Port::reserve().unwrap();
+    let number = port.number().to_string();
+    let start = || common::server(&["dispatcher", "--port", &number, "--work-dir", &work_dir]);
     let mut dispatcher = start();
     let d = dispatcher.address().to_string();
     let spec = r#"{"stages": [{"range": {"stop": 5}}]}"#;
@@ -112,14 +113,14 @@ fn sigterm_stops_a_dispatcher_on_sled_with_status_zero_and_it_restarts_with_all_
 
 #[test]
 fn a_worker_told_to_exit_when_idle_exits_zero_after_its_job_ends() {
-    let dispatcher = Proc::server(&["dispatcher", "--port", "0"]);
+    let dispatcher = common::server(&["dispatcher", "--port", "0"]);
     let d = dispatcher.address().to_string();
     let mut w = worker(&d, &["--exit-when-idle", "--idle-grace-secs", "1"]);
     wait_blocking("the worker registered", || {
         let (ok, out, _) = run_sluice(&["status", "--dispatcher", &d], None);
         ok && out.contains(w.address())
     });
-    assert!(w.child.try_wait().unwrap().is_none(), "no task ran yet: it keeps serving");
+    assert!(w.try_wait().unwrap().is_none(), "no task ran yet: it keeps serving");
 
     let spec = r#"{"stages": [{"range": {"stop": 50}}]}"#;
     let (ok, out, err) = run_sluice(&["read", "--dispatcher", &d, "--spec", "-"], Some(spec));
@@ -132,10 +133,12 @@ fn a_worker_told_to_exit_when_idle_exits_zero_after_its_job_ends() {
 
 #[test]
 fn a_worker_whose_dispatcher_is_gone_still_stops_promptly_on_sigterm() {
-    let dead = format!("127.0.0.1:{}", free_port());
+    // Reserved and never bound: nothing listens there.
+    let unbound = Port::reserve().unwrap();
+    let dead = unbound.address();
     // Registration would retry for 10 minutes; SIGTERM must not wait for that.
     let mut w =
-        Proc::server(&["worker", "--dispatcher", &dead, "--port", "0", "--timeout-secs", "600"]);
+        common::server(&["worker", "--dispatcher", &dead, "--port", "0", "--timeout-secs", "600"]);
     sigterm(&w);
     let status = exit_status(&mut w, "the worker exits");
     assert!(status.success(), "exit status 0: {status:?}");
@@ -143,7 +146,9 @@ fn a_worker_whose_dispatcher_is_gone_still_stops_promptly_on_sigterm() {
 
 #[test]
 fn read_register_and_status_against_a_dead_dispatcher_fail_clearly_after_their_deadline() {
-    let dead = format!("127.0.0.1:{}", free_port());
+    // Reserved and never bound: nothing listens there.
+    let unbound = Port::reserve().unwrap();
+    let dead = unbound.address();
     let spec = r#"{"stages": [{"range": {"stop": 5}}]}"#;
     for (args, stdin) in [
         (vec!["read", "--dispatcher", &dead, "--dataset-id", "1000", "--timeout-secs", "2"], None),

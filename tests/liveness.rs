@@ -8,9 +8,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Command};
+use std::time::Duration;
 
-use common::{collect_i64, counts, run_sluice, wait_until, Proc};
+use common::{collect_i64, counts, run_sluice, wait_until, Port, Proc};
 use futures::StreamExt;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
@@ -19,11 +20,11 @@ use sluice_proto::v1 as pb;
 fn dispatcher(extra: &[&str]) -> Proc {
     let mut args = vec!["dispatcher", "--port", "0"];
     args.extend_from_slice(extra);
-    Proc::server(&args)
+    common::server(&args)
 }
 
 fn worker(dispatcher: &str, buffer: &str) -> Proc {
-    Proc::server(&[
+    common::server(&[
         "worker",
         "--dispatcher",
         dispatcher,
@@ -70,19 +71,13 @@ fn task_threads(pid: u32) -> usize {
 
 /// `sluice ARGS` with stdout piped, killed on drop, and its stdout lines.
 fn spawn_reader(args: &[&str]) -> (Proc, std::io::Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_LOG", std::env::var("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sluice read");
-    let out = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    (Proc { child, address: None }, out)
+    let mut child = common::sluice().spawn(args);
+    let out = child.take_stdout().expect("stdout").lines();
+    (child, out)
 }
 
 fn signal(p: &Proc, sig: &str) {
-    let ok = Command::new("kill").args([sig, &p.child.id().to_string()]).status().unwrap();
+    let ok = Command::new("kill").args([sig, &p.id().to_string()]).status().unwrap();
     assert!(ok.success(), "kill {sig}");
 }
 
@@ -177,7 +172,8 @@ async fn an_abandoned_iteration_is_collected_its_task_stops_and_it_stays_collect
 {
     let work_dir = tempfile::tempdir().unwrap();
     let wd = work_dir.path().to_str().unwrap().to_string();
-    let port = common::free_port().to_string();
+    let reserved = Port::reserve().unwrap();
+    let port = reserved.number().to_string();
     let flags = |port: &str| -> Vec<String> {
         [
             "dispatcher",
@@ -195,10 +191,10 @@ async fn an_abandoned_iteration_is_collected_its_task_stops_and_it_stays_collect
         .collect()
     };
     let args = flags(&port);
-    let mut dp = Proc::server(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut dp = common::server(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let d = dp.address().to_string();
     let w = worker(&d, "4");
-    let wpid = w.child.id();
+    let wpid = w.id();
     let c = client(&d);
     wait_status(&c, "the worker", |s| s.workers.len() == 1).await;
     let spec = r#"{"stages": [{"range": {"stop": 1000000000}}]}"#;
@@ -227,7 +223,7 @@ async fn an_abandoned_iteration_is_collected_its_task_stops_and_it_stays_collect
 
     tracing::info!("--- restart the dispatcher on its work_dir: nothing resurrects");
     dp.kill();
-    let _dp = Proc::server(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let _dp = common::server(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let wa = w.address().to_string();
     wait_status(&c, "the worker heartbeats the restarted dispatcher", |s| {
         s.workers.iter().any(|x| x.address == wa && x.last_heartbeat_ms_ago.is_some())
@@ -277,7 +273,10 @@ async fn a_killed_dynamic_reader_rejoins_its_named_job_and_continues_from_the_cu
         first.into_iter().chain(lines.map_while(Result::ok).map(|l| l.parse().unwrap())).collect();
 
     tracing::info!("--- a second trainer with the same job name continues the epoch");
-    let (ok, out, err) = run_sluice(&read, None);
+    // A deadline scaled to the work: ~2,800 committed splits and ~28,000 printed
+    // elements, which took longer than the default 30 s on a loaded machine.
+    let within = common::DEADLINE + Duration::from_millis(3 * N as u64);
+    let (ok, out, err) = common::sluice().run_within(&read, None, within);
     assert!(ok, "{err}");
     let second: Vec<i64> = out.lines().map(|l| l.parse().unwrap()).collect();
 
@@ -326,36 +325,20 @@ async fn a_worker_paused_past_the_timeout_is_lost_and_registers_again_when_it_re
 
 /// Three dispatcher processes; the leader is SIGKILLed while a worker serves a
 /// DYNAMIC read. The worker's heartbeats go unanswered during the election; the
-/// new leader starts its timers afresh, so it declares nobody lost (with a 2 s
-/// worker timeout), and every element arrives exactly once.
+/// new leader starts its timers afresh, so it declares nobody lost, and every
+/// element arrives exactly once. The worker timeout (6 s) is longer than the
+/// silences a loaded machine puts between two heartbeats of a healthy worker (2 s
+/// was not: the worker was declared lost before any kill); a new leader that
+/// counted a worker it has not heard from yet as lost fails the test whatever the
+/// timeout (`liveness.rs` unit tests pin the timer rules themselves).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_leader_does_not_declare_workers_lost_because_of_the_failover() {
     const N: i64 = 3000;
     let work_dir = tempfile::tempdir().unwrap();
     let wd = work_dir.path().to_str().unwrap().to_string();
-    let addresses: Vec<String> =
-        (0..3).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
-    let peers: Vec<String> =
-        addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
-    let peers = peers.join(",");
-    let mut nodes: Vec<Option<Proc>> = (1..=3)
-        .map(|id: u64| {
-            let id = id.to_string();
-            Some(Proc::server(&[
-                "dispatcher",
-                "--node-id",
-                &id,
-                "--peers",
-                &peers,
-                "--work-dir",
-                &wd,
-                "--worker-timeout-secs",
-                "2",
-                "--elements-per-split",
-                "10",
-            ]))
-        })
-        .collect();
+    let flags = ["--worker-timeout-secs", "6", "--elements-per-split", "10"];
+    let mut q = common::sluice().quorum(3, &wd, &flags, &[]);
+    let addresses = q.addresses().to_vec();
     let all = addresses.join(",");
     let _w = worker(&all, "4");
     let c = Client::new(&addresses, RetryPolicy::for_tests()).unwrap();
@@ -375,9 +358,7 @@ async fn a_new_leader_does_not_declare_workers_lost_because_of_the_failover() {
         got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
     }
     tracing::info!("--- SIGKILL the leader mid-epoch");
-    if let Some(mut p) = nodes[leader as usize - 1].take() {
-        p.kill();
-    }
+    q.kill(leader);
     got.extend(collect_i64(stream).await);
     assert_eq!(got.len() as i64, N, "every element once: no task was ended as lost");
     assert_eq!(counts(&got).len() as i64, N);

@@ -6,23 +6,22 @@
 
 mod common;
 
-use common::{collect_i64, free_port, Proc};
+use common::{collect_i64, Port, Proc};
 use futures::StreamExt;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
 use sluice_metrics::{parse, value, Sample};
 
-/// `--metrics-addr` on a free loopback port (bound and released: the small race
-/// with other processes is accepted, as for `free_port` elsewhere).
-fn metrics_addr() -> String {
-    format!("127.0.0.1:{}", free_port())
+/// A port for `--metrics-addr`, reserved for the test's life (`Port::address`).
+fn metrics_port() -> Port {
+    Port::reserve().expect("a loopback port")
 }
 
 fn worker(dispatcher: &str, extra: &[&str]) -> Proc {
     let mut args =
         vec!["worker", "--dispatcher", dispatcher, "--port", "0", "--timeout-secs", "20"];
     args.extend_from_slice(extra);
-    Proc::server(&args)
+    common::server(&args)
 }
 
 fn client(d: &str) -> Client {
@@ -62,8 +61,9 @@ fn gauge(s: &[Sample], name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sigkilled_worker_in_dynamic_mode_shows_in_the_lost_worker_and_lost_split_metrics() {
-    let maddr = metrics_addr();
-    let d = Proc::server(&[
+    let mport = metrics_port();
+    let maddr = mport.address();
+    let d = common::server(&[
         "dispatcher",
         "--port",
         "0",
@@ -126,9 +126,10 @@ async fn a_sigkilled_worker_in_dynamic_mode_shows_in_the_lost_worker_and_lost_sp
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_workers_elements_streamed_counter_grows_with_a_read() {
-    let d = Proc::server(&["dispatcher", "--port", "0"]);
+    let d = common::server(&["dispatcher", "--port", "0"]);
     let d = d.address().to_string();
-    let maddr = metrics_addr();
+    let mport = metrics_port();
+    let maddr = mport.address();
     let _w = worker(&d, &["--metrics-addr", &maddr]);
     let s = scrape_until(&maddr, "the worker's metrics", |_| true).await;
     assert_eq!(value(&s, "sluice_elements_streamed_total", &[]), Some(0.0));

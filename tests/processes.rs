@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{collect_i64, counts, run_sluice, Proc};
+use common::{collect_i64, counts, run_sluice, Port, Proc};
 use futures::StreamExt;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
@@ -11,12 +11,12 @@ use sluice_dataset::DatasetDef;
 const SPEC: &str = r#"{"stages": [{"range": {"stop": 30}}, {"map": {"fn": "square"}}]}"#;
 
 fn worker(dispatcher: &str, port: &str) -> Proc {
-    Proc::server(&["worker", "--dispatcher", dispatcher, "--port", port, "--timeout-secs", "20"])
+    common::server(&["worker", "--dispatcher", dispatcher, "--port", port, "--timeout-secs", "20"])
 }
 
 #[test]
 fn dispatcher_two_workers_register_read_and_status_as_processes() {
-    let dispatcher = Proc::server(&["dispatcher", "--port", "0"]);
+    let dispatcher = common::server(&["dispatcher", "--port", "0"]);
     let d = dispatcher.address().to_string();
     let w1 = worker(&d, "0");
     let w2 = worker(&d, "0");
@@ -56,7 +56,7 @@ fn dispatcher_two_workers_register_read_and_status_as_processes() {
 
 #[test]
 fn the_cli_explains_bad_input() {
-    let dispatcher = Proc::server(&["dispatcher", "--port", "0"]);
+    let dispatcher = common::server(&["dispatcher", "--port", "0"]);
     let d = dispatcher.address().to_string();
     let bad = r#"{"stages": [{"range": {"stop": 3}}, {"batch": {"drop_remainder": true}}]}"#;
     let (ok, _, err) = run_sluice(&["register", "--dispatcher", &d, "-"], Some(bad));
@@ -93,10 +93,12 @@ fn raft_timer_flags_are_checked_before_anything_starts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_and_restarted_mid_job_starts_its_task_over_and_the_read_completes() {
     const N: i64 = 3000;
-    let dispatcher = Proc::server(&["dispatcher", "--port", "0"]);
+    let dispatcher = common::server(&["dispatcher", "--port", "0"]);
     let d = dispatcher.address().to_string();
-    let mut w = Proc::server(&["worker", "--dispatcher", &d, "--port", "0", "--buffer", "8"]);
-    let port = w.address().rsplit(':').next().unwrap().to_string();
+    // Reserved, so the restarted worker finds its port free.
+    let reserved = Port::reserve().unwrap();
+    let port = reserved.number().to_string();
+    let mut w = common::server(&["worker", "--dispatcher", &d, "--port", &port, "--buffer", "8"]);
     let client = Client::new(std::slice::from_ref(&d), RetryPolicy::for_tests()).unwrap();
     common::wait_until("the worker registers", || {
         let client = client.clone();
@@ -116,7 +118,7 @@ async fn a_worker_killed_and_restarted_mid_job_starts_its_task_over_and_the_read
 
     tracing::info!("--- SIGKILL the worker mid-job and restart it on the same port");
     w.kill();
-    let _w = Proc::server(&["worker", "--dispatcher", &d, "--port", &port, "--buffer", "8"]);
+    let _w = common::server(&["worker", "--dispatcher", &d, "--port", &port, "--buffer", "8"]);
 
     let after = collect_i64(stream).await;
     let all = [before, after].concat();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{collect_i64, counts, free_port, wait_until, Proc};
+use common::{collect_i64, counts, wait_until, Quorum};
 use futures::StreamExt;
 use sluice_client::{Client, ClientError, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, FunctionRegistry};
@@ -12,100 +12,39 @@ use sluice_proto::v1 as pb;
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use tokio::net::TcpListener;
 
-/// Three `sluice dispatcher` processes sharing a work_dir (each in `node-<id>/`).
-struct Quorum {
-    addresses: Vec<String>,
-    peers: String,
-    work_dir: String,
-    envs: Vec<(String, String)>,
-    snapshot_every: u64,
-    nodes: Vec<Option<Proc>>,
+/// Three `sluice dispatcher` processes sharing a work_dir (each in `node-<id>/`),
+/// snapshotting every `snapshot_every` entries.
+fn start(work_dir: &str, envs: Vec<(String, String)>, snapshot_every: u64) -> Quorum {
+    common::init_tracing();
+    let every = snapshot_every.to_string();
+    common::sluice().quorum(3, work_dir, &["--snapshot-every", &every], &envs)
 }
 
-impl Quorum {
-    fn start(work_dir: &str, envs: Vec<(String, String)>, snapshot_every: u64) -> Quorum {
-        common::init_tracing();
-        let addresses: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-        let peers =
-            addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>();
-        let mut q = Quorum {
-            addresses,
-            peers: peers.join(","),
-            work_dir: work_dir.to_string(),
-            envs,
-            snapshot_every,
-            nodes: vec![None, None, None],
-        };
-        for id in 1..=3 {
-            q.start_node(id);
-        }
-        q
-    }
+fn quorum_client(q: &Quorum, retry: RetryPolicy) -> Client {
+    Client::new(q.addresses(), retry).unwrap()
+}
 
-    fn start_node(&mut self, id: u64) {
-        let (id_s, every) = (id.to_string(), self.snapshot_every.to_string());
-        let args = [
-            "dispatcher",
-            "--node-id",
-            &id_s,
-            "--peers",
-            &self.peers,
-            "--work-dir",
-            &self.work_dir,
-            "--snapshot-every",
-            &every,
-        ];
-        self.nodes[id as usize - 1] = Some(Proc::server_env(&args, &self.envs));
-    }
+/// Waits until some node reports itself leader; returns its id.
+async fn wait_leader(q: &Quorum) -> u64 {
+    q.leader().await.unwrap()
+}
 
-    fn kill(&mut self, id: u64) {
-        if let Some(mut p) = self.nodes[id as usize - 1].take() {
-            p.kill();
-        }
-    }
-
-    fn address(&self, id: u64) -> &str {
-        &self.addresses[id as usize - 1]
-    }
-
-    fn client(&self, retry: RetryPolicy) -> Client {
-        Client::new(&self.addresses, retry).unwrap()
-    }
-
-    /// Waits until some node reports itself leader; returns its id.
-    async fn leader(&self) -> u64 {
-        let client = self.client(RetryPolicy::for_tests());
-        let start = std::time::Instant::now();
-        loop {
-            for (_, r) in client.status_of_each().await {
-                if let Some(raft) = r.ok().and_then(|s| s.raft) {
-                    if raft.role == "leader" {
-                        return raft.node_id;
-                    }
-                }
-            }
-            assert!(start.elapsed() < common::DEADLINE, "no leader within {:?}", common::DEADLINE);
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    }
-
-    /// This node's own view, asked of it alone.
-    async fn node_status(&self, id: u64) -> Option<pb::GetStatusResponse> {
-        let c = Client::new(&[self.address(id).to_string()], RetryPolicy::for_tests()).unwrap();
-        c.status_of_each().await.pop().and_then(|(_, r)| r.ok())
-    }
+/// This node's own view, asked of it alone.
+async fn node_status(q: &Quorum, id: u64) -> Option<pb::GetStatusResponse> {
+    let c = Client::new(&[q.address(id).to_string()], RetryPolicy::for_tests()).unwrap();
+    c.status_of_each().await.pop().and_then(|(_, r)| r.ok())
 }
 
 async fn workers(q: &Quorum, n: usize) -> Vec<WorkerHandle> {
     let mut out = vec![];
     for _ in 0..n {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = WorkerConfig::for_tests(q.addresses.clone());
+        let config = WorkerConfig::for_tests(q.addresses().to_vec());
         out.push(
             sluice_worker::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap(),
         );
     }
-    let client = q.client(RetryPolicy::for_tests());
+    let client = quorum_client(q, RetryPolicy::for_tests());
     wait_until(&format!("{n} workers registered"), || {
         let c = client.clone();
         async move { c.status().await.map(|s| s.from_leader && s.workers.len() == n).unwrap_or(false) }
@@ -122,10 +61,10 @@ fn dynamic(job: &str) -> ReadOptions {
 async fn leader_kill_mid_epoch_loses_no_split_and_the_dead_node_catches_up() {
     const N: i64 = 600;
     let dir = tempfile::tempdir().unwrap();
-    let mut q = Quorum::start(dir.path().to_str().unwrap(), vec![], 100);
-    let leader = q.leader().await;
+    let mut q = start(dir.path().to_str().unwrap(), vec![], 100);
+    let leader = wait_leader(&q).await;
     let ws = workers(&q, 2).await;
-    let client = q.client(RetryPolicy::for_tests());
+    let client = quorum_client(&q, RetryPolicy::for_tests());
     let id = client.register_dataset(&DatasetDef::range(N), None).await.unwrap();
     let mut stream = client.from_dataset_id(&id, dynamic("epoch")).await.unwrap();
     let mut got = vec![];
@@ -139,15 +78,15 @@ async fn leader_kill_mid_epoch_loses_no_split_and_the_dead_node_catches_up() {
     let c = counts(&got);
     assert_eq!(c.len() as i64, N, "no split lost");
     assert!(c.values().all(|n| *n == 1), "no split doubled: {c:?}");
-    let new_leader = q.leader().await;
+    let new_leader = wait_leader(&q).await;
     assert_ne!(new_leader, leader);
 
     tracing::info!("--- restart node {leader}: it catches up");
-    q.start_node(leader);
-    let target = q.node_status(new_leader).await.unwrap().raft.unwrap().applied_index;
+    q.start_node(leader).unwrap();
+    let target = node_status(&q, new_leader).await.unwrap().raft.unwrap().applied_index;
     wait_until("the restarted node to catch up", || async {
         let applied =
-            q.node_status(leader).await.and_then(|s| s.raft).and_then(|r| r.applied_index);
+            node_status(&q, leader).await.and_then(|s| s.raft).and_then(|r| r.applied_index);
         applied >= target
     })
     .await;
@@ -159,11 +98,11 @@ async fn leader_kill_mid_epoch_loses_no_split_and_the_dead_node_catches_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_three_down_stops_progress_with_a_clear_error_and_one_back_resumes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut q = Quorum::start(dir.path().to_str().unwrap(), vec![], 100);
-    let leader = q.leader().await;
-    let client = q.client(RetryPolicy::for_tests());
+    let mut q = start(dir.path().to_str().unwrap(), vec![], 100);
+    let leader = wait_leader(&q).await;
+    let client = quorum_client(&q, RetryPolicy::for_tests());
     let first = client.register_dataset(&DatasetDef::range(3), Some("before")).await.unwrap();
-    let all = q.addresses.join(",");
+    let all = q.addresses().join(",");
     let mut out = String::new();
     // The third node may still be settling into its role: wait for it.
     common::wait_blocking("`sluice status` to show one leader and two followers", || {
@@ -179,12 +118,15 @@ async fn two_of_three_down_stops_progress_with_a_clear_error_and_one_back_resume
     for id in &down {
         q.kill(*id);
     }
-    let short = q.client(RetryPolicy::for_tests().with_deadline(std::time::Duration::from_secs(2)));
+    let short = quorum_client(
+        &q,
+        RetryPolicy::for_tests().with_deadline(std::time::Duration::from_secs(2)),
+    );
     let err = short.register_dataset(&DatasetDef::range(4), Some("during")).await.unwrap_err();
     assert!(matches!(err, ClientError::Unavailable { .. }), "{err}");
 
     tracing::info!("--- restore node {}: progress resumes", down[0]);
-    q.start_node(down[0]);
+    q.start_node(down[0]).unwrap();
     let again = client.register_dataset(&DatasetDef::range(4), Some("after")).await.unwrap();
     assert_eq!(again, "after");
     let status = common::leader_status(&client).await;
@@ -195,9 +137,9 @@ async fn two_of_three_down_stops_progress_with_a_clear_error_and_one_back_resume
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_node_is_rebuilt_from_the_leaders_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let mut q = Quorum::start(dir.path().to_str().unwrap(), vec![], 20);
-    let leader = q.leader().await;
-    let client = q.client(RetryPolicy::for_tests());
+    let mut q = start(dir.path().to_str().unwrap(), vec![], 20);
+    let leader = wait_leader(&q).await;
+    let client = quorum_client(&q, RetryPolicy::for_tests());
     for i in 0..80 {
         client.register_dataset(&DatasetDef::range(i + 1), Some(&format!("d{i}"))).await.unwrap();
     }
@@ -205,10 +147,10 @@ async fn a_wiped_node_is_rebuilt_from_the_leaders_snapshot() {
     tracing::info!("--- wipe follower {follower}'s work_dir and restart it");
     q.kill(follower);
     std::fs::remove_dir_all(dir.path().join(format!("node-{follower}"))).unwrap();
-    q.start_node(follower);
-    let target = q.node_status(leader).await.unwrap().raft.unwrap().applied_index;
+    q.start_node(follower).unwrap();
+    let target = node_status(&q, leader).await.unwrap().raft.unwrap().applied_index;
     wait_until("the wiped node to be rebuilt", || async {
-        match q.node_status(follower).await {
+        match node_status(&q, follower).await {
             Some(s) => {
                 let raft = s.raft.unwrap();
                 raft.applied_index >= target && s.datasets.len() == 80
@@ -217,7 +159,7 @@ async fn a_wiped_node_is_rebuilt_from_the_leaders_snapshot() {
         }
     })
     .await;
-    let raft = q.node_status(follower).await.unwrap().raft.unwrap();
+    let raft = node_status(&q, follower).await.unwrap().raft.unwrap();
     assert!(raft.snapshot_index.is_some(), "rebuilt from a snapshot: {raft:?}");
 }
 
@@ -226,10 +168,10 @@ async fn the_whole_cluster_restarts_from_a_work_dir_on_s3_with_all_state() {
     const N: i64 = 50;
     let s3 = sluice_journal::testing::MotoServer::start();
     let work_dir = format!("s3://{}/cluster", s3.bucket());
-    let mut q = Quorum::start(&work_dir, s3.env(), 30);
-    q.leader().await;
+    let mut q = start(&work_dir, s3.env(), 30);
+    wait_leader(&q).await;
     let ws = workers(&q, 2).await;
-    let client = q.client(RetryPolicy::for_tests());
+    let client = quorum_client(&q, RetryPolicy::for_tests());
     let id = client.register_dataset(&DatasetDef::range(N), Some("kept")).await.unwrap();
     let mut got = collect_i64(client.from_dataset_id(&id, dynamic("whole")).await.unwrap()).await;
     got.sort();
@@ -241,9 +183,9 @@ async fn the_whole_cluster_restarts_from_a_work_dir_on_s3_with_all_state() {
         q.kill(id);
     }
     for id in 1..=3 {
-        q.start_node(id);
+        q.start_node(id).unwrap();
     }
-    q.leader().await;
+    wait_leader(&q).await;
     let after = common::leader_status(&client).await;
     assert_eq!(after.datasets, before.datasets);
     // Client counts may change as readers release; everything else must match.
@@ -263,10 +205,10 @@ async fn the_whole_cluster_restarts_from_a_work_dir_on_s3_with_all_state() {
 async fn readers_keep_reading_from_workers_while_no_leader_exists() {
     const N: i64 = 3000;
     let dir = tempfile::tempdir().unwrap();
-    let mut q = Quorum::start(dir.path().to_str().unwrap(), vec![], 100);
-    let leader = q.leader().await;
+    let mut q = start(dir.path().to_str().unwrap(), vec![], 100);
+    let leader = wait_leader(&q).await;
     let ws = workers(&q, 2).await;
-    let client = q.client(RetryPolicy::for_tests());
+    let client = quorum_client(&q, RetryPolicy::for_tests());
     let opts = ReadOptions::new(ProcessingMode::Off).worker_retry(RetryPolicy::for_tests());
     let mut stream = client.distribute(&DatasetDef::range(N), opts).await.unwrap();
     let mut got = vec![];
@@ -284,11 +226,11 @@ async fn readers_keep_reading_from_workers_while_no_leader_exists() {
     for _ in 0..2500 {
         got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
     }
-    let status = q.node_status((1..=3).find(|i| !down.contains(i)).unwrap()).await.unwrap();
+    let status = node_status(&q, (1..=3).find(|i| !down.contains(i)).unwrap()).await.unwrap();
     assert!(!status.from_leader, "no leader while elements still arrived: {:?}", status.raft);
 
     tracing::info!("--- restore node {}: the read finishes", down[0]);
-    q.start_node(down[0]);
+    q.start_node(down[0]).unwrap();
     got.extend(collect_i64(stream).await);
     let c = counts(&got);
     assert_eq!(c.len() as i64, N);

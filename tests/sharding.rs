@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{run_sluice, Cluster, Proc, DEADLINE};
+use common::{run_sluice, Cluster, Port, Proc, DEADLINE};
 use sluice_client::TargetWorkers;
 use sluice_client::{ClientError, ElementStream, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, Element, ShardArg};
@@ -322,7 +322,7 @@ async fn a_local_read_without_a_worker_in_the_process_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_local_read_reads_only_the_workers_in_this_process_and_ends_with_them() {
     let cluster = Cluster::start(2).await;
-    let remote = Proc::server(&["worker", "--dispatcher", &cluster.dispatcher_address]);
+    let remote = common::server(&["worker", "--dispatcher", &cluster.dispatcher_address]);
     cluster.wait_workers(3).await;
     let mut local: Vec<String> = cluster.workers.iter().map(|w| w.address().to_string()).collect();
     local.sort();
@@ -368,15 +368,15 @@ fn mode_and_target_strings_parse_in_any_case_and_bad_ones_name_the_choices() {
 
 #[test]
 fn the_cli_runs_data_sharding_over_dispatcher_and_worker_processes() {
-    let ports = [common::free_port(), common::free_port()];
-    let listed: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let ports = Port::reserve_n(2).unwrap();
+    let listed: Vec<String> = ports.iter().map(Port::address).collect();
     let list = listed.join(",");
-    let dispatcher = Proc::server(&["dispatcher", "--port", "0", "--worker-addresses", &list]);
+    let dispatcher = common::server(&["dispatcher", "--port", "0", "--worker-addresses", &list]);
     let workers: Vec<Proc> = ports
         .iter()
         .map(|p| {
-            let port = p.to_string();
-            Proc::server(&["worker", "--dispatcher", dispatcher.address(), "--port", &port])
+            let port = p.number().to_string();
+            common::server(&["worker", "--dispatcher", dispatcher.address(), "--port", &port])
         })
         .collect();
     assert_eq!(workers.len(), 2);

@@ -19,7 +19,7 @@ use sluice_client::{DispatcherClient, RetryPolicy};
 use sluice_dataset::DatasetDef;
 use sluice_proto::v1 as pb;
 
-use crate::report::Latency;
+use crate::measure::Latency;
 
 /// The retry policy of the lanes: a worker's default (`WorkerConfig::dispatcher_retry`),
 /// with a 30 s deadline so that no call outlives the bench by much.

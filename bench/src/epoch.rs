@@ -2,8 +2,8 @@
 //! says it is over (`None`). In OFF mode a worker's task ends with its pipeline; in
 //! DYNAMIC the last split must be taken and the end of splits seen. Either way the
 //! client learns the iteration ended from a worker's end of sequence and from the
-//! dispatcher (its heartbeat, every 100 ms by default), so this is bounded by how
-//! the client is told, not by any work left.
+//! dispatcher (its `ClientHeartbeat` long poll, answered as soon as the iteration's
+//! view changes), so this is bounded by how the client is told, not by any work left.
 //!
 //! Each mode reads `range(20000)` (DYNAMIC: 1,000 elements per split) a few times on
 //! the streaming service's processes.
@@ -12,7 +12,7 @@ use serde::Serialize;
 use sluice_client::ProcessingMode;
 use sluice_dataset::DatasetDef;
 
-use crate::report::Latency;
+use crate::measure::Latency;
 use crate::service::Service;
 use crate::streaming::read;
 

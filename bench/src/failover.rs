@@ -17,12 +17,32 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use serde::Serialize;
 use sluice_client::DispatcherClient;
+use sluice_testkit::Quorum;
 
-use crate::driver::{check_runs, drive, lane_policy, Fleet, RunSummary, Shared};
-use crate::procs::Group;
-use crate::report::Failover;
+use crate::driver::{check_runs, drive, lane_policy, ExactlyOnce, Fleet, RunSummary, Shared};
 use crate::BenchConfig;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Failover {
+    pub killed_node: u64,
+    pub new_leader: Option<u64>,
+    pub killed_after_s: f64,
+    /// From the SIGKILL until a surviving node reported itself leader (polled).
+    pub new_leader_after_ms: Option<f64>,
+    /// From the SIGKILL to the first split answered to a request sent after it.
+    pub first_split_after_kill_ms: Option<f64>,
+    /// Splits requested before the kill whose answers arrived after it (sent by the
+    /// old leader before it died, or retried on the new one).
+    pub in_flight_after_kill: u64,
+    /// The longest gap between consecutive answered splits in the whole run.
+    pub longest_gap_ms: f64,
+    pub splits_after_kill: u64,
+    pub run: RunSummary,
+    pub retry_policy: String,
+    pub exactly_once: ExactlyOnce,
+}
 
 /// The loops run this long before the kill…
 const BEFORE_KILL: Duration = Duration::from_secs(2);
@@ -33,7 +53,7 @@ const AFTER_RECOVERY: Duration = Duration::from_secs(2);
 const RECOVERY_LIMIT: Duration = Duration::from_secs(40);
 
 pub async fn run(
-    group: &mut Group,
+    group: &mut Quorum,
     fleet: &mut Fleet,
     cfg: &BenchConfig,
 ) -> anyhow::Result<Failover> {
@@ -49,7 +69,7 @@ pub async fn run(
     // Replies the old leader had sent before dying may still arrive; only an answer
     // to a request sent after the kill shows that a new leader serves.
     let waited = Instant::now();
-    let status = group.client(lane_policy())?;
+    let status = DispatcherClient::new(group.addresses(), lane_policy())?;
     // When (µs since `t0`) a surviving node first said it leads.
     let mut new_leader_after = None;
     while (shared.answered_after_mark.load(Ordering::Relaxed) == 0 || new_leader_after.is_none())

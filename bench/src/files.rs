@@ -17,9 +17,9 @@ use std::time::Instant;
 use anyhow::Context;
 use futures::StreamExt;
 use serde::Serialize;
-use sluice_chaos::procs::{reserve_port, Child, Spec};
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, Element, FunctionRegistry, Stage};
+use sluice_testkit::{Child, Port, START_TIMEOUT};
 
 /// The sample data set's shape.
 #[derive(Clone, Copy, Debug)]
@@ -198,17 +198,11 @@ async fn service(
     workers: usize,
     logs: &Path,
 ) -> anyhow::Result<Measured> {
-    let spec = |args: Vec<String>, log: String| Spec {
-        exe: exe.to_path_buf(),
-        args,
-        envs: vec![],
-        log: logs.join(log),
-    };
-    let port = reserve_port()?;
-    let address = format!("127.0.0.1:{}", port.local_addr()?.port());
-    let dispatcher_args =
-        vec!["dispatcher".into(), "--port".into(), port.local_addr()?.port().to_string()];
-    drop(port);
+    let spec = |args: Vec<String>, log: String| crate::service::spec(exe, args, &logs.join(log));
+    // Held until the dispatcher is gone (it drops after `_dispatcher`).
+    let port = Port::reserve()?;
+    let address = port.address();
+    let dispatcher_args = vec!["dispatcher".into(), "--port".into(), port.number().to_string()];
     let _dispatcher =
         Child::start_async(&spec(dispatcher_args, format!("files-dispatcher-{workers}.log")))
             .await?;
@@ -221,7 +215,7 @@ async fn service(
     }
     let client = Client::new(&[address], RetryPolicy::default())?;
     // Wait until every worker registered, so each case has the workers it names.
-    let deadline = Instant::now() + sluice_chaos::procs::START_TIMEOUT;
+    let deadline = Instant::now() + START_TIMEOUT;
     while client.status().await?.workers.len() < workers {
         if Instant::now() > deadline {
             anyhow::bail!("{workers} worker(s) did not register within the start timeout");

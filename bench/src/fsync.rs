@@ -16,7 +16,7 @@ use object_store::{PutMode, PutOptions, PutPayload};
 use sluice_journal::testing::MotoServer;
 use sluice_journal::OpenOptions;
 
-use crate::report::Latency;
+use crate::measure::Latency;
 
 const BLOCK: usize = 4096;
 const WARMUP: usize = 5;

@@ -23,7 +23,7 @@ use serde::Serialize;
 use sluice_client::{Client, DispatcherClient, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
 
-use crate::procs::Group;
+use crate::group::group_config;
 use crate::service::{start_workers, wait_registered};
 use crate::streaming::{READ_TIMEOUT, WORKERS};
 use crate::BenchConfig;
@@ -70,22 +70,13 @@ pub async fn run(
     let n = cfg.stream.gap_elements;
     let work_dir = dir.join("gap-cluster");
     let work_dir = work_dir.to_str().context("bench dir is not UTF-8")?;
-    let mut group = Group::start(
-        &cfg.sluice_exe,
-        3,
-        work_dir,
-        &[],
-        cfg.snapshot_every,
-        ELEMENTS_PER_SPLIT,
-        logs,
-        "gap-",
-    )
-    .await?;
+    let config = group_config(cfg, 3, work_dir, &[], ELEMENTS_PER_SPLIT, logs, "gap-");
+    let mut group = sluice_testkit::Quorum::start_async(config).await?;
     group.leader().await?;
     let extra = ["--splits-per-request".to_string(), WORKER_SPLITS_PER_REQUEST.to_string()];
     let _workers =
-        start_workers(&cfg.sluice_exe, &group.addresses, WORKERS, &extra, logs, "gap").await?;
-    let client = Client::new(&group.addresses, RetryPolicy::default())?;
+        start_workers(&cfg.sluice_exe, group.addresses(), WORKERS, &extra, logs, "gap").await?;
+    let client = Client::new(group.addresses(), RetryPolicy::default())?;
     wait_registered(&client, WORKERS).await?;
 
     // The reader records arrival times (µs since the first element) and values.
@@ -133,7 +124,7 @@ pub async fn run(
     tracing::info!(leader, "--- SIGKILL the leader under a reader");
     let before_kill = received.load(Ordering::Relaxed);
     let killed_at = group.kill(leader).context("the leader is not running")?;
-    let status = group.client(RetryPolicy::default())?;
+    let status = DispatcherClient::new(group.addresses(), RetryPolicy::default())?;
     let mut new_leader_after = None;
     while new_leader_after.is_none() && Instant::now() < deadline && !reader.is_finished() {
         if leads(&status, leader).await {

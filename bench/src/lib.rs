@@ -12,7 +12,7 @@
 //!      ─► splits ─► driver ── (a) memory, (b) sled: in process; (c) 3×sled, (d) 3×S3: procs
 //!      ─► splits ─► driver ── (c) again with --splits-per-request per GetSplit (grants)
 //!      ─► failover ─► driver  SIGKILL the leader of (c) under load
-//!      ─► gap ─► procs+service SIGKILL the leader under a DYNAMIC reader: element gap;
+//!      ─► gap ─► group+service SIGKILL the leader under a DYNAMIC reader: element gap;
 //!                 then kill+restart cycles under a `sluice read` process (read_failover)
 //!      ─► rss ───► service    VmRSS of an idle dispatcher and worker
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
@@ -21,14 +21,19 @@
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
 //!   ([`driver::drive`]), the exactly-once check.
-//! - [`procs`] — `sluice dispatcher` child processes, killed and reaped on drop;
-//!   [`service`] — an in-memory dispatcher and `sluice worker` processes, the same way;
-//!   [`procstat`] — CPU time and RSS from `/proc`.
+//! - [`service`] — an in-memory dispatcher and `sluice worker` processes; groups of
+//!   `sluice dispatcher` processes are `sluice_testkit::Quorum`s started as [`group`] says.
+//!   Every child is `sluice_testkit`'s: killed and reaped on drop, killed by the kernel if
+//!   the bench dies, every wait bounded. [`procstat`] — CPU time and RSS from `/proc`.
 //! - [`limits`], [`streaming`], [`epoch`], [`gap`], [`rss`] — the streaming-side
-//!   measurements (issue 7); [`read_failover`] — the gap section's kill and restart
-//!   cycles as a `sluice read` process sees them (issue 12).
-//! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each.
-//! - [`report`] — [`report::Report`], rendering; [`machine`] — the header.
+//!   measurements; [`read_failover`] — the gap section's kill and restart cycles as
+//!   a `sluice read` process sees them.
+//! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each;
+//!   each module defines the row type it measures.
+//! - [`measure`] — [`measure::Latency`] and [`measure::Outcome`], which every
+//!   measurement returns (a leaf).
+//! - [`report`] — [`report::Report`] gathers the rows and renders them, one
+//!   function per section; [`machine`] — the header.
 //!
 //! Every process started here is killed and reaped when its guard drops (also on an
 //! error, a panic, or Ctrl-C, which drops the whole run); every loop is bounded in
@@ -40,9 +45,10 @@ pub mod failover;
 pub mod files;
 pub mod fsync;
 pub mod gap;
+pub mod group;
 pub mod limits;
 pub mod machine;
-pub mod procs;
+pub mod measure;
 pub mod procstat;
 pub mod read_failover;
 pub mod report;
@@ -282,7 +288,8 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         (skipped(), skipped())
     };
     let sled_append = sled_append_1.measured().copied();
-    let limit = |o: &Outcome<report::Latency>, what: &'static str| o.measured().map(|l| (what, *l));
+    let limit =
+        |o: &Outcome<measure::Latency>, what: &'static str| o.measured().map(|l| (what, *l));
 
     let mut split_rows = vec![];
     let mut splits = vec![];
@@ -408,7 +415,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     })
 }
 
-type Row = Outcome<report::SplitCase>;
+type Row = Outcome<splits::SplitCase>;
 
 /// How long each bandwidth probe runs.
 const LIMIT_PROBE: Duration = Duration::from_secs(1);
@@ -468,14 +475,14 @@ async fn cluster_and_failover(
     dir: &Path,
     logs: &Path,
     (name, grants_name): (&str, &str),
-    limit: Option<(&str, report::Latency)>,
-    append: Option<report::Latency>,
-) -> (Row, Row, Outcome<report::Failover>) {
+    limit: Option<(&str, measure::Latency)>,
+    append: Option<measure::Latency>,
+) -> (Row, Row, Outcome<failover::Failover>) {
     let work_dir = dir.join("cluster");
     let started = async {
         let work_dir = work_dir.to_str().context("bench dir is not UTF-8")?;
         let group = splits::start_group(cfg, 3, work_dir, &[], logs).await?;
-        let fleet = Fleet::register(&group.addresses, cfg.workers).await?;
+        let fleet = Fleet::register(group.addresses(), cfg.workers).await?;
         anyhow::Ok((group, fleet))
     };
     let (mut group, mut fleet) = match started.await {
@@ -510,7 +517,7 @@ async fn cluster_and_failover(
 }
 
 /// The S3 PUT latency and (d), on one moto server; skipped loudly without moto.
-async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<report::Latency>, Row) {
+async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<measure::Latency>, Row) {
     let moto = match tokio::task::spawn_blocking(MotoServer::try_start).await {
         Ok(Ok(m)) => m,
         Ok(Err(e)) => {
@@ -528,7 +535,7 @@ async fn s3(cfg: &BenchConfig, logs: &Path, name: &str) -> (Outcome<report::Late
     let row = async {
         let work_dir = format!("s3://{}/bench-cluster", moto.bucket());
         let mut group = splits::start_group(cfg, 3, &work_dir, &moto.env(), logs).await?;
-        let mut fleet = Fleet::register(&group.addresses, cfg.workers).await?;
+        let mut fleet = Fleet::register(group.addresses(), cfg.workers).await?;
         let r = splits::rate(&mut fleet, cfg.elements, cfg.duration, 1).await;
         group.stop();
         r

@@ -30,7 +30,7 @@ use sluice_dataset::DatasetDef;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 
-use crate::procs::Group;
+use crate::group::group_config;
 use crate::service::{start_workers, wait_registered};
 use crate::streaming::WORKERS;
 use crate::BenchConfig;
@@ -174,20 +174,19 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
     let work_dir = dir.join("gap-read-cluster");
     let work_dir = work_dir.to_str().context("bench dir is not UTF-8")?;
     // The dispatcher's default of one element per split.
-    let mut group =
-        Group::start(&cfg.sluice_exe, 3, work_dir, &[], cfg.snapshot_every, 1, logs, "gapr-")
-            .await?;
+    let config = group_config(cfg, 3, work_dir, &[], 1, logs, "gapr-");
+    let mut group = sluice_testkit::Quorum::start_async(config).await?;
     group.leader().await?;
     let _workers =
-        start_workers(&cfg.sluice_exe, &group.addresses, WORKERS, &[], logs, "gapr").await?;
-    let client = Client::new(&group.addresses, RetryPolicy::default())?;
+        start_workers(&cfg.sluice_exe, group.addresses(), WORKERS, &[], logs, "gapr").await?;
+    let client = Client::new(group.addresses(), RetryPolicy::default())?;
     wait_registered(&client, WORKERS).await?;
     let def = DatasetDef::range(1000).repeat_forever();
     let dataset_id = client.register_dataset(&def, None).await?;
 
     let log = std::fs::File::create(logs.join("gapr-reader.log"))?;
     let mut reader = tokio::process::Command::new(&cfg.sluice_exe)
-        .args(["read", "--dispatcher", &group.addresses.join(","), "--dataset-id", &dataset_id])
+        .args(["read", "--dispatcher", &group.addresses().join(","), "--dataset-id", &dataset_id])
         .args(["--mode", "distributed_epoch", "--timeout-secs", "10"])
         .env("SLUICE_LOG", std::env::var("SLUICE_CHAOS_CHILD_LOG").unwrap_or("warn".into()))
         .stdin(Stdio::null())
@@ -215,7 +214,7 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
         a
     });
 
-    let status = group.client(RetryPolicy::default())?;
+    let status = DispatcherClient::new(group.addresses(), RetryPolicy::default())?;
     let started = Instant::now();
     let mut marks = vec![];
     wait_after(&mut last_rx, started, RESUME_LIMIT).await.context("the read never started")?;
@@ -235,7 +234,7 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
             .with_context(|| format!("cycle {k}: the read did not resume after the kill"))?;
         tokio::time::sleep(SETTLE).await;
         let term_killed = max_term(&status).await;
-        let restarted_at = group.start_node(leader).await?.spawned_at;
+        let restarted_at = group.start_node_async(leader).await?.spawned_at();
         tokio::time::sleep(RESTART_WINDOW.saturating_sub(restarted_at.elapsed())).await;
         let term_restarted = max_term(&status).await;
         let terms = [term_before, term_killed, term_restarted];

@@ -14,12 +14,29 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
+use serde::Serialize;
 use sluice_client::{DispatcherClient, RetryPolicy};
 
 use crate::driver::{drive, ExactlyOnce, Fleet, Lane, RunSummary, Shared};
-use crate::report::Restart;
 use crate::splits::start_group;
 use crate::BenchConfig;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Restart {
+    pub splits_requested: u64,
+    pub fill: RunSummary,
+    /// False when the fill hit `--restart-timeout-secs` before handing out them all.
+    pub fill_complete: bool,
+    pub journal_bytes_on_disk: u64,
+    pub journal_bytes_apparent: u64,
+    pub last_log_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub listening_ms: f64,
+    pub first_split_ms: f64,
+    pub next_split_begin: u64,
+    pub handed_out_before_kill: u64,
+    pub exactly_once: ExactlyOnce,
+}
 
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
@@ -27,7 +44,7 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
     let work_dir = dir.join("restart");
     let work_dir_s = work_dir.to_str().context("bench dir is not UTF-8")?;
     let mut group = start_group(cfg, 1, work_dir_s, &[], logs).await?;
-    let mut fleet = Fleet::register(&group.addresses, cfg.workers).await?;
+    let mut fleet = Fleet::register(group.addresses(), cfg.workers).await?;
     let lanes = fleet.new_iteration(cfg.restart_splits + cfg.workers as u64 + 1, 1).await?;
 
     tracing::info!(splits = cfg.restart_splits, "--- hand out splits to journal them");
@@ -54,16 +71,18 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
             cfg.restart_timeout
         );
     }
-    let status = group.client(RetryPolicy::default())?.get_status().await?;
+    let status =
+        DispatcherClient::new(group.addresses(), RetryPolicy::default())?.get_status().await?;
     let raft = status.raft.unwrap_or_default();
 
     tracing::info!("--- SIGKILL the node and start it again on the same work_dir and port");
     group.kill(1);
     let (journal_bytes_on_disk, journal_bytes_apparent) = disk_usage(&work_dir);
-    let node = group.start_node(1).await?;
-    let (spawned_at, listening_after) = (node.spawned_at, node.listening_after);
+    let node = group.start_node_async(1).await?;
+    let (spawned_at, listening_after) =
+        (node.spawned_at(), node.listening_after().unwrap_or_default());
     let poller = DispatcherClient::new(
-        &group.addresses,
+        group.addresses(),
         RetryPolicy {
             initial_backoff: Duration::from_millis(2),
             max_backoff: Duration::from_millis(5),

@@ -1,14 +1,14 @@
 //! A small service on 127.0.0.1 for the streaming cases: one `sluice dispatcher`
 //! process (in memory, or a [`Group`] of them) and W `sluice worker` processes, read
-//! by this process through `sluice_client`. Every child is SIGKILLed and reaped when
-//! its guard drops.
+//! by this process through `sluice_client`. Every child is a `sluice_testkit::Child`:
+//! SIGKILLed and reaped when its guard drops, killed by the kernel if the bench dies.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use sluice_chaos::procs::{reserve_port, Child, Spec};
 use sluice_client::{Client, RetryPolicy};
+use sluice_testkit::{harness_log_env, Child, Port, Spec, Stderr, START_TIMEOUT};
 
 /// One in-memory dispatcher process and its workers.
 pub struct Service {
@@ -16,10 +16,13 @@ pub struct Service {
     pub workers: Vec<Child>,
     pub addresses: Vec<String>,
     pub client: Client,
+    /// The dispatcher's port, held while it runs.
+    _port: Port,
 }
 
-fn spec(exe: &Path, args: Vec<String>, log: &Path) -> Spec {
-    Spec { exe: exe.to_path_buf(), args, envs: vec![], log: log.to_path_buf() }
+/// `sluice ARGS` with its stderr appended to `log`.
+pub(crate) fn spec(exe: &Path, args: Vec<String>, log: &Path) -> Spec {
+    Spec::new(exe, args).envs([harness_log_env()]).stderr(Stderr::File(log.to_path_buf()))
 }
 
 impl Service {
@@ -32,11 +35,11 @@ impl Service {
         logs: &Path,
         tag: &str,
     ) -> anyhow::Result<Service> {
-        let port = reserve_port()?.local_addr()?.port();
+        let port = Port::reserve()?;
         let args = [
             "dispatcher",
             "--port",
-            &port.to_string(),
+            &port.number().to_string(),
             "--elements-per-split",
             &elements_per_split.to_string(),
         ]
@@ -45,11 +48,11 @@ impl Service {
         let dispatcher =
             Child::start_async(&spec(exe, args, &logs.join(format!("{tag}-dispatcher.log"))))
                 .await?;
-        let addresses = vec![format!("127.0.0.1:{port}")];
+        let addresses = vec![port.address()];
         let workers = start_workers(exe, &addresses, workers, &[], logs, tag).await?;
         let client = Client::new(&addresses, RetryPolicy::default())?;
         wait_registered(&client, workers.len()).await?;
-        Ok(Service { dispatcher, workers, addresses, client })
+        Ok(Service { dispatcher, workers, addresses, client, _port: port })
     }
 }
 
@@ -76,7 +79,7 @@ pub async fn start_workers(
 
 /// Waits (bounded) until at least `n` workers are registered.
 pub async fn wait_registered(client: &Client, n: usize) -> anyhow::Result<()> {
-    let deadline = Instant::now() + sluice_chaos::procs::START_TIMEOUT;
+    let deadline = Instant::now() + START_TIMEOUT;
     while client.status().await?.workers.len() < n {
         if Instant::now() > deadline {
             bail!("{n} worker(s) did not register within the start timeout");

@@ -2,21 +2,40 @@
 //!
 //! (a) one node in memory and (b) one node on sled run in this process
 //! (`sluice_dispatcher::spawn`); (c) three nodes on sled and (d) three nodes on the
-//! moto S3 server run as `sluice dispatcher` processes ([`Group`]). Each case drives
+//! moto S3 server run as `sluice dispatcher` processes (a `sluice_testkit::Quorum`, see
+//! [`crate::group`]). Each case drives
 //! a fresh iteration with [`drive`] until end of splits or the time budget.
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use serde::Serialize;
 use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::DispatcherConfig;
+use sluice_testkit::Quorum;
 use tokio::net::TcpListener;
 
 use crate::driver::{check_runs, drive, ExactlyOnce, Fleet, RunSummary, Shared};
-use crate::procs::Group;
-use crate::report::{Latency, SplitCase};
+use crate::group::group_config;
+use crate::measure::Latency;
 use crate::BenchConfig;
+
+/// One row of the get-split table.
+#[derive(Clone, Debug, Serialize)]
+pub struct SplitCase {
+    pub name: String,
+    pub journal: String,
+    pub run: RunSummary,
+    /// The physical limit this case's commits wait on ("fsync" or "S3 PUT"), if any.
+    pub limit: Option<String>,
+    /// splits/s × the limit's median latency: splits committed per fsync (or PUT).
+    pub splits_per_limit: Option<f64>,
+    /// splits/s × the median latency of one journal append of one entry (sled) or
+    /// one PUT (S3): about 1 means one append per split, no group commit.
+    pub splits_per_append: Option<f64>,
+    pub exactly_once: ExactlyOnce,
+}
 
 /// One rate measurement on a new iteration of `fleet`'s dispatcher, each lane asking
 /// for `max_splits` splits per `GetSplit`.
@@ -66,7 +85,7 @@ pub async fn in_process(
             .snapshot_every
             .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(work_dir.as_deref())),
         work_dir,
-        // The fake workers never heartbeat (see `procs::FAKE_WORKER_TIMEOUT_SECS`).
+        // The fake workers never heartbeat (see `group::FAKE_WORKER_TIMEOUT_SECS`).
         worker_timeout: Duration::from_secs(86400),
         ..DispatcherConfig::default()
     };
@@ -94,9 +113,8 @@ pub async fn start_group(
     work_dir: &str,
     envs: &[(String, String)],
     logs: &Path,
-) -> anyhow::Result<Group> {
-    let group =
-        Group::start(&cfg.sluice_exe, n, work_dir, envs, cfg.snapshot_every, 1, logs, "").await?;
+) -> anyhow::Result<Quorum> {
+    let group = Quorum::start_async(group_config(cfg, n, work_dir, envs, 1, logs, "")).await?;
     let leader = group.leader().await?;
     tracing::info!(leader, nodes = n, work_dir, "group started");
     Ok(group)

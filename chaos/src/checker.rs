@@ -14,100 +14,23 @@
 //!
 //! Violations come in that order: problems with the history itself ("history",
 //! "in-range"), then deliveries epoch by epoch, then completion, then registry.
+//!
+//! The options, the invariant names, [`Violation`], [`Summary`] and [`CheckResult`] live
+//! in `verdict`, the leaf every check uses; this module runs the checks and re-exports them.
 
 mod completion;
 mod deliveries;
 mod explain;
 mod run;
-
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use serde::Serialize;
+mod verdict;
 
 use crate::history::{Event, Fault, Millis};
 pub use explain::explain;
 use run::Run;
-
-/// The invariant names a [`Violation`] carries.
-pub const HISTORY: &str = "history";
-pub const IN_RANGE: &str = "in-range";
-pub const NO_DUPLICATES: &str = "no-duplicates";
-pub const EXACTLY_ONCE: &str = "exactly-once";
-pub const BOUNDED_LOSS: &str = "bounded-loss";
-pub const OFF_COPIES: &str = "off-copies";
-pub const COMPLETION: &str = "completion";
-pub const REGISTRY: &str = "registry";
-
-/// History lines kept per violation.
-const MAX_LINES: usize = 10;
-
-#[derive(Clone, Debug)]
-pub struct CheckOptions {
-    /// Every epoch must end ("end" outcome) within this long after the last
-    /// FaultEnd before its end (or after its first element if no fault healed
-    /// during it).
-    pub completion_bound: Duration,
-    /// DYNAMIC with worker kills: elements one killed worker may take with it
-    /// (the splits it held: its buffers + in-flight messages); the harness
-    /// computes it from its worker settings.
-    pub max_loss_per_worker_kill: u64,
-}
-
-/// One broken invariant.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Violation {
-    /// One of the constants above: "no-duplicates", "exactly-once", …
-    pub invariant: &'static str,
-    /// What, which epoch, which values (the first few), counts.
-    pub message: String,
-    /// 0-based indexes into the events slice of the first (≤ 10) history lines
-    /// that show it ([`explain`] prints them 1-based, as `line N`).
-    pub lines: Vec<usize>,
-}
-
-/// One run in numbers, for the report's table.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Summary {
-    pub seed: u64,
-    pub scenario: String,
-    pub mode: String,
-    /// [`Fault::kind_name`] → how many were injected.
-    pub faults_by_kind: BTreeMap<String, u32>,
-    /// `Element` lines in the history.
-    pub elements_checked: u64,
-    /// Deliveries beyond what is allowed: DYNAMIC, every delivery after a
-    /// value's first in its epoch; OFF, beyond W + worker kills in the epoch.
-    pub duplicates: u64,
-    /// In epochs every consumer ended: DYNAMIC, values never delivered; OFF,
-    /// copies short of W.
-    pub losses: u64,
-    /// Per worker-kill fault id: the elements lost that the checker attributes
-    /// to it (DYNAMIC; each gap of missing values goes to the kill in force
-    /// during its epoch nearest in time to the delivery next to the gap).
-    pub losses_by_worker_kill: Vec<(u32, u64)>,
-    /// Longest time without any element arriving, measured from each leader
-    /// kill (FaultStart of KillDispatcher{was_leader:true}) until elements flow
-    /// again (max over kills), in ms.
-    pub longest_stall_after_leader_kill_ms: Option<u64>,
-    /// From the last FaultEnd to the end of the last epoch, in ms.
-    pub time_to_recover_ms: Option<u64>,
-    /// Epochs that every consumer read to the end.
-    pub epochs: u32,
-    pub violations: usize,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct CheckResult {
-    pub summary: Summary,
-    pub violations: Vec<Violation>,
-}
-
-impl CheckResult {
-    pub fn passed(&self) -> bool {
-        self.violations.is_empty()
-    }
-}
+pub use verdict::{
+    CheckOptions, CheckResult, Summary, Violation, BOUNDED_LOSS, COMPLETION, EXACTLY_ONCE, HISTORY,
+    IN_RANGE, NO_DUPLICATES, OFF_COPIES, REGISTRY,
+};
 
 /// Checks a history; never panics on a malformed or truncated one (what cannot
 /// be checked is itself reported as a "history" violation).
@@ -186,17 +109,4 @@ fn time_to_recover(events: &[Event]) -> Option<u64> {
         })
         .max()?;
     Some(last_end.saturating_sub(last_heal))
-}
-
-/// Sorted, deduplicated, at most [`MAX_LINES`].
-fn first_lines(mut lines: Vec<usize>) -> Vec<usize> {
-    lines.sort_unstable();
-    lines.dedup();
-    lines.truncate(MAX_LINES);
-    lines
-}
-
-/// "12.345 s".
-fn fmt_ms(ms: Millis) -> String {
-    format!("{}.{:03} s", ms / 1000, ms % 1000)
 }

@@ -8,23 +8,22 @@
 //!   node i ──AWS_ENDPOINT──► proxy (s3) ──► moto       (work_dir on S3 only)
 //! ```
 //!
-//! Every address is fixed at start (ports picked free on 127.0.0.1 below the
-//! kernel's ephemeral range), so a restarted dispatcher or worker comes back at the
-//! same address and on the same work_dir. Every child is killed and reaped when the cluster drops (see
-//! [`crate::procs`]), and the local work_dirs live in a temporary directory removed
-//! with it.
+//! Every address is fixed at start (ports reserved on 127.0.0.1 below the kernel's
+//! ephemeral range and held for the cluster's life, see `sluice_testkit::Port`), so
+//! a restarted dispatcher or worker comes back at the same address and on the same
+//! work_dir. Every child is killed and reaped when the cluster drops, and by the
+//! kernel if the harness dies (see `sluice_testkit::spawner`); the local work_dirs
+//! live in a temporary directory removed with it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::proxy::{Mode, Proxy};
 use anyhow::{bail, Context};
 use sluice_client::{Client, RetryPolicy};
-use sluice_journal::testing::MotoServer;
 use sluice_proto::v1 as pb;
-
-use crate::procs::{log_tail, reserve_port, Child, Spec};
-use crate::proxy::{Mode, Proxy};
+use sluice_testkit::{harness_log_env, log_tail, Child, MotoServer, Port, Spec, Stderr};
 
 /// Where the dispatchers journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,9 +83,12 @@ pub struct Cluster {
     pub addresses: Vec<String>,
     work_dir: String,
     dispatcher_specs: Vec<Spec>,
+    /// Each dispatcher's log (its stderr), node `i` at index `i - 1`.
+    dispatcher_logs: Vec<PathBuf>,
     dispatchers: Vec<Option<Child>>,
     paused: BTreeSet<u64>,
     worker_specs: Vec<Spec>,
+    worker_logs: Vec<PathBuf>,
     workers: Vec<Option<Child>>,
     /// (from, to) → the proxy node `from` dials for node `to`.
     links: BTreeMap<(u64, u64), Proxy>,
@@ -95,6 +97,9 @@ pub struct Cluster {
     probes: Vec<Client>,
     /// Local work_dirs (removed on drop, after the children: fields drop in order).
     state: tempfile::TempDir,
+    /// Every dispatcher's and worker's port, held while the cluster lives so a
+    /// restarted process finds its port free.
+    _ports: Vec<Port>,
 }
 
 impl Cluster {
@@ -104,17 +109,11 @@ impl Cluster {
         std::fs::create_dir_all(&config.logs)
             .with_context(|| format!("creating {}", config.logs.display()))?;
         let state = tempfile::Builder::new().prefix("sluice-chaos-").tempdir()?;
-        // Hold every chosen port bound until the processes are about to start, so
-        // the proxies and moto (which bind port 0) cannot be given one of them; and
-        // choose them below the ephemeral range, so nothing takes one while its
-        // process is down between a kill and a restart (see `reserve_port`).
-        let mut reserved = vec![];
-        let mut addresses = vec![];
-        for _ in 0..NODES {
-            let l = reserve_port()?;
-            addresses.push(format!("127.0.0.1:{}", l.local_addr()?.port()));
-            reserved.push(l);
-        }
+        // Reserved below the ephemeral range, so the proxies and moto (which bind
+        // port 0) cannot be given one, nor can anything take one while its process
+        // is down between a kill and a restart (see `sluice_testkit::Port`).
+        let mut ports = Port::reserve_n(NODES as usize)?;
+        let addresses: Vec<String> = ports.iter().map(Port::address).collect();
         let mut links = BTreeMap::new();
         for from in 1..=NODES {
             for to in (1..=NODES).filter(|to| *to != from) {
@@ -143,6 +142,8 @@ impl Cluster {
         };
         let peers: Vec<String> =
             addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        let dispatcher_logs: Vec<PathBuf> =
+            (1..=NODES).map(|id| config.logs.join(format!("dispatcher-{id}.log"))).collect();
         let dispatcher_specs = (1..=NODES)
             .map(|id| {
                 let dial: Vec<String> = (1..=NODES)
@@ -164,19 +165,17 @@ impl Cluster {
                     "--elements-per-split",
                     &config.elements_per_split.to_string(),
                 ];
-                Spec {
-                    exe: config.sluice.clone(),
-                    args: args.iter().map(|s| s.to_string()).collect(),
-                    envs: envs.clone(),
-                    log: config.logs.join(format!("dispatcher-{id}.log")),
-                }
+                Spec::new(&config.sluice, args)
+                    .envs(envs.iter().cloned().chain([harness_log_env()]))
+                    .stderr(Stderr::File(dispatcher_logs[id as usize - 1].clone()))
             })
             .collect();
         let mut worker_specs = vec![];
+        let mut worker_logs = vec![];
         for w in 0..config.workers {
-            let l = reserve_port()?;
-            let port = l.local_addr()?.port();
-            reserved.push(l);
+            let reserved = Port::reserve()?;
+            let port = reserved.number();
+            ports.push(reserved);
             let args = [
                 "worker",
                 "--dispatcher",
@@ -190,18 +189,18 @@ impl Cluster {
                 "--timeout-secs",
                 &config.worker_timeout_secs.to_string(),
             ];
-            worker_specs.push(Spec {
-                exe: config.sluice.clone(),
-                args: args.iter().map(|s| s.to_string()).collect(),
-                envs: vec![],
-                log: config.logs.join(format!("worker-{w}.log")),
-            });
+            let log = config.logs.join(format!("worker-{w}.log"));
+            worker_specs.push(
+                Spec::new(&config.sluice, args)
+                    .envs([harness_log_env()])
+                    .stderr(Stderr::File(log.clone())),
+            );
+            worker_logs.push(log);
         }
         let probes = addresses
             .iter()
             .map(|a| Client::new(std::slice::from_ref(a), probe_policy()))
             .collect::<Result<Vec<_>, _>>()?;
-        drop(reserved);
         let mut cluster = Cluster {
             probes,
             dispatchers: (0..NODES).map(|_| None).collect(),
@@ -210,11 +209,14 @@ impl Cluster {
             addresses,
             work_dir,
             dispatcher_specs,
+            dispatcher_logs,
             paused: BTreeSet::new(),
             worker_specs,
+            worker_logs,
             links,
             s3,
             state,
+            _ports: ports,
         };
         for id in 1..=NODES {
             cluster.start_dispatcher(id).await?;
@@ -238,7 +240,7 @@ impl Cluster {
     }
 
     pub fn log(&self, id: u64) -> PathBuf {
-        self.dispatcher_specs[id as usize - 1].log.clone()
+        self.dispatcher_logs[id as usize - 1].clone()
     }
 
     // ------------------------------------------------------------------ dispatchers
@@ -475,7 +477,7 @@ impl Cluster {
                     log
                 }
                 Exited::Worker(w) => {
-                    let log = log_tail(&self.worker_specs[w as usize].log);
+                    let log = log_tail(&self.worker_logs[w as usize]);
                     self.start_worker(w).await?;
                     log
                 }

@@ -4,21 +4,24 @@
 //!
 //! # Layout
 //! ```text
-//!  campaign ─► runner ─┬─► cluster (procs: dispatchers, workers; proxy per Raft link, S3)
+//!  campaign ─► runner ─┬─► cluster (testkit children: dispatchers, workers; proxy per Raft link, S3)
 //!   (runs, soak)       ├─► consumers ─► recorder ─► history.jsonl
 //!                      ├─► faults (seeded schedule) ─► faults::execute ─► cluster, recorder
 //!                      └─► checker ─► report (table, report.json, chart)
 //! ```
 //! - [`scenarios`]: the named scenarios (faults allowed, mode, storage, sizes) and the CI seeds.
 //! - [`faults`]: the schedule drawn from a seed; [`faults::execute`] applies it to the cluster.
-//! - [`cluster`]: three dispatcher processes, workers, the fault proxies, moto for S3;
-//!   [`procs`]: child processes killed with the harness; [`proxy`]: the fault-injecting proxy.
+//! - [`cluster`]: three dispatcher processes, workers, the fault proxies, moto for S3 (the
+//!   processes and their ports are `sluice_testkit`'s: killed with the harness, every wait
+//!   bounded); [`proxy`]: the fault-injecting proxy.
 //! - [`runner`]: one scenario with one seed, end to end; [`recorder`]: funnels events to the
 //!   history file; [`campaign`]: several runs or a soak, the totals, `--check`.
 //! - [`history`]: the JSON-lines history (elements received, faults injected) that
 //!   the runner writes and the checker and report read.
 //! - [`checker`]: reads a history and verifies the guarantees per epoch (duplicates,
-//!   losses, OFF copies, completion, registry) into violations and a [`checker::Summary`].
+//!   losses, OFF copies, completion, registry) into violations and a [`checker::Summary`]
+//!   (`checker::run` reads the history, `deliveries` and `completion` check it, `explain`
+//!   prints a result; `checker::verdict` is the leaf of types they all share).
 //! - [`report`]: the summary table, `report.json` and the throughput-over-time SVG chart.
 
 pub mod campaign;
@@ -26,7 +29,6 @@ pub mod checker;
 pub mod cluster;
 pub mod faults;
 pub mod history;
-pub mod procs;
 pub mod proxy;
 pub mod recorder;
 pub mod report;

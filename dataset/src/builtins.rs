@@ -5,10 +5,31 @@
 //! float64 tensors of any shape); filters look at a one-component scalar. Errors are
 //! plain strings: the executor wraps them into `DatasetError::Function` with the
 //! function's name, so messages here do not repeat it.
+//!
+//! [`FunctionRegistry::builtin`] (and `Default`, which is it) is defined here, beside the
+//! functions it registers, so that `registry` never calls back into its built-ins.
 
 use crate::def::{Arg, FnKind};
 use crate::registry::FunctionRegistry;
 use crate::tensor::{DType, Element, Tensor};
+
+impl FunctionRegistry {
+    /// The built-in functions: maps `identity`, `square`, `negate`, `add`, `mul`,
+    /// `to_string`, `decode_png`, `center_crop`, `normalize`; filters `mod_eq`, `lt`,
+    /// `gt`, `eq`; dataset functions `tfrecord`, `tfrecord_skip_corrupt`,
+    /// `text_lines` (see `docs/dataset-spec.md`).
+    pub fn builtin() -> Self {
+        let mut r = Self::empty();
+        register_all(&mut r);
+        r
+    }
+}
+
+impl Default for FunctionRegistry {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
 
 pub(crate) fn register_all(r: &mut FunctionRegistry) {
     r.register_map("identity", 0, |e, _| Ok(e));

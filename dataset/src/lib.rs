@@ -9,11 +9,16 @@
 //! - `json`: the JSON form (`DatasetDef::from_json` / `to_json`) with errors that
 //!   name the offending field; documented in `docs/dataset-spec.md`.
 //! - [`registry`] — [`FunctionRegistry`], the named map/filter functions a pipeline
-//!   may call (built-ins live in `builtins`; custom workers add their own).
+//!   may call (built-ins live in `builtins`, which also defines
+//!   [`FunctionRegistry::builtin`]; custom workers add their own).
 //! - [`exec`] — the pull-based executor (`DatasetDef::iter_local`,
-//!   `iter_with_splits`) and the [`SplitProvider`] a DYNAMIC-mode source reads.
+//!   `iter_with_splits`) and the [`SplitProvider`] a DYNAMIC-mode source reads:
+//!   `exec::stream` holds the types every stage shares, `exec::plan` builds the chain
+//!   of stages, one module per stage.
 //! - [`io`] — file access by path or URL (`file://`, `s3://`, `gs://`): `list_files`,
-//!   streaming `open`, crash-safe `create`, and `DatasetDef::resolve_files`.
+//!   streaming `open`, crash-safe `create`, and `DatasetDef::resolve_files`
+//!   (`io::url` parses the forms, `io::writer` is the writer both backends return,
+//!   `io::local` and `io::object` the backends).
 //! - [`formats`] — TFRecord framing and `tf.train.Example` parsing.
 //! - `image` — the built-in image maps (`decode_png`, `center_crop`, `normalize`).
 //! - [`sample`] — a sample image dataset writer and the pipeline that reads it.

@@ -38,9 +38,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::builtins;
 use crate::def::{Arg, DatasetDef, FnCall, FnKind};
 use crate::error::DatasetError;
+use crate::exec::stream::ElementIter;
 use crate::tensor::Element;
 
 /// A map function: takes an element and the call's constant arguments.
@@ -49,8 +49,7 @@ pub type MapFn = Arc<dyn Fn(Element, &[Arg]) -> Result<Element, String> + Send +
 pub type FilterFn = Arc<dyn Fn(&Element, &[Arg]) -> Result<bool, String> + Send + Sync>;
 /// A dataset function: makes a stream of elements of one input element (what
 /// `flat_map` and `interleave` call, e.g. `tfrecord` opens the file it names).
-pub type DatasetFn =
-    Arc<dyn Fn(Element, &[Arg]) -> Result<crate::exec::ElementIter, String> + Send + Sync>;
+pub type DatasetFn = Arc<dyn Fn(Element, &[Arg]) -> Result<ElementIter, String> + Send + Sync>;
 /// An optional check of a call's constant arguments, run by `check_call` (used by
 /// built-ins whose arguments can be rejected before any element flows).
 pub(crate) type ArgCheck = fn(&[Arg]) -> Result<(), String>;
@@ -81,16 +80,6 @@ impl FunctionRegistry {
         }
     }
 
-    /// The built-in functions: maps `identity`, `square`, `negate`, `add`, `mul`,
-    /// `to_string`, `decode_png`, `center_crop`, `normalize`; filters `mod_eq`, `lt`,
-    /// `gt`, `eq`; dataset functions `tfrecord`, `tfrecord_skip_corrupt`,
-    /// `text_lines` (see `docs/dataset-spec.md`).
-    pub fn builtin() -> Self {
-        let mut r = Self::empty();
-        builtins::register_all(&mut r);
-        r
-    }
-
     /// Registers a map function taking exactly `arity` arguments, replacing any map
     /// function of the same name.
     pub fn register_map(
@@ -119,7 +108,7 @@ impl FunctionRegistry {
         &mut self,
         name: &str,
         arity: usize,
-        f: impl Fn(Element, &[Arg]) -> Result<crate::exec::ElementIter, String> + Send + Sync + 'static,
+        f: impl Fn(Element, &[Arg]) -> Result<ElementIter, String> + Send + Sync + 'static,
     ) {
         self.datasets.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
     }
@@ -231,12 +220,6 @@ impl FunctionRegistry {
     pub fn check(&self, def: &DatasetDef) -> Result<(), DatasetError> {
         def.validate()?;
         def.function_calls().iter().try_for_each(|(_, kind, call)| self.check_call(*kind, call))
-    }
-}
-
-impl Default for FunctionRegistry {
-    fn default() -> Self {
-        Self::builtin()
     }
 }
 

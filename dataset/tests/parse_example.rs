@@ -119,3 +119,27 @@ fn garbage_records_and_non_bytes_inputs_are_errors() {
     let err = common::run(&def).remove(0).expect_err("int input").to_string();
     assert!(err.contains("bytes or string scalar"), "{err}");
 }
+
+/// The bytes TensorFlow writes for `{"a": int64_list [1, 2], "b": bytes_list ["x"]}`
+/// (field numbers of tensorflow/core/example/{example,feature}.proto, worked out by
+/// hand): encoding gives exactly them, and parsing them gives the values back.
+#[test]
+fn the_wire_format_is_tensorflows() {
+    #[rustfmt::skip]
+    let tf: Vec<u8> = vec![
+        0x0a, 0x1a,                         // Example.features, 26 bytes
+        0x0a, 0x0b,                         //   Features.feature entry, 11 bytes
+        0x0a, 0x01, b'a',                   //     key "a"
+        0x12, 0x06,                         //     value: Feature, 6 bytes
+        0x1a, 0x04, 0x0a, 0x02, 0x01, 0x02, //       int64_list, packed [1, 2]
+        0x0a, 0x0b,                         //   Features.feature entry, 11 bytes
+        0x0a, 0x01, b'b',                   //     key "b"
+        0x12, 0x06,                         //     value: Feature, 6 bytes
+        0x0a, 0x04, 0x0a, 0x02, b'h', b'i', //       bytes_list ["hi"]
+    ];
+    let ours = record(vec![("a", Feature::ints(vec![1, 2])), ("b", Feature::bytes([&b"hi"[..]]))]);
+    assert_eq!(ours, tf);
+    let specs = vec![spec("a", DType::Int64, None, None), spec("b", DType::Bytes, None, None)];
+    let element = parse_one(tf, specs).expect("parses");
+    assert_eq!(element.to_json(), json!({"a": [1, 2], "b": ["hi"]}));
+}

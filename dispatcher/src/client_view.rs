@@ -1,29 +1,18 @@
 //! What a consumer sees of its iteration (`ClientHeartbeat`), and the long poll
 //! that tells it the moment that changes.
 //!
-//! ```text
-//!  ClientHeartbeat(known_view, wait_for_change_ms)
-//!     │ subscribe to the applied index ─► read_leader(view) ─► differs from known_view? ─► answer
-//!     │                                                          │ no
-//!     │   ┌──────────────────────────────────────────────────────┘
-//!     │   ▼
-//!     └─ wait: applied index changed ─► read_local(view) ─► differs? ─► answer
-//!             or the deadline passed ─────────────────────────────────► answer (unchanged)
-//! ```
-//!
-//! The first read confirms leadership with a quorum, so a follower refuses at once
-//! with the leader's address, as for any call. Later reads are local: each sees a
-//! committed state at least as new as the confirmed one, so an answer is never
-//! older than the state when the request arrived; a leader deposed meanwhile
-//! answers at the deadline at the latest, and the next call finds the new one.
-//! Nothing here is replicated: the digest is computed from the state on demand.
+//! The wait itself (leader read first, then a local re-read at each applied
+//! change, until the deadline) is `long_poll.rs`'s, shared with the worker's
+//! heartbeat. Nothing here is replicated: the digest is computed from the state on
+//! demand.
 
 use std::time::Duration;
 
 use sluice_proto::v1 as pb;
-use tokio::time::Instant;
 
-use crate::core::{Core, ProposeError};
+use crate::core::Core;
+use crate::error::ProposeError;
+use crate::long_poll::wait_for_change;
 use crate::state::{ClientId, State};
 
 /// The client's view of its iteration, with its digest; `None` if the client is
@@ -61,8 +50,9 @@ pub(crate) fn digest(resp: &pb::ClientHeartbeatResponse) -> u64 {
 
 /// Answers with the client's view once it differs from `known_view` (at once if
 /// it already does, or if `known_view` is 0), or when `wait` has passed (the
-/// handler caps it with `DispatcherConfig::max_client_wait`). `on_read` runs after each read that found the
-/// client (the handler feeds the liveness timer with it).
+/// handler caps it with `DispatcherConfig::max_client_wait`); `None` at once if
+/// the client is not known. `on_read` runs after each read that found the client
+/// (the handler feeds the liveness timer with it).
 pub(crate) async fn long_poll(
     core: &Core,
     client_id: ClientId,
@@ -70,27 +60,14 @@ pub(crate) async fn long_poll(
     wait: Duration,
     on_read: impl Fn(),
 ) -> Result<Option<pb::ClientHeartbeatResponse>, ProposeError> {
-    let deadline = Instant::now() + wait;
-    // Subscribed before the first read, so a change applied between that read and
-    // the wait still wakes it.
-    let mut applied = core.applied();
-    let mut current = core.read_leader(|s| view(s, client_id)).await?;
-    loop {
-        let Some(resp) = &current else { return Ok(None) };
-        on_read();
-        if known_view == 0 || resp.view_digest != known_view || Instant::now() >= deadline {
-            return Ok(current);
+    let ready = |current: &Option<pb::ClientHeartbeatResponse>| match current {
+        None => true,
+        Some(resp) => {
+            on_read();
+            known_view == 0 || resp.view_digest != known_view
         }
-        tokio::select! {
-            changed = applied.changed() => {
-                if changed.is_err() {
-                    return Ok(current); // the state machine is gone: answer what we have
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => return Ok(current),
-        }
-        current = core.read_local(|s| view(s, client_id));
-    }
+    };
+    wait_for_change(core, wait, |s| view(s, client_id), ready).await
 }
 
 #[cfg(test)]

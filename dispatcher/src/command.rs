@@ -35,7 +35,7 @@ pub enum Command {
         /// name and a pipeline not known to be finite.
         cross_trainer_cache: bool,
         /// Coordinated reads: the job reads in rounds of this many consumers
-        /// (refused over a pipeline known to end; see `coordinated.rs`).
+        /// (refused over a pipeline known to end; see `apply/coordinated.rs`).
         num_consumers: Option<u32>,
     },
     /// Gets or creates (job, repetition) with one task per registered worker, and
@@ -91,7 +91,7 @@ pub enum Command {
     },
     /// Every pending task of the coordinated iteration joins the rounds at
     /// `starting_round`. Proposed once every consumer reported it is paused at
-    /// a round ≤ `starting_round` (see `coordinated.rs`).
+    /// a round ≤ `starting_round` (see `coordinated_reads.rs`).
     CoordinatedPromoteTasks {
         iteration_id: IterationId,
         starting_round: u64,

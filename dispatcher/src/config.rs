@@ -44,14 +44,18 @@ pub struct DispatcherConfig {
     pub worker_addresses: Vec<String>,
     /// Liveness (leader timers, `liveness.rs`): a worker silent this long is
     /// declared lost and its unfinished tasks are ended. Default 10 s: 20 worker
-    /// heartbeats (500 ms), far above a leader failover (timers restart at a new
-    /// leader anyway), and well below the readers' 30–60 s retry deadline on a
-    /// worker, so readers of a dead worker's task are released by the dispatcher
-    /// before they give up on it. Zero disables it.
+    /// heartbeat intervals (500 ms; a heartbeat the leader holds as a long poll is
+    /// read, and counts, at least that often), far above a leader failover (timers
+    /// restart at a new leader anyway), and well below the readers' 30–60 s retry
+    /// deadline on a worker, so readers of a dead worker's task are released by
+    /// the dispatcher before they give up on it. Zero disables it.
     pub worker_timeout: Duration,
     /// A consumer silent this long is released (its client id freed). Default
-    /// 60 s: 600 client heartbeats (100 ms); a trainer paused longer than that
-    /// (e.g. a long checkpoint) must rejoin. Zero disables it.
+    /// 60 s: a consumer keeps one `ClientHeartbeat` long poll outstanding, held at
+    /// most `max_client_wait` (1 s) and counted at every read, so that is some 60
+    /// polls (a coordinated consumer, which does not long-poll, heartbeats every
+    /// 100 ms); a trainer paused longer than that (e.g. a long checkpoint) must
+    /// rejoin. Zero disables it.
     pub client_timeout: Duration,
     /// An unfinished iteration with no consumer this long is garbage-collected.
     /// Default 5 min (tf.data). Zero disables GC.

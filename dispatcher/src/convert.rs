@@ -4,8 +4,7 @@ use sluice_dataset::{DatasetDef, DatasetError};
 use sluice_proto::v1 as pb;
 use tonic::Status;
 
-use crate::core::ProposeError;
-use crate::error::StateError;
+use crate::error::{ProposeError, StateError};
 use crate::state::{Iteration, Mode, SplitAnswer, State, TargetWorkers, Task};
 
 impl From<StateError> for Status {

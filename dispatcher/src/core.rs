@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::command::{Command, Response};
 use crate::config::DispatcherConfig;
+use crate::counters::Counters;
 use crate::error::{DispatcherError, StateError};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::PeerNetwork;
@@ -25,22 +26,7 @@ use crate::raft::state_machine::{Shared, StateMachine};
 use crate::raft::{NodeId, Raft};
 use crate::state::State;
 
-/// Why a proposal or a leader read was not answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProposeError {
-    /// The state machine refused the command; the state is unchanged.
-    Rejected(StateError),
-    /// This node is not the leader; try the leader (if one is known).
-    NotLeader { node_id: NodeId, leader_id: Option<NodeId>, leader_address: Option<String> },
-    /// Raft cannot serve now (shutting down, storage failure); try again or elsewhere.
-    Unavailable(String),
-}
-
-impl From<StateError> for ProposeError {
-    fn from(e: StateError) -> Self {
-        ProposeError::Rejected(e)
-    }
-}
+pub use crate::error::ProposeError;
 
 pub struct Core {
     raft: Raft,
@@ -50,8 +36,8 @@ pub struct Core {
     journal: String,
     /// Proposals on their way into a batch (see `batcher`).
     proposals: mpsc::Sender<Proposal>,
-    /// Soft state: this process's metric counters (`metrics.rs`).
-    counters: crate::metrics::Counters,
+    /// Soft state: this process's metric counters (`counters.rs`).
+    counters: Counters,
 }
 
 /// One caller's command and where its answer goes.
@@ -211,7 +197,7 @@ impl Core {
         let writer =
             Writer { raft: raft.clone(), node_id: config.node_id, members: members.clone() };
         tokio::spawn(batcher(writer, rx));
-        let counters = crate::metrics::Counters::default();
+        let counters = Counters::default();
         Ok(Core { raft, node_id: config.node_id, members, data, journal, proposals, counters })
     }
 
@@ -240,7 +226,7 @@ impl Core {
     }
 
     /// This process's metric counters.
-    pub(crate) fn counters(&self) -> &crate::metrics::Counters {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
 

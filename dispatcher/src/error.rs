@@ -1,6 +1,7 @@
 //! Errors of the dispatcher crate. `StateError` is what `apply` refuses with (state
-//! unchanged); `DispatcherError` is what the server's setup can fail with. The
-//! mapping to `tonic::Status` lives in `convert.rs`, in one place.
+//! unchanged); `ProposeError` is why `Core` did not answer a proposal or a leader
+//! read; `DispatcherError` is what the server's setup can fail with. The mapping to
+//! `tonic::Status` lives in `convert.rs`, in one place.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -26,6 +27,25 @@ impl StateError {
     /// `hint` follows the message directly; start it with "; ".
     pub(crate) fn not_found_hint(what: &str, id: impl ToString, hint: &str) -> Self {
         StateError::NotFound { what: what.into(), id: id.to_string(), hint: hint.into() }
+    }
+}
+
+/// Why a proposal or a leader read was not answered (`Core::propose`,
+/// `Core::read_leader`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProposeError {
+    /// The state machine refused the command; the state is unchanged.
+    Rejected(StateError),
+    /// This node is not the leader; try the leader (if one is known). Node ids are
+    /// Raft's (`raft::NodeId`).
+    NotLeader { node_id: u64, leader_id: Option<u64>, leader_address: Option<String> },
+    /// Raft cannot serve now (shutting down, storage failure); try again or elsewhere.
+    Unavailable(String),
+}
+
+impl From<StateError> for ProposeError {
+    fn from(e: StateError) -> Self {
+        ProposeError::Rejected(e)
     }
 }
 

@@ -7,43 +7,52 @@
 //!                     ▲                         │                        (pure: no I/O,
 //!                     └──────(Response)─────────┘                         clock, randomness)
 //! ```
-//! - [`state`] — [`State`], the whole replicated state, and its types.
+//! - [`state`] — [`State`], the whole replicated state, its types, and the
+//!   read-only queries the state machine's modules share (`State::takes_part`,
+//!   `State::iteration_complete`, …).
 //! - [`command`] — [`Command`] / [`Response`], one per whole operation.
-//! - [`apply`] — the pure state machine; `cache_check`: what a cross-trainer cache
-//!   job requires (checked by `apply` when the job is created).
+//! - [`apply`] — the pure state machine: `apply/mod.rs` only routes a command to
+//!   the module that owns what it changes — `jobs` (datasets, jobs), `iterations`
+//!   (iterations, their tasks and clients, FinishTasks), `workers`
+//!   (RegisterWorker), `splits` (GetSplit), `liveness` (WorkerLost, GcIteration),
+//!   `coordinated` (the replicated half of coordinated reads); calls between them
+//!   go one way. `cache_check`: what a cross-trainer cache job requires (checked
+//!   by `apply` when the job is created).
 //! - [`core`] — [`Core`], the single owner of the state: commands go through Raft
 //!   ([`raft`]) and its journal before they are applied and answered.
-//! - `coordinated`: coordinated reads, the replicated half (pending tasks,
-//!   promotion, removal; called by `apply`); `coordinated_reads`: the
-//!   leader's soft half (pause reports, removal votes) and the protocol's doc.
 //! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
 //!   state machine around `apply`, and the peer RPCs.
-//! - `client_view`: a consumer's view of its iteration and the `ClientHeartbeat`
-//!   long poll, woken by the state machine's applied index.
-//! - `worker_view`: a worker's heartbeat answer (tasks to start and to delete) and
-//!   the long poll that holds an empty one until there is a task for it.
+//! - `coordinated_reads`: coordinated reads, the leader's soft half (pause
+//!   reports, removal votes) and the protocol's doc.
+//! - `long_poll`: the wait both heartbeat long polls share — re-read at each
+//!   change of the state machine's applied index until the answer is worth
+//!   sending or the wait ends. `client_view`: a consumer's view of its iteration
+//!   (`ClientHeartbeat`); `worker_view`: a worker's heartbeat answer (tasks to
+//!   start and to delete), held while it would be empty.
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
 //!   `status`: the `GetStatus` rendering.
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
-//!   `ReleaseClient` and `GcIteration`; `apply_liveness`: what those do in `apply`.
+//!   `ReleaseClient` and `GcIteration`; `apply::liveness`: what those do.
 //! - [`server`] — `run` / `spawn` on a bound listener with an injectable shutdown.
-//! - `metrics`: the Prometheus gauges (computed from the state at scrape time) and
-//!   counters served at `GET /metrics` (`run_with_metrics`).
-//! - [`config`], [`error`].
+//! - `metrics`: the Prometheus gauges (computed from the state at scrape time)
+//!   served at `GET /metrics` (`run_with_metrics`) with `counters`, this
+//!   process's counters (commands proposed and failed, GetSplit requests), which
+//!   `Core` and the handlers increment.
+//! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 
 pub mod apply;
-mod apply_liveness;
 mod cache_check;
 mod client_view;
 pub mod command;
 pub mod config;
 mod convert;
-mod coordinated;
 mod coordinated_reads;
 pub mod core;
+mod counters;
 mod def_serde;
 pub mod error;
 mod liveness;
+mod long_poll;
 mod metrics;
 pub mod raft;
 pub mod server;
@@ -55,7 +64,7 @@ mod worker_view;
 pub use apply::apply;
 pub use command::{Command, Response};
 pub use config::{parse_peers, DispatcherConfig};
-pub use core::{Core, ProposeError};
-pub use error::{DispatcherError, StateError};
+pub use core::Core;
+pub use error::{DispatcherError, ProposeError, StateError};
 pub use server::{run, run_with_metrics, spawn, DispatcherHandle};
 pub use state::{Mode, State, TargetWorkers};

@@ -20,7 +20,7 @@
 //! not reach a serving leader do not count against their sender. On followers the
 //! timers do nothing.
 //!
-//! Every proposal is a fact `apply` re-checks (`apply_liveness.rs`), so a late,
+//! Every proposal is a fact `apply` re-checks (`apply/liveness.rs`), so a late,
 //! repeated or overtaken proposal is harmless. Each tick proposes at most
 //! [`MAX_PROPOSALS_PER_TICK`] commands, one after the other.
 
@@ -182,7 +182,7 @@ impl Liveness {
                 }
                 Ok(_) => {}
                 // Already released (e.g. by the consumer itself): nothing to do.
-                Err(crate::core::ProposeError::Rejected(e)) => {
+                Err(crate::error::ProposeError::Rejected(e)) => {
                     tracing::debug!(command = %what, error = %e, "liveness proposal refused")
                 }
                 Err(e) => {

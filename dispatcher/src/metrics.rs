@@ -3,7 +3,7 @@
 //! ```text
 //!  scrape ──► StateCollector ──read_local──► State ──► StateGauges::of (pure)
 //!                   └────────raft metrics──► role, term, log/applied/snapshot index
-//!  Core::propose ──► Counters (this process: proposed / failed by command kind)
+//!  Core::propose ──► Counters (`counters.rs`; this process: proposed / failed by command kind)
 //!  GetSplit handler ──► Counters::get_split_request
 //! ```
 //!
@@ -13,81 +13,22 @@
 //! which node's view is the leader's). The counters are soft state of this process
 //! and start from zero when it restarts.
 //!
-//! Label sets are bounded: command kinds and failure reasons are fixed lists;
-//! nothing is labelled by job, iteration, task or worker.
+//! Label sets are bounded: nothing is labelled by job, iteration, task or worker.
 
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::core::{Core, ProposeError};
+use crate::core::Core;
 use crate::state::State;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabels {
-    /// `Command::name()`: a fixed list.
-    kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FailedLabels {
-    kind: &'static str,
-    /// `rejected` (the state machine refused it), `not_leader`, `unavailable`.
-    reason: &'static str,
-}
-
-/// Counters of this process, shared by [`Core`] and the handlers.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Counters {
-    proposed: Family<KindLabels, Counter>,
-    failed: Family<FailedLabels, Counter>,
-    get_split_requests: Counter,
-}
-
-impl Counters {
-    pub(crate) fn proposed(&self, kind: &'static str) {
-        self.proposed.get_or_create(&KindLabels { kind }).inc();
-    }
-
-    pub(crate) fn failed(&self, kind: &'static str, e: &ProposeError) {
-        let reason = match e {
-            ProposeError::Rejected(_) => "rejected",
-            ProposeError::NotLeader { .. } => "not_leader",
-            ProposeError::Unavailable(_) => "unavailable",
-        };
-        self.failed.get_or_create(&FailedLabels { kind, reason }).inc();
-    }
-
-    pub(crate) fn get_split_request(&self) {
-        self.get_split_requests.inc();
-    }
-}
 
 /// Every metric of this node: the counters of `core` and the state's gauges.
 pub(crate) fn registry(core: Arc<Core>) -> Registry {
     let mut r = sluice_metrics::registry();
-    let c = core.counters();
-    r.register(
-        "commands_proposed",
-        "Commands this node proposed to Raft (each command of a batch counts), by kind",
-        c.proposed.clone(),
-    );
-    r.register(
-        "commands_failed",
-        "Proposed commands that failed, by kind and reason (rejected by the state machine, \
-         not_leader, unavailable)",
-        c.failed.clone(),
-    );
-    r.register(
-        "get_split_requests",
-        "GetSplit requests this node received (DYNAMIC sharding)",
-        c.get_split_requests.clone(),
-    );
+    core.counters().register(&mut r);
     r.register_collector(Box::new(StateCollector { core }));
     r
 }

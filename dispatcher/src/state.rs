@@ -1,6 +1,7 @@
 //! The dispatcher's durable state: everything that must survive a restart and that
-//! every replica must agree on. It changes only through `apply` (see `apply.rs`);
-//! readers get `&State`.
+//! every replica must agree on. It changes only through `apply` (see `apply/`);
+//! readers get `&State`, and the queries `apply`'s modules share are methods here
+//! (at the end of this file), so none of them calls back into another.
 //!
 //! Ids come from counters kept here and advanced by `apply`, so replaying the same
 //! commands rebuilds the same ids (the counters start in distinct ranges, as in
@@ -137,7 +138,7 @@ pub struct Iteration {
     pub finished: bool,
     // Liveness and GC (docs/architecture.md, "Liveness and garbage collection").
     /// DYNAMIC: split ranges granted to tasks whose worker was lost or restarted
-    /// before it could deliver them (see `apply_liveness`).
+    /// before it could deliver them (see `apply/liveness.rs`).
     pub lost_splits: Vec<LostSplit>,
     /// Tasks ended because their worker was lost: in OFF an incomplete copy, in a
     /// static mode an incomplete shard, in DYNAMIC the splits above.
@@ -146,7 +147,7 @@ pub struct Iteration {
     /// and nobody may join it again (a new reader gets a new iteration).
     pub garbage_collected: bool,
     /// Coordinated reads (the job has `num_consumers`): tasks waiting to join the
-    /// rounds and tasks voted out. See `coordinated.rs`.
+    /// rounds and tasks voted out. See `apply/coordinated.rs`.
     pub coordinated: Option<CoordinatedIteration>,
 }
 
@@ -270,6 +271,22 @@ impl Iteration {
     }
 }
 
+impl Job {
+    /// Whether the job shards statically (FILE, DATA, FILE_OR_DATA, HINT).
+    pub fn is_static(&self) -> bool {
+        self.mode.static_policy().is_some()
+    }
+
+    /// A worker's shard index in a static job; `None` when the job is not static
+    /// or the worker is not in its list.
+    pub fn shard_of(&self, address: &str) -> Option<u32> {
+        if !self.is_static() {
+            return None;
+        }
+        self.static_workers.iter().position(|a| a == address).map(|i| i as u32)
+    }
+}
+
 impl State {
     /// The iteration a client reads, if the client is known.
     pub fn client_iteration(&self, client_id: ClientId) -> Option<&Iteration> {
@@ -287,5 +304,45 @@ impl State {
     /// Whether any registered worker advertised `name` (e.g. "map:square").
     pub fn any_worker_has_function(&self, name: &str) -> bool {
         self.workers.values().any(|w| w.functions.contains(name))
+    }
+
+    /// The job of an iteration.
+    pub fn job_of(&self, iteration_id: IterationId) -> Option<&Job> {
+        self.iterations.get(&iteration_id).and_then(|it| self.jobs.get(&it.job_id))
+    }
+
+    /// Whether a worker at `address` takes part in an iteration: every worker for
+    /// OFF and DYNAMIC, only the listed ones for a static mode.
+    pub fn takes_part(&self, iteration_id: IterationId, address: &str) -> bool {
+        match self.job_of(iteration_id) {
+            Some(job) if job.is_static() => job.static_workers.iter().any(|a| a == address),
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Every task of the iteration reached end of sequence, and (static modes)
+    /// every shard has a task: a worker of the list that has not registered yet
+    /// still owes its shard.
+    pub fn iteration_complete(&self, it: &Iteration) -> bool {
+        let tasks: Vec<&Task> = it.tasks.iter().filter_map(|t| self.tasks.get(t)).collect();
+        if !tasks.iter().all(|t| t.finished) {
+            return false;
+        }
+        match self.jobs.get(&it.job_id) {
+            Some(job) if job.is_static() => {
+                let shards: BTreeSet<u32> = tasks.iter().map(|t| t.worker_index).collect();
+                shards.len() == job.static_workers.len()
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether the task was voted out of its coordinated iteration.
+    pub fn is_removed(&self, task: &Task) -> bool {
+        self.iterations
+            .get(&task.iteration_id)
+            .and_then(|it| it.coordinated.as_ref())
+            .is_some_and(|c| c.removed.contains_key(&task.id))
     }
 }

@@ -7,7 +7,8 @@
 //! (and found nothing left in) its task, 0–500 ms after the last element. So a
 //! worker that asks for it (`wait_for_change_ms`) gets its answer held while it
 //! would be empty, and sent as soon as an applied change gives it a task to start
-//! or to delete (the same wake-up as the client's long poll, `client_view.rs`).
+//! or to delete. The wait is `long_poll.rs`'s, shared with the client's long poll
+//! (`client_view.rs`).
 //!
 //! ```text
 //!  heartbeat ─► read_leader(answer) ─► tasks to start or delete? ─► answer
@@ -19,10 +20,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use sluice_proto::v1 as pb;
-use tokio::time::Instant;
 
 use crate::convert::task_def;
-use crate::core::{Core, ProposeError};
+use crate::core::Core;
+use crate::error::ProposeError;
+use crate::long_poll::wait_for_change;
 use crate::state::State;
 
 /// The tasks `address` should start (assigned to it, not among `current`) and
@@ -55,28 +57,13 @@ pub(crate) async fn long_poll(
     wait: Duration,
     on_read: impl Fn(),
 ) -> Result<pb::WorkerHeartbeatResponse, ProposeError> {
-    let deadline = Instant::now() + wait;
-    // Subscribed before the first read, so a change applied between that read and
-    // the wait still wakes it.
-    let mut applied = core.applied();
-    let mut current_answer = core.read_leader(|s| answer(s, address, current)).await?;
-    current_answer.long_polled = !wait.is_zero();
-    loop {
+    let ready = |a: &pb::WorkerHeartbeatResponse| {
         on_read();
-        let empty =
-            current_answer.new_tasks.is_empty() && current_answer.tasks_to_delete.is_empty();
-        if !empty || Instant::now() >= deadline {
-            return Ok(current_answer);
-        }
-        tokio::select! {
-            changed = applied.changed() => {
-                if changed.is_err() {
-                    return Ok(current_answer); // the state machine is gone
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => return Ok(current_answer),
-        }
-        current_answer = core.read_local(|s| answer(s, address, current));
-        current_answer.long_polled = true;
-    }
+        !a.new_tasks.is_empty() || !a.tasks_to_delete.is_empty()
+    };
+    let mut resp = wait_for_change(core, wait, |s| answer(s, address, current), ready).await?;
+    // Set unless the worker asked for no wait: an empty answer that was held
+    // needs no pacing by the worker (`worker/src/heartbeat.rs`).
+    resp.long_polled = !wait.is_zero();
+    Ok(resp)
 }

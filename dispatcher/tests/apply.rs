@@ -189,47 +189,6 @@ fn splits_only_exist_in_dynamic_mode() {
 }
 
 #[test]
-fn replaying_the_same_commands_rebuilds_the_same_state() {
-    let cmds = [
-        Command::RegisterWorker {
-            address: "w:1".into(),
-            worker_uid: 5,
-            functions: vec!["map:x".into()],
-        },
-        Command::RegisterDataset { dataset_id: None, def: DatasetDef::range(10).map("square") },
-        Command::GetOrCreateJob {
-            dataset_id: "1000".into(),
-            mode: Mode::Dynamic,
-            job_name: Some("j".into()),
-            target_workers: TargetWorkers::Auto,
-            static_workers: vec![],
-            cross_trainer_cache: false,
-            num_consumers: None,
-        },
-        Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 3 },
-        Command::GetSplit {
-            task_id: 4000,
-            worker_uid: 5,
-            sequence: 0,
-            provider: 0,
-            repetition: 0,
-            max_splits: 1,
-        },
-        Command::FinishTasks { worker_address: "w:1".into(), task_ids: vec![4000] },
-    ];
-    let run = || {
-        let mut s = State::default();
-        let answers: Vec<_> = cmds.iter().cloned().map(|c| apply(&mut s, c)).collect();
-        (s, answers)
-    };
-    let (a, ra) = run();
-    let (b, rb) = run();
-    assert_eq!(a, b);
-    assert_eq!(ra, rb);
-    assert!(ra.iter().all(|r| r.is_ok()), "{ra:?}");
-}
-
-#[test]
 fn commands_and_state_round_trip_through_the_log_codec() {
     use sluice_dataset::Arg;
     let def = DatasetDef::range(10)

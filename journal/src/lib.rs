@@ -11,13 +11,15 @@
 //! - `location` — parses `path`, `sled:PATH`, `file://`, `memory://`, `s3://`, `gs://`.
 //! - `frame` — `[crc32c][payload]` framing for sled values.
 //! - `sled_store` — the sled backend: a `log` tree keyed by big-endian index, a `meta` tree;
-//!   `sled_store::recover` verifies every value at open.
+//!   `sled_store::format` holds the version, key names and value decoding that
+//!   `sled_store::recover` (which verifies every value at open) shares with the handle.
 //! - `object` — the object-store backend: immutable, create-if-absent segments under `log/`
 //!   (the log is the fold of all segments), `vote/` and `snapshot/` objects, fencing by
 //!   claiming sequence numbers. `object::segment` is the byte format, `object::recover` the
 //!   fold and the torn-tail/corruption rules, `object::compact` what a purge lets us delete,
 //!   `object::remote` timeouts, retries and error classes around object_store.
-//! - `testing` (feature `testing`) — the moto S3 server fixture for tests.
+//! - `testing` (feature `testing`) — the moto S3 server fixture for tests (the process is
+//!   `sluice_testkit`'s; this adds the journal's `OpenOptions` for it).
 //!
 //! Data flow: [`open`] parses the location, opens the backend, which recovers (verifying every
 //! checksum, cutting a torn tail, refusing corruption in the middle) and returns the handle

@@ -1,21 +1,23 @@
 //! Fixtures for the integration tests: an in-process cluster on 127.0.0.1 with
-//! real gRPC, real `sluice` processes, and waits on conditions with deadlines.
+//! real gRPC, and the one harness for real `sluice` processes (`sluice_testkit`:
+//! child processes, quorums, reserved ports, moto, waits with deadlines) bound to
+//! the binary under test.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use sluice_client::{Client, ElementStream, RetryPolicy};
 use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
+use sluice_testkit::Sluice;
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use tokio::net::TcpListener;
 
-pub const DEADLINE: Duration = Duration::from_secs(30);
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use sluice_testkit::{wait_blocking, wait_until, Child as Proc, Port, Quorum, DEADLINE};
 
 /// Longer than any test's deadline: a wait that ends by itself fails the test.
 pub const LONG: Duration = Duration::from_secs(3600);
@@ -36,25 +38,23 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Polls `cond` until it is true; panics with `what` after `DEADLINE`.
-pub async fn wait_until<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !cond().await {
-        assert!(start.elapsed() < DEADLINE, "timed out after {DEADLINE:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A dispatcher and workers in this process, each on its own loopback port.
+/// A dispatcher and workers in this process, each on its own reserved loopback
+/// port, so a restart binds its address again without racing anyone for it.
 pub struct Cluster {
     /// `None` only while `restart_dispatcher` swaps it.
     pub dispatcher: Option<DispatcherHandle>,
     pub dispatcher_address: String,
     pub workers: Vec<WorkerHandle>,
+    /// Every port bound here, held for the cluster's life.
+    ports: Vec<Port>,
+}
+
+/// A listener on a newly reserved port (kept in `ports`).
+async fn bind_reserved(ports: &mut Vec<Port>) -> TcpListener {
+    let port = Port::reserve().expect("a loopback port");
+    let listener = TcpListener::bind(port.address()).await.unwrap();
+    ports.push(port);
+    listener
 }
 
 impl Cluster {
@@ -64,12 +64,13 @@ impl Cluster {
 
     pub async fn start_with(workers: usize, config: DispatcherConfig) -> Cluster {
         init_tracing();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut ports = vec![];
+        let listener = bind_reserved(&mut ports).await;
         let dispatcher =
             sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap();
         let dispatcher_address = dispatcher.address().to_string();
         let mut cluster =
-            Cluster { dispatcher: Some(dispatcher), dispatcher_address, workers: vec![] };
+            Cluster { dispatcher: Some(dispatcher), dispatcher_address, workers: vec![], ports };
         for _ in 0..workers {
             cluster.add_worker().await;
         }
@@ -82,19 +83,19 @@ impl Cluster {
     /// bound before the dispatcher starts, so the list is known without a race.
     pub async fn start_listed(workers: usize) -> Cluster {
         init_tracing();
-        let mut listeners = vec![];
+        let (mut ports, mut listeners) = (vec![], vec![]);
         for _ in 0..workers {
-            listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+            listeners.push(bind_reserved(&mut ports).await);
         }
         let worker_addresses: Vec<String> =
             listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
         let config = DispatcherConfig { worker_addresses, ..DispatcherConfig::default() };
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = bind_reserved(&mut ports).await;
         let dispatcher =
             sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap();
         let dispatcher_address = dispatcher.address().to_string();
         let mut cluster =
-            Cluster { dispatcher: Some(dispatcher), dispatcher_address, workers: vec![] };
+            Cluster { dispatcher: Some(dispatcher), dispatcher_address, workers: vec![], ports };
         for listener in listeners {
             let config = WorkerConfig::for_tests(cluster.addresses());
             let w = sluice_worker::spawn(listener, config, FunctionRegistry::builtin());
@@ -137,7 +138,7 @@ impl Cluster {
     }
 
     pub async fn add_worker_with(&mut self, config: WorkerConfig) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = bind_reserved(&mut self.ports).await;
         let w = sluice_worker::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap();
         self.workers.push(w);
     }
@@ -178,103 +179,26 @@ pub fn counts(values: &[i64]) -> BTreeMap<i64, usize> {
     m
 }
 
-/// A `sluice` child process, killed (and reaped) when dropped: no server outlives
-/// its test, also when the test panics.
-pub struct Proc {
-    pub child: Child,
-    /// What it printed as `listening on ADDR`, for servers.
-    pub address: Option<String>,
+/// The harness bound to the `sluice` binary under test: every child is killed and
+/// reaped when dropped (and by the kernel if the test process dies), every wait has
+/// a deadline, and a failure to start quotes the child's stderr.
+pub fn sluice() -> Sluice {
+    Sluice::new(env!("CARGO_BIN_EXE_sluice"))
 }
 
-impl Proc {
-    /// Starts `sluice ARGS`; for servers, waits for the `listening on` line.
-    pub fn server(args: &[&str]) -> Proc {
-        Self::server_env(args, &[])
-    }
-
-    /// Like [`Proc::server`], with extra environment variables.
-    pub fn server_env(args: &[&str], envs: &[(String, String)]) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .envs(envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .args(args)
-            .env("SLUICE_LOG", std::env::var("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start sluice");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
-        let address = line.trim().strip_prefix("listening on ").map(str::to_string);
-        assert!(address.is_some(), "sluice {args:?} printed {line:?} instead of `listening on`");
-        Proc { child, address }
-    }
-
-    pub fn address(&self) -> &str {
-        self.address.as_deref().unwrap_or_default()
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts `sluice ARGS` and waits for its `listening on` line (see [`Sluice::server`]).
+pub fn server(args: &[&str]) -> Proc {
+    sluice().server(args)
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// [`server`] with extra environment variables.
+pub fn server_env(args: &[&str], envs: &[(String, String)]) -> Proc {
+    sluice().server_env(args, envs)
 }
 
 /// Runs `sluice ARGS` to completion, with a deadline; returns (status ok, stdout, stderr).
 pub fn run_sluice(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_LOG", std::env::var("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start sluice");
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    drop(child.stdin.take());
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    // Collect output on a thread so a full pipe never blocks the child.
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(DEADLINE) {
-        Ok(out) => out.expect("wait for sluice"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("sluice {args:?} did not finish within {DEADLINE:?}");
-        }
-    };
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Blocking form of [`wait_until`] for tests that drive processes.
-pub fn wait_blocking(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < DEADLINE, "timed out after {DEADLINE:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A port nothing listens on right now (bound and released; the small race with
-/// other processes is acceptable on loopback).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    sluice().run(args, stdin)
 }
 
 /// The registry as the leader reports it: a follower's answer, or a leader's that

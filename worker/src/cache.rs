@@ -34,21 +34,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
-use prost::Message;
 use sluice_proto::v1 as pb;
 use tonic::Status;
 
-use crate::task::{Limits, Task};
+use crate::buffer::{framed_len, Limits, TaskBuffer};
 
 /// Trainers remembered per task; past this many the one furthest behind is
 /// forgotten (it restarts at the oldest cached element if it comes back).
 const MAX_TRAINERS: usize = 4096;
-
-/// Bytes an element adds to an `ElementBatch`: its encoding plus field key and length.
-pub(crate) fn framed_len(element: &pb::Element) -> u64 {
-    let len = element.encoded_len();
-    (1 + prost::length_delimiter_len(len) + len) as u64
-}
 
 pub(crate) struct CrossTrainerCache {
     task_id: u64,
@@ -78,7 +71,7 @@ impl CrossTrainerCache {
     /// cancel-safe `next_batch`; nothing is taken from the window before them.
     pub(crate) async fn next_batch(
         &self,
-        task: &Task,
+        buffer: &TaskBuffer,
         trainer: &str,
         limits: Limits,
     ) -> Result<Vec<pb::Element>, Status> {
@@ -96,7 +89,7 @@ impl CrossTrainerCache {
             // comes alone, and is refused below): the new elements never evict
             // each other.
             let pull = Limits::bounded(limits.max_elements, limits.max_bytes.min(capacity));
-            let batch = match task.next_batch(pull).await {
+            let batch = match buffer.next_batch(pull).await {
                 Ok(batch) => batch,
                 Err(status) => return Err(self.window().fail(status)),
             };
@@ -279,23 +272,5 @@ impl Window {
     #[cfg(test)]
     pub(crate) fn cursors(&self) -> std::collections::BTreeMap<String, u64> {
         self.cursors.iter().map(|(k, v)| (k.clone(), *v)).collect()
-    }
-}
-
-/// Checks that a GetElements request matches its task's kind: a cache task needs a
-/// trainer id, and only a cache task takes one.
-pub(crate) fn check_request(task: &Task, trainer_id: &str) -> Result<(), Status> {
-    match (&task.cache, trainer_id.is_empty()) {
-        (Some(_), true) => Err(Status::invalid_argument(format!(
-            "task {} belongs to a cross-trainer cache job; requests need a trainer_id \
-             (ReadOptions::cross_trainer_cache)",
-            task.task_id
-        ))),
-        (None, false) => Err(Status::invalid_argument(format!(
-            "task {} does not use the cross-trainer cache, but the request names trainer \
-             `{trainer_id}`; create the job with use_cross_trainer_cache",
-            task.task_id
-        ))),
-        _ => Ok(()),
     }
 }

@@ -14,7 +14,10 @@ pub struct WorkerConfig {
     pub dispatcher_addresses: Vec<String>,
     /// The address clients dial. `None`: `127.0.0.1:<bound port>` of the listener.
     pub advertised_address: Option<String>,
-    /// Time between heartbeats; a finished task triggers one at once.
+    /// Longest the dispatcher holds a heartbeat (a long poll) while it has no task
+    /// to start or stop for this worker; also the pause after a failed heartbeat or
+    /// an empty answer the dispatcher did not hold. A finished task is reported at
+    /// once, and a new task starts as soon as the dispatcher answers the poll.
     pub heartbeat_interval: Duration,
     /// Elements buffered per task between its pipeline and its consumers.
     pub task_buffer_elements: usize,
@@ -69,7 +72,7 @@ impl WorkerConfig {
         WorkerConfig { dispatcher_addresses: dispatchers, ..WorkerConfig::default() }
     }
 
-    /// Fast heartbeats and short retry deadlines for tests on loopback.
+    /// Short heartbeat polls and retry deadlines for tests on loopback.
     pub fn for_tests(dispatchers: Vec<String>) -> Self {
         WorkerConfig {
             heartbeat_interval: Duration::from_millis(100),

@@ -20,19 +20,22 @@
 //! under the same job name while the others went on. A pipeline that ends is
 //! FailedPrecondition too: coordinated reads need an infinite dataset.
 //!
+//! The service looks the task up and hands [`Rounds::get_element`] the running
+//! task's buffer and its stop signal; this module knows nothing of the task table.
+//!
 //! Soft state: the current round and the buffer exist only in this process. A
 //! restarted worker's task starts from "no round yet" and serves the first round
 //! all consumers ask for.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::time::Duration;
 
 use sluice_proto::v1 as pb;
 use tokio::sync::{watch, Mutex};
 use tonic::Status;
 
-use crate::state::{Lookup, Worker};
-use crate::task::{StopReason, Task, Took};
+use crate::buffer::{StopReason, TaskBuffer, Took};
 
 /// How long a round start waits for the pipeline before skipping the round.
 pub(crate) const ROUND_FILL_WAIT: Duration = Duration::from_millis(100);
@@ -71,47 +74,35 @@ impl Rounds {
             started: watch::channel(0).0,
         }
     }
-}
 
-pub(crate) async fn get_element(
-    worker: &Worker,
-    req: pb::CoordinatedGetElementRequest,
-) -> Result<pb::CoordinatedGetElementResponse, Status> {
-    let task_id = req.task_id;
-    let task = match worker.lookup(task_id) {
-        Lookup::Running(task) => task,
-        Lookup::Finished => {
-            return Err(Status::failed_precondition(format!("task {task_id} has finished")))
-        }
-        Lookup::Deleted => return Err(StopReason::Deleted.status(task_id)),
-        Lookup::ShuttingDown => return Err(StopReason::ShuttingDown.status(task_id)),
-        Lookup::Unknown => return Err(crate::task::not_yet_known(task_id)),
-    };
-    let Some(rounds) = &task.rounds else {
-        return Err(Status::failed_precondition(format!(
-            "task {task_id} is not a coordinated read (its job has no num_consumers); read it \
-             with GetElements"
-        )));
-    };
-    tokio::select! {
-        biased;
-        answer = rounds.get(&task, req.consumer_index, req.round) => answer,
-        reason = task.stopped() => {
-            // A round that already started is still served to the consumers that
-            // asked for it: a worker stopping between two consumers' answers
-            // would otherwise leave them a round apart.
-            match rounds.serve_started(task_id, req.consumer_index, req.round).await {
-                Some(answer) => answer,
-                None => Err(reason.status(task_id)),
+    /// Answers one CoordinatedGetElement on the running task whose elements are
+    /// in `buffer`; `stopped` resolves when that task is stopped (deleted, or the
+    /// worker shutting down).
+    pub(crate) async fn get_element(
+        &self,
+        buffer: &TaskBuffer,
+        stopped: impl Future<Output = StopReason>,
+        req: &pb::CoordinatedGetElementRequest,
+    ) -> Result<pb::CoordinatedGetElementResponse, Status> {
+        let task_id = req.task_id;
+        tokio::select! {
+            biased;
+            answer = self.get(buffer, req.consumer_index, req.round) => answer,
+            reason = stopped => {
+                // A round that already started is still served to the consumers that
+                // asked for it: a worker stopping between two consumers' answers
+                // would otherwise leave them a round apart.
+                match self.serve_started(task_id, req.consumer_index, req.round).await {
+                    Some(answer) => answer,
+                    None => Err(reason.status(task_id)),
+                }
             }
         }
     }
-}
 
-impl Rounds {
     async fn get(
         &self,
-        task: &Task,
+        buffer: &TaskBuffer,
         consumer: u32,
         round: u64,
     ) -> Result<pb::CoordinatedGetElementResponse, Status> {
@@ -136,20 +127,20 @@ impl Rounds {
                              is already at round {current} (a consumer restarted into a \
                              finished round? Restart all consumers of the job, under a new job \
                              name)",
-                            task.task_id
+                            buffer.task_id()
                         )))
                     }
                     Some(current) if round == current => {
-                        return serve(&mut st, task.task_id, consumer, round)
+                        return serve(&mut st, buffer.task_id(), consumer, round)
                     }
                     _ => {}
                 }
                 let asked = st.asked.entry(round).or_default();
                 asked.insert(consumer);
                 if asked.len() as u32 >= n {
-                    self.start_round(&mut st, task, round).await?;
+                    self.start_round(&mut st, buffer, round).await?;
                     self.started.send_modify(|g| *g += 1);
-                    return serve(&mut st, task.task_id, consumer, round);
+                    return serve(&mut st, buffer.task_id(), consumer, round);
                 }
             }
             if tokio::time::timeout_at(deadline, started.changed()).await.is_err() {
@@ -175,14 +166,14 @@ impl Rounds {
     async fn start_round(
         &self,
         st: &mut RoundState,
-        task: &Task,
+        buffer: &TaskBuffer,
         round: u64,
     ) -> Result<(), Status> {
         let n = self.num_consumers as usize;
         let fill_deadline = tokio::time::Instant::now() + ROUND_FILL_WAIT;
         while st.prefetched.len() < n {
             let left = fill_deadline.saturating_duration_since(tokio::time::Instant::now());
-            match task.take_one(left).await {
+            match buffer.take_one(left).await {
                 Ok(Took::Element(e)) => {
                     st.taken += 1;
                     st.prefetched.push(e);
@@ -192,7 +183,8 @@ impl Rounds {
                     let status = Status::failed_precondition(format!(
                         "coordinated task {}: the pipeline ended after {} element(s), but \
                          coordinated reads need an infinite dataset (end it with repeat())",
-                        task.task_id, st.taken
+                        buffer.task_id(),
+                        st.taken
                     ));
                     st.failed = Some(status.clone());
                     return Err(status);
@@ -207,7 +199,7 @@ impl Rounds {
             Some(st.prefetched.drain(..).map(Some).collect())
         } else {
             tracing::debug!(
-                task_id = task.task_id,
+                task_id = buffer.task_id(),
                 round,
                 have = st.prefetched.len(),
                 "round skipped"

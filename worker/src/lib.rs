@@ -4,51 +4,70 @@
 //! # Layout
 //! - [`config`]: [`WorkerConfig`] and its checks.
 //! - `state`: the task table shared by the service and the control loop.
-//! - `heartbeat`: the control loop — register, heartbeat, start and delete tasks,
-//!   report finished ones.
-//! - `task`: one task — its pipeline thread and the bounded buffer consumers share.
+//! - `heartbeat`: the control loop — register, heartbeat (a long poll), start and
+//!   delete tasks, report finished ones.
+//! - `task`: one task — composes its `buffer`, the `runner` filling it, and what a
+//!   job puts in front of the buffer (a `cache` or `coordinated` rounds).
+//! - `buffer`: a task's bounded buffer as its readers see it — the next batch, one
+//!   element, the message bounds, why the task stopped. A leaf.
+//! - `runner`: the pipeline thread — builds the task's pipeline (a static mode's
+//!   shard) and fills the buffer; a DYNAMIC source takes its splits from `splits`.
+//! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
 //! - `coordinated`: coordinated reads — a coordinated task serves rounds: all
 //!   `num_consumers` consumers ask, consumer i gets element i, or all skip.
-//! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
-//! - `service`: the `Worker` gRPC service (`GetElements`, `CacheStatus`); it opens
-//!   a GetElements stream and spawns its `producer`, which feeds a bounded channel.
+//! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
+//!   trainer reads at its own cursor, extended from the task's buffer.
+//! - `service`: the `Worker` gRPC service (`GetElements`, `CoordinatedGetElement`,
+//!   `CacheStatus`); it looks every request's task up in the table, answers for a
+//!   task that is not running, opens a GetElements stream and spawns its
+//!   `producer`, which feeds a bounded channel.
 //! - `route`: the Worker service as served — `GetElements` answered over plain
 //!   HTTP/2 with the `scatter` encoding (tensor data sent without a copy), every
 //!   other method by the generated tonic server.
-//! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
-//!   trainer reads at its own cursor, extended from the task's buffer.
 //! - `drain`: leaving cleanly — drain on shutdown, exit when idle.
-//! - `metrics`: Prometheus counters (elements and bytes streamed, streams) and
-//!   gauges read from the task table at scrape time, served at `GET /metrics`
-//!   ([`run_with_metrics`]).
+//! - `counters` (a leaf) and `metrics`: Prometheus counters (elements and bytes
+//!   streamed, streams) and gauges read from the task table at scrape time, served
+//!   at `GET /metrics` ([`run_with_metrics`]).
 //! - [`error`]: [`WorkerError`], what stops a worker.
+//!
+//! Modules depend one way only (`scripts/module-cycles.py` checks it): `task`
+//! on `buffer`, `runner`, `cache` and `coordinated`, those on `buffer`, never on
+//! `task`; `metrics` reads `state`, which holds the `counters`.
 //!
 //! ```text
 //!  dispatcher ◀─ RegisterWorker / WorkerHeartbeat ── heartbeat ──▶ state (task table)
 //!      ▲                                                              │ start / delete
-//!      └──────────── GetSplit ◀── splits ◀── pipeline thread ◀── task ┘
-//!                                                │ bounded mpsc
-//!  client ◀── ElementBatch stream ◀── route ◀── producer (first come, first served)
-//!            (scatter: tensor data not copied)
+//!      └── GetSplit ◀── splits ◀── runner (pipeline thread) ◀── task ◀┘
+//!                                     │ bounded mpsc
+//!                                     ▼
+//!                                   buffer ─┬─────────────────────▶ producer ──▶ route
+//!                                           ├─▶ cache (per trainer) ─┘  (FCFS)     │
+//!                                           └─▶ coordinated rounds ─▶ service      │
+//!                                                                        │         │
+//!  client ◀── CoordinatedGetElement ─────────────────────────────────────┘         │
+//!  client ◀── ElementBatch stream (scatter: tensor data not copied) ───────────────┘
 //! ```
+//! The service looks every request's task up in `state` before anything reads it.
 //!
 //! # Soft state
 //! The worker is stateless: nothing it holds survives a restart, and nothing needs
 //! to. A restarted process at the same address picks a new `worker_uid`, registers,
 //! and the dispatcher hands back its unfinished tasks, which start again from the
 //! beginning (OFF, and a static mode's shard, as in tf.data) or take new splits
-//! (DYNAMIC). Clients retry `Unavailable` until
-//! the task is known again.
+//! (DYNAMIC). Clients retry `Unavailable` until the task is known again.
 
+mod buffer;
 mod cache;
 pub mod config;
 mod coordinated;
+mod counters;
 mod drain;
 pub mod error;
 mod heartbeat;
 mod metrics;
 mod producer;
 mod route;
+mod runner;
 mod scatter;
 mod service;
 mod splits;

@@ -1,10 +1,13 @@
 //! The worker's Prometheus metrics (`sluice worker --metrics-addr`).
 //!
 //! ```text
-//!  service: GetElements producer ──► Counters (elements, bytes, streams open)
+//!  service: GetElements producer ──► Counters (`counters`: elements, bytes, streams)
 //!           CoordinatedGetElement ──┘
-//!  scrape ──► WorkerCollector ──► task table: tasks running, cache bytes
+//!  scrape ──► WorkerCollector ──► task table (`state`): tasks running, cache bytes
 //! ```
+//!
+//! This module reads the task table; the table holds the counters, which therefore
+//! live in their own leaf (`counters`), so the two do not depend on each other.
 //!
 //! Soft state, like everything in a worker: the counters start from zero with the
 //! process. No label names a task, job or trainer (unbounded); values are summed
@@ -14,60 +17,15 @@ use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::state::Worker;
 
-/// Counters of this process, updated by the service.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Counters {
-    elements_streamed: Counter,
-    bytes_streamed: Counter,
-    streams_opened: Counter,
-    streams_open: Gauge,
-}
-
-impl Counters {
-    /// One message sent to a client: `elements` elements, `bytes` encoded bytes.
-    pub(crate) fn streamed(&self, elements: usize, bytes: usize) {
-        self.elements_streamed.inc_by(elements as u64);
-        self.bytes_streamed.inc_by(bytes as u64);
-    }
-
-    /// A GetElements stream opened; it counts as open until the guard drops.
-    pub(crate) fn stream_opened(&self) -> OpenStreamGauge {
-        self.streams_opened.inc();
-        self.streams_open.inc();
-        OpenStreamGauge(self.streams_open.clone())
-    }
-}
-
-pub(crate) struct OpenStreamGauge(Gauge);
-
-impl Drop for OpenStreamGauge {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
 /// Every metric of this worker.
 pub(crate) fn registry(worker: Arc<Worker>) -> Registry {
     let mut r = sluice_metrics::registry();
-    let c = worker.counters.clone();
-    r.register(
-        "elements_streamed",
-        "Elements sent to clients (GetElements streams and coordinated-read rounds)",
-        c.elements_streamed,
-    );
-    r.register(
-        "streamed_bytes",
-        "Encoded bytes of the element messages sent to clients",
-        c.bytes_streamed,
-    );
-    r.register("streams_opened", "GetElements streams opened", c.streams_opened);
-    r.register("streams_open", "GetElements streams open now", c.streams_open);
+    worker.counters.register(&mut r);
     r.register_collector(Box::new(WorkerCollector { worker }));
     r
 }

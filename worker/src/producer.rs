@@ -15,8 +15,9 @@ use sluice_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use crate::buffer::{Batch, Limits};
 use crate::state::Worker;
-use crate::task::{Batch, Limits, Task};
+use crate::task::Task;
 
 /// Batches a stream may have produced and the client not yet read.
 pub(crate) const RESPONSE_BUFFER: usize = 2;
@@ -41,10 +42,10 @@ pub(crate) fn end_of_sequence() -> mpsc::Receiver<BatchResult> {
 async fn next_batch(task: &Task, trainer: Option<&str>, limits: Limits) -> Result<Batch, Status> {
     match (&task.cache, trainer) {
         (Some(cache), Some(trainer)) => {
-            let elements = cache.next_batch(task, trainer, limits).await?;
+            let elements = cache.next_batch(&task.buffer, trainer, limits).await?;
             Ok(Batch { elements, end_of_sequence: false })
         }
-        _ => task.next_batch(limits).await,
+        _ => task.buffer.next_batch(limits).await,
     }
 }
 

@@ -1,4 +1,6 @@
-//! The Worker gRPC service: `GetElements` streams a task's elements.
+//! The Worker gRPC service: `GetElements` streams a task's elements,
+//! `CoordinatedGetElement` serves one consumer's element of a round, `CacheStatus`
+//! shows the cross-trainer caches.
 //!
 //! [`open_stream`] checks a GetElements request and starts its producer
 //! (`producer`), which feeds a bounded channel of messages. The server answers
@@ -6,19 +8,27 @@
 //! tensor data; the generated tonic method below reads the same channel (it is
 //! what a plain `WorkerServer` would serve) and the other methods are served by
 //! the generated `WorkerServer` as usual.
+//!
+//! Task lookups happen here, once per request ([`find`]): a task that was deleted,
+//! is stopping with the worker, or is not known yet gets the same status from
+//! every method, and the modules behind the service (`producer`, `coordinated`)
+//! are handed the running task.
 
 use std::sync::Arc;
 
 use prost::Message;
+use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use crate::buffer::{Limits, StopReason};
+use crate::config::WorkerConfig;
 use crate::producer::{produce, BatchResult, RESPONSE_BUFFER};
 use crate::state::{Lookup, Worker};
-use crate::task::{Limits, StopReason};
+use crate::task::Task;
 
 pub(crate) struct WorkerService {
     worker: Arc<Worker>,
@@ -46,7 +56,21 @@ impl pb::worker_server::Worker for WorkerService {
         &self,
         request: Request<pb::CoordinatedGetElementRequest>,
     ) -> Result<Response<pb::CoordinatedGetElementResponse>, Status> {
-        let answer = crate::coordinated::get_element(&self.worker, request.into_inner()).await?;
+        let req = request.into_inner();
+        let task_id = req.task_id;
+        let task = match find(&self.worker, task_id)? {
+            Found::Running(task) => task,
+            Found::Finished => {
+                return Err(Status::failed_precondition(format!("task {task_id} has finished")))
+            }
+        };
+        let Some(rounds) = &task.rounds else {
+            return Err(Status::failed_precondition(format!(
+                "task {task_id} is not a coordinated read (its job has no num_consumers); read \
+                 it with GetElements"
+            )));
+        };
+        let answer = rounds.get_element(&task.buffer, task.stopped(), &req).await?;
         if let Some(e) = &answer.element {
             self.worker.counters.streamed(1, e.encoded_len());
         }
@@ -73,12 +97,9 @@ pub(crate) fn open_stream(
     req: pb::GetElementsRequest,
 ) -> Result<mpsc::Receiver<BatchResult>, Status> {
     let task_id = req.task_id;
-    let task = match worker.lookup(task_id) {
-        Lookup::Running(task) => task,
-        Lookup::Finished => return Ok(crate::producer::end_of_sequence()),
-        Lookup::Deleted => return Err(StopReason::Deleted.status(task_id)),
-        Lookup::ShuttingDown => return Err(StopReason::ShuttingDown.status(task_id)),
-        Lookup::Unknown => return Err(crate::task::not_yet_known(task_id)),
+    let task = match find(worker, task_id)? {
+        Found::Running(task) => task,
+        Found::Finished => return Ok(crate::producer::end_of_sequence()),
     };
     if task.rounds.is_some() {
         return Err(Status::failed_precondition(format!(
@@ -86,10 +107,10 @@ pub(crate) fn open_stream(
              CoordinatedGetElement, one round at a time"
         )));
     }
-    crate::cache::check_request(&task, &req.trainer_id)?;
+    check_trainer(&task, &req.trainer_id)?;
     let trainer = Some(req.trainer_id).filter(|t| !t.is_empty());
     let limits =
-        Limits::new(&worker.config, req.max_elements_per_message, req.max_bytes_per_message);
+        message_limits(&worker.config, req.max_elements_per_message, req.max_bytes_per_message);
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
     let span = tracing::debug_span!(
         "get_elements",
@@ -100,4 +121,56 @@ pub(crate) fn open_stream(
     );
     tokio::spawn(produce(worker.clone(), task, trainer, limits, tx).instrument(span));
     Ok(rx)
+}
+
+/// What a request found under its task id, once the answers every method gives
+/// alike are out of the way.
+enum Found {
+    Running(Arc<Task>),
+    /// GetElements answers end of sequence; CoordinatedGetElement refuses.
+    Finished,
+}
+
+/// Looks `task_id` up in the task table. A deleted task, a worker shutting down
+/// and a task not known yet get their status here, the same for every method.
+fn find(worker: &Worker, task_id: u64) -> Result<Found, Status> {
+    match worker.lookup(task_id) {
+        Lookup::Running(task) => Ok(Found::Running(task)),
+        Lookup::Finished => Ok(Found::Finished),
+        Lookup::Deleted => Err(StopReason::Deleted.status(task_id)),
+        Lookup::ShuttingDown => Err(StopReason::ShuttingDown.status(task_id)),
+        Lookup::Unknown => Err(not_yet_known(task_id)),
+    }
+}
+
+/// The answer for a task this worker has not heard of yet: retryable, and marked
+/// ([`Reason::TaskNotYetKnown`]) so a coordinated reader knows the worker is alive.
+fn not_yet_known(task_id: u64) -> Status {
+    Reason::TaskNotYetKnown
+        .attach(Status::unavailable(format!("task {task_id} is not known to this worker yet")))
+}
+
+/// A stream's message bounds: the worker's, lowered by the request's (0 in a
+/// request means "the worker's own"; a request may only lower them).
+pub(crate) fn message_limits(config: &WorkerConfig, max_elements: u32, max_bytes: u64) -> Limits {
+    let own = usize::try_from(config.max_elements_per_message).unwrap_or(usize::MAX);
+    Limits::bounded(own, config.max_bytes_per_message).lowered_to(max_elements, max_bytes)
+}
+
+/// Checks that a GetElements request matches its task's kind: a cache task needs a
+/// trainer id, and only a cache task takes one.
+fn check_trainer(task: &Task, trainer_id: &str) -> Result<(), Status> {
+    match (&task.cache, trainer_id.is_empty()) {
+        (Some(_), true) => Err(Status::invalid_argument(format!(
+            "task {} belongs to a cross-trainer cache job; requests need a trainer_id \
+             (ReadOptions::cross_trainer_cache)",
+            task.task_id
+        ))),
+        (None, false) => Err(Status::invalid_argument(format!(
+            "task {} does not use the cross-trainer cache, but the request names trainer \
+             `{trainer_id}`; create the job with use_cross_trainer_cache",
+            task.task_id
+        ))),
+        _ => Ok(()),
+    }
 }

@@ -18,7 +18,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
-use crate::task::StopReason;
+use crate::buffer::StopReason;
 
 pub(crate) struct RemoteSplitProvider {
     dispatcher: DispatcherClient,

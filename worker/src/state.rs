@@ -15,8 +15,11 @@ use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 
+use crate::buffer::StopReason;
 use crate::config::WorkerConfig;
-use crate::task::{RunnerContext, StopReason, Task};
+use crate::counters::Counters;
+use crate::runner::RunnerContext;
+use crate::task::{Task, TaskContext};
 
 /// Ended tasks remembered (so late requests get end_of_sequence or "deleted"
 /// instead of "not known yet"); the oldest are forgotten past this many.
@@ -27,7 +30,7 @@ pub(crate) struct Worker {
     pub worker_uid: u64,
     pub config: WorkerConfig,
     pub dispatcher: DispatcherClient,
-    runner: RunnerContext,
+    tasks: TaskContext,
     /// A std `Mutex`: every critical section is a few map operations, never an `.await`.
     table: Mutex<TaskTable>,
     /// Wakes the heartbeat loop early: a task finished and the dispatcher should know.
@@ -37,11 +40,12 @@ pub(crate) struct Worker {
     refused: Mutex<Option<String>>,
     /// True once the worker drains (see `drain.rs`): no new tasks, streams, splits.
     pub draining: watch::Sender<bool>,
-    /// This process's metric counters (`metrics.rs`).
-    pub counters: crate::metrics::Counters,
+    /// This process's metric counters (`counters.rs`, served by `metrics.rs`).
+    pub counters: Counters,
 }
 
-/// What a GetElements request finds under its task id.
+/// What a request finds under its task id (the service turns all but `Running`
+/// into its answer).
 pub(crate) enum Lookup {
     Running(Arc<Task>),
     Finished,
@@ -98,18 +102,21 @@ impl Worker {
             dispatcher: dispatcher.clone(),
             runtime,
             worker_uid,
+            splits_per_request: config.splits_per_request,
+            draining: draining.subscribe(),
+        };
+        let tasks = TaskContext {
+            runner,
             worker_address: address.clone(),
             buffer_elements: config.task_buffer_elements,
-            splits_per_request: config.splits_per_request,
             cross_trainer_cache_bytes: config.cross_trainer_cache_bytes,
-            draining: draining.subscribe(),
         };
         Worker {
             address,
             worker_uid,
             config,
             dispatcher,
-            runner,
+            tasks,
             table: Mutex::new(TaskTable::default()),
             task_finished: Notify::new(),
             shutdown: watch::channel(false).0,
@@ -161,7 +168,7 @@ impl Worker {
                 table.ended.remove(&task_id);
             }
             // Outside the lock: starting spawns a thread.
-            let task = Task::start(def, &self.runner);
+            let task = Task::start(def, &self.tasks);
             let mut table = self.table();
             if table.shutting_down {
                 task.stop(StopReason::ShuttingDown);
@@ -182,15 +189,15 @@ impl Worker {
             // closes its buffer and so releases a pipeline thread blocked on it).
             let done = task.take_pipeline_done();
             let (task, worker) = (Arc::downgrade(&task), Arc::downgrade(self));
-            self.runner.runtime.spawn(async move {
+            self.tasks.runner.runtime.spawn(async move {
+                // `None`: the thread never started. An error: it panicked. Same check.
                 if let Some(done) = done {
-                    // An error means the thread never started or panicked: same check.
                     let _ = done.await;
                 }
                 let (Some(task), Some(worker)) = (task.upgrade(), worker.upgrade()) else {
                     return;
                 };
-                if task.ended_when_drained().await {
+                if task.buffer.ended_when_drained().await {
                     worker.finish(&task);
                 }
             });
@@ -235,7 +242,7 @@ impl Worker {
         pb::RegisterWorkerRequest {
             address: self.address.clone(),
             worker_uid: self.worker_uid,
-            functions: self.runner.registry.names(),
+            functions: self.tasks.runner.registry.names(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! full-cluster restart equals the one read before it.
 
 use super::run::Run;
-use super::{first_lines, fmt_ms, CheckOptions, Violation, COMPLETION, HISTORY, REGISTRY};
+use super::verdict::{first_lines, fmt_ms, CheckOptions, Violation, COMPLETION, HISTORY, REGISTRY};
 use crate::history::Event;
 
 pub(crate) fn check(run: &Run, opts: &CheckOptions, out: &mut Vec<Violation>) {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::run::{Mode, Run, MAX_CHECKED_DATASET_LEN};
-use super::{
+use super::verdict::{
     first_lines, CheckOptions, Violation, BOUNDED_LOSS, EXACTLY_ONCE, NO_DUPLICATES, OFF_COPIES,
 };
 use crate::history::Millis;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::{fmt_ms, CheckResult};
+use super::verdict::{fmt_ms, CheckResult};
 use crate::history::Event;
 
 pub fn explain(events: &[Event], result: &CheckResult) -> String {

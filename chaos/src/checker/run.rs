@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{first_lines, Violation, HISTORY, IN_RANGE};
+use super::verdict::{first_lines, Violation, HISTORY, IN_RANGE};
 use crate::history::{Event, Fault, Millis};
 
 /// Above this `dataset_len` the per-value checks are skipped (they keep one

@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use crate::error::DatasetError;
 use crate::tensor::{Element, Tensor};
 
-use super::ElementIter;
+use super::stream::ElementIter;
 
 /// Largest number of element slots reserved up front; a bigger batch grows its
 /// buffer as elements arrive (it is still bounded by `size`).

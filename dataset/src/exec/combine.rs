@@ -19,7 +19,7 @@ use std::sync::Arc;
 use crate::error::DatasetError;
 use crate::tensor::{Element, Tensor};
 
-use super::{Deferred, ElementIter};
+use super::stream::{Deferred, ElementIter};
 
 type Item = Result<Element, DatasetError>;
 type Names = Option<Arc<[String]>>;

@@ -9,7 +9,7 @@ use crate::error::DatasetError;
 use crate::formats::example;
 use crate::tensor::{DType, Element};
 
-use super::ElementIter;
+use super::stream::ElementIter;
 
 pub(super) struct ParseExample {
     input: ElementIter,

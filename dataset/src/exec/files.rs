@@ -13,7 +13,7 @@ use crate::formats::tfrecord::TfRecordReader;
 use crate::io;
 use crate::tensor::{DType, Element, Tensor};
 
-use super::ElementIter;
+use super::stream::ElementIter;
 
 /// The longest line `text_lines` accepts (a file without newlines would otherwise
 /// have to be held whole).

@@ -43,7 +43,7 @@ use crate::registry::DatasetFn;
 use crate::tensor::Element;
 
 use super::ops::call;
-use super::{lock, ElementIter};
+use super::stream::{lock, ElementIter};
 
 type Item = Result<Element, DatasetError>;
 

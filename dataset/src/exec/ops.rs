@@ -12,7 +12,7 @@ use crate::error::DatasetError;
 use crate::registry::{FilterFn, MapFn};
 use crate::tensor::Element;
 
-use super::ElementIter;
+use super::stream::ElementIter;
 
 type Item = Result<Element, DatasetError>;
 

@@ -42,7 +42,7 @@ use crate::registry::MapFn;
 use crate::tensor::Element;
 
 use super::ops::{call, Map};
-use super::{lock, ElementIter};
+use super::stream::{lock, ElementIter};
 
 type Item = Result<Element, DatasetError>;
 /// An element and its input position.

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::DatasetError;
 use crate::tensor::Element;
 
-use super::{lock, ElementIter};
+use super::stream::{lock, ElementIter};
 
 /// The largest channel capacity used: `std`'s bounded channel allocates its slots
 /// up front, so a larger `buffer_size` is capped here rather than risking the

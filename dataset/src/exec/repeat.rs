@@ -14,7 +14,8 @@ use std::sync::Arc;
 use crate::error::DatasetError;
 use crate::tensor::Element;
 
-use super::{ElementIter, Plan};
+use super::plan::Plan;
+use super::stream::ElementIter;
 
 pub(super) struct Repeat {
     plan: Arc<Plan>,

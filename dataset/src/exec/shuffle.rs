@@ -18,7 +18,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::DatasetError;
 use crate::tensor::Element;
 
-use super::{lock, ElementIter};
+use super::stream::{lock, ElementIter};
 
 /// Largest number of element slots reserved up front; a bigger buffer grows as it
 /// fills (it is still bounded by `buffer_size`).

@@ -11,7 +11,8 @@
 use std::sync::Arc;
 
 use super::files::{self, FileFormat};
-use super::{lock, ElementIter, Plan, SplitRange};
+use super::plan::Plan;
+use super::stream::{lock, ElementIter, SplitRange};
 use crate::def::{range_len, SliceValues, Stage};
 use crate::error::DatasetError;
 use crate::tensor::{Element, Tensor};

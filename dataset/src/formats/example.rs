@@ -1,12 +1,11 @@
-//! `tf.train.Example`: the messages (written by hand with prost's derives, the
-//! same field numbers as TensorFlow's `example.proto` / `feature.proto`, so no
-//! protoc step) and [`parse`], which turns one serialized Example into an
-//! [`Element`] with one named component per [`FeatureSpec`].
+//! `tf.train.Example`: the messages (generated from `proto/tensorflow/example.proto`,
+//! TensorFlow's field numbers, by the vendored protoc in `build.rs`) and [`parse`],
+//! which turns one serialized Example into an [`Element`] with one named component
+//! per [`FeatureSpec`].
 //!
 //! Decoding from [`Bytes`] keeps `bytes_list` values as slices of the record (no
 //! copy until they are packed into a tensor).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -16,54 +15,15 @@ use crate::def::{Arg, FeatureSpec};
 use crate::error::DatasetError;
 use crate::tensor::{DType, Element, Tensor};
 
-#[derive(Clone, PartialEq, Message)]
-pub struct Example {
-    #[prost(message, optional, tag = "1")]
-    pub features: Option<Features>,
+/// The generated messages of `proto/tensorflow/example.proto` (package
+/// `tensorflow`).
+mod generated {
+    #![allow(clippy::all, missing_docs)]
+    include!(concat!(env!("OUT_DIR"), "/tensorflow.rs"));
 }
 
-/// A `BTreeMap` (not prost's default `HashMap`) so that encoding is
-/// deterministic: the same features always give the same bytes.
-#[derive(Clone, PartialEq, Message)]
-pub struct Features {
-    #[prost(btree_map = "string, message", tag = "1")]
-    pub feature: BTreeMap<String, Feature>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct Feature {
-    #[prost(oneof = "Kind", tags = "1, 2, 3")]
-    pub kind: Option<Kind>,
-}
-
-/// `Feature.kind`.
-#[derive(Clone, PartialEq, prost::Oneof)]
-pub enum Kind {
-    #[prost(message, tag = "1")]
-    BytesList(BytesList),
-    #[prost(message, tag = "2")]
-    FloatList(FloatList),
-    #[prost(message, tag = "3")]
-    Int64List(Int64List),
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct BytesList {
-    #[prost(bytes = "bytes", repeated, tag = "1")]
-    pub value: Vec<Bytes>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct FloatList {
-    #[prost(float, repeated, packed = "true", tag = "1")]
-    pub value: Vec<f32>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct Int64List {
-    #[prost(int64, repeated, packed = "true", tag = "1")]
-    pub value: Vec<i64>,
-}
+pub use generated::feature::Kind;
+pub use generated::{BytesList, Example, Feature, Features, FloatList, Int64List};
 
 impl Kind {
     fn name(&self) -> &'static str {

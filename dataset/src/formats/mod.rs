@@ -2,7 +2,7 @@
 //!
 //! - [`tfrecord`] — TFRecord framing (length, masked CRC-32C checksums) with
 //!   bounded record sizes and an optional skip of corrupt records.
-//! - [`example`] — `tf.train.Example` as hand-written prost messages, and the
+//! - [`example`] — `tf.train.Example` as messages generated from `proto/`, and the
 //!   `parse_example` conversion into named tensors.
 
 pub mod example;

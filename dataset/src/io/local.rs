@@ -7,7 +7,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::FileWriter;
+use super::writer::FileWriter;
 use crate::error::DatasetError;
 
 /// Read buffer per open file.

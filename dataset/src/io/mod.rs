@@ -7,6 +7,8 @@
 //! there and their results awaited on a std channel, never `block_on`, which would
 //! panic on a thread already inside a runtime context.
 //!
+//! - `url` — the accepted forms (path, `file://`, `s3://`, `gs://`) parsed into a target.
+//! - `writer` — [`FileWriter`], what `create` returns for both backends.
 //! - `local` — glob listing, buffered reads, temp-then-rename writes.
 //! - `object` — one cached store per bucket configured from `AWS_*` / `GOOGLE_*`
 //!   like the journal's, streaming reads with bounded read-ahead, multipart writes.
@@ -16,10 +18,10 @@
 mod local;
 mod object;
 mod runtime;
+mod url;
+mod writer;
 
-use std::fmt;
-use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::io::Read;
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -28,72 +30,9 @@ use rand_chacha::ChaCha8Rng;
 use crate::def::{DatasetDef, Stage};
 use crate::error::DatasetError;
 
+use self::url::{parse, Target};
 pub use object::READ_AHEAD_CHUNKS;
-
-/// A file being written; it appears under its name only once [`finish`] returns.
-///
-/// [`finish`]: FileWriter::finish
-pub trait FileWriter: Write + Send {
-    /// Flushes, makes the file durable and visible under its final name. Dropping
-    /// the writer without calling it abandons the file.
-    fn finish(self: Box<Self>) -> Result<(), DatasetError>;
-}
-
-/// `s3://bucket/key` or `gs://bucket/key`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ObjectUrl {
-    pub scheme: &'static str,
-    pub bucket: String,
-    pub key: String,
-}
-
-impl fmt::Display for ObjectUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}/{}", self.scheme, self.bucket, self.key)
-    }
-}
-
-/// Where a URL points.
-enum Target {
-    /// A local path; `file_url` when it was given as `file://…` (results keep that form).
-    Local {
-        path: PathBuf,
-        file_url: bool,
-    },
-    Object(ObjectUrl),
-}
-
-fn parse(url: &str) -> Result<Target, DatasetError> {
-    for scheme in ["s3", "gs"] {
-        if let Some(rest) = url.strip_prefix(scheme).and_then(|r| r.strip_prefix("://")) {
-            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() || key.is_empty() {
-                return Err(DatasetError::io(
-                    url,
-                    format!("expected {scheme}://BUCKET/KEY (both non-empty)"),
-                ));
-            }
-            let key = key.to_string();
-            return Ok(Target::Object(ObjectUrl { scheme, bucket: bucket.to_string(), key }));
-        }
-    }
-    if let Some(path) = url.strip_prefix("file://") {
-        if !path.starts_with('/') {
-            return Err(DatasetError::io(url, "a file:// URL needs an absolute path (file:///…)"));
-        }
-        return Ok(Target::Local { path: PathBuf::from(path), file_url: true });
-    }
-    if let Some((scheme, _)) = url.split_once("://") {
-        return Err(DatasetError::io(
-            url,
-            format!("unsupported scheme `{scheme}://`; use a path, file://, s3:// or gs://"),
-        ));
-    }
-    if url.is_empty() {
-        return Err(DatasetError::io(url, "empty file name"));
-    }
-    Ok(Target::Local { path: PathBuf::from(url), file_url: false })
-}
+pub use writer::FileWriter;
 
 /// The files matching `pattern` (`*`, `?` and `[…]` allowed in path components),
 /// sorted, in the pattern's form (a plain path, `file://…`, `s3://bucket/…`).

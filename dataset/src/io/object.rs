@@ -23,7 +23,9 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
-use super::{runtime, FileWriter, ObjectUrl};
+use super::runtime;
+use super::url::ObjectUrl;
+use super::writer::FileWriter;
 use crate::error::DatasetError;
 
 /// Chunks of a GET stream buffered ahead of the reader.

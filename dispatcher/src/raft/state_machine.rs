@@ -37,7 +37,7 @@ pub struct Applied {
 ///
 /// `applied` publishes the last applied log index, sent after the lock is
 /// released, so a waiter woken by it reads the new state (long polls:
-/// `client_view.rs`). Soft state: it starts at 0 and follows `apply` and
+/// `long_poll.rs`). Soft state: it starts at 0 and follows `apply` and
 /// `install_snapshot`.
 #[derive(Clone)]
 pub struct Shared {

@@ -5,7 +5,7 @@
 //! (`flush_every_ms(None)`): nothing is durable until we `flush_async().await`, which every
 //! mutating call does before returning `Ok`.
 //!
-//! Layout (format version [`FORMAT_VERSION`]):
+//! Layout (format version [`FORMAT_VERSION`](format::FORMAT_VERSION); names in `format`):
 //! - tree `log`: key = big-endian `u64` index (so sled's order is index order), value = entry.
 //! - tree `meta`: `format_version` (u32 LE), `vote`, `purged` (`[u64 LE upto][marker]`),
 //!   `snapshot` (`[u64 LE meta_len][meta][data]`: one value, so meta and data are replaced
@@ -17,6 +17,7 @@
 //! A purge writes its marker before deleting entries, and recovery deletes entries at or below
 //! the marker, so a crash between the two steps only leaves garbage that recovery removes.
 
+mod format;
 mod recover;
 
 use std::collections::HashSet;
@@ -26,16 +27,10 @@ use std::sync::Mutex as StdMutex;
 use bytes::Bytes;
 use tokio::sync::Mutex;
 
-use self::recover::{key_index, open_blocking, sled_err, split_snapshot};
+use self::format::{key_index, split_snapshot, KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE};
+use self::recover::{open_blocking, sled_err};
 use crate::frame::{seal, unseal};
 use crate::{Journal, JournalError, LogState, Recovery};
-
-/// The on-disk format this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
-pub(crate) const KEY_FORMAT: &[u8] = b"format_version";
-pub(crate) const KEY_VOTE: &[u8] = b"vote";
-pub(crate) const KEY_PURGED: &[u8] = b"purged";
-pub(crate) const KEY_SNAPSHOT: &[u8] = b"snapshot";
 
 pub(crate) struct SledJournal {
     location: String,

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{FORMAT_VERSION, KEY_FORMAT, KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE};
+use super::format::{
+    key_index, split_snapshot, FORMAT_VERSION, KEY_FORMAT, KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE,
+};
 use crate::frame::{seal, unseal};
 use crate::{JournalError, LogState, Recovery};
 
@@ -135,24 +137,6 @@ fn recover(
         ));
     }
     Ok((state, recovery))
-}
-
-pub(super) fn key_index(key: &[u8]) -> Result<u64, String> {
-    let bytes: [u8; 8] = key.try_into().map_err(|_| format!("log key is {} bytes", key.len()))?;
-    Ok(u64::from_be_bytes(bytes))
-}
-
-pub(super) fn split_snapshot(value: &[u8]) -> Result<(Bytes, Bytes), String> {
-    if value.len() < 8 {
-        return Err(format!("snapshot value is {} bytes", value.len()));
-    }
-    let meta_len = u64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
-    let rest = &value[8..];
-    if meta_len > rest.len() as u64 {
-        return Err(format!("snapshot meta length {meta_len} exceeds value ({})", rest.len()));
-    }
-    let (meta, data) = rest.split_at(meta_len as usize);
-    Ok((Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data)))
 }
 
 /// Maps a sled error: a held lock means another process owns the journal (`Fenced`);

@@ -7,8 +7,9 @@ use tonic::Code;
 
 use super::fixtures::{connect, int_value, open_stream, request, start_worker};
 use super::mock_dispatcher::{task_def, MockDispatcher, WAIT};
-use crate::cache::{framed_len, Window};
-use crate::task::Limits;
+use crate::buffer::framed_len;
+use crate::buffer::Limits;
+use crate::cache::Window;
 
 fn element(v: i64) -> pb::Element {
     pb::Element::from(Element::new(vec![Tensor::scalar_i64(v)]))

@@ -7,7 +7,6 @@ use tonic::Code;
 
 use super::fixtures::{connect, open_stream, read_to_end, request, start_worker};
 use super::mock_dispatcher::{task_def, MockDispatcher, WAIT};
-use crate::task::Limits;
 use crate::{spawn, WorkerConfig, WorkerError};
 
 const OFF: pb::ProcessingMode = pb::ProcessingMode::Off;
@@ -100,7 +99,7 @@ async fn advertised_address_defaults_to_the_bound_port() {
 fn requests_may_only_lower_the_message_bounds() {
     let config = WorkerConfig::default();
     let limits = |e, b| {
-        let l = Limits::new(&config, e, b);
+        let l = crate::service::message_limits(&config, e, b);
         format!("{l:?}")
     };
     assert_eq!(limits(0, 0), "Limits { max_elements: 64, max_bytes: 4194304 }");

@@ -1,8 +1,9 @@
 //! Unit tests of the worker against a mock dispatcher (`mock_dispatcher`), read
-//! through a plain tonic Worker client (`fixtures`); `scatter` tests the zero-copy
-//! encoding, and `route` the GetElements response body and requests no tonic
-//! client would send.
+//! through a plain tonic Worker client (`fixtures`); `buffer` tests a task's buffer
+//! on its own, `scatter` the zero-copy encoding, and `route` the GetElements
+//! response body and requests no tonic client would send.
 
+mod buffer;
 mod cache;
 mod fixtures;
 mod lifecycle;

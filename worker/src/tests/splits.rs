@@ -9,8 +9,8 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use super::mock_dispatcher::{MockDispatcher, WAIT};
+use crate::buffer::StopReason;
 use crate::splits::RemoteSplitProvider;
-use crate::task::StopReason;
 
 fn provider(
     dispatcher: &MockDispatcher,

@@ -1,6 +1,6 @@
 //! The pure half of liveness and garbage collection: what `Command::WorkerLost`
 //! and `Command::GcIteration` do to the state. The clock half (who is late) is the
-//! leader's timer in `liveness.rs`; it only proposes, and everything here holds
+//! leader's timer in `crate::liveness`; it only proposes, and everything here holds
 //! however late or often a proposal arrives:
 //!
 //! - `WorkerLost { address, worker_uid }` acts only on a known, not yet lost worker
@@ -22,7 +22,7 @@ use crate::command::Response;
 use crate::error::StateError;
 use crate::state::{IterationId, LostSplit, SplitAnswer, State, TaskId};
 
-pub(crate) fn worker_lost(
+pub(super) fn worker_lost(
     state: &mut State,
     address: &str,
     worker_uid: u64,
@@ -69,7 +69,7 @@ pub(crate) fn worker_lost(
 /// A worker registering with a uid other than the one on record is a new process:
 /// the split ranges its predecessor held are lost (D5). Records them like a lost
 /// worker's, and clears them so they are counted once. Call before the uid changes.
-pub(crate) fn record_restart_loss(state: &mut State, address: &str, new_uid: u64) {
+pub(super) fn record_restart_loss(state: &mut State, address: &str, new_uid: u64) {
     let Some(worker) = state.workers.get(address) else { return };
     let old_uid = worker.worker_uid;
     if old_uid == new_uid || worker.lost {
@@ -90,7 +90,7 @@ pub(crate) fn record_restart_loss(state: &mut State, address: &str, new_uid: u64
     }
 }
 
-pub(crate) fn gc_iteration(
+pub(super) fn gc_iteration(
     state: &mut State,
     iteration_id: IterationId,
 ) -> Result<Response, StateError> {
@@ -121,7 +121,7 @@ fn finish_if_complete(state: &mut State, iteration_id: IterationId) {
     let complete = state
         .iterations
         .get(&iteration_id)
-        .is_some_and(|it| it.is_live() && crate::apply::iteration_complete(state, it));
+        .is_some_and(|it| it.is_live() && state.iteration_complete(it));
     if let Some(it) = state.iterations.get_mut(&iteration_id) {
         if complete {
             it.finished = true;

@@ -1,6 +1,6 @@
 //! Coordinated (round-robin) reads: the replicated half, as pure functions called
 //! by `apply`. The leader's soft half (pauses and votes) is in
-//! `coordinated_reads.rs`; the protocol as a whole is described there.
+//! `crate::coordinated_reads`; the protocol as a whole is described there.
 //!
 //! What is replicated: the job's `num_consumers`, each iteration's pending tasks
 //! (workers that joined after it started, not yet read by consumers), each task's
@@ -10,14 +10,14 @@
 
 use sluice_dataset::Cardinality;
 
-use crate::apply::{get_or_create_job as plain_get_or_create_job, NewJob};
+use super::jobs::{self, NewJob};
 use crate::command::Response;
 use crate::error::StateError;
 use crate::state::*;
 
 /// A plain `GetOrCreateJob` may not join a job that reads in rounds: the reader
 /// would not take part in the rounds and the others would wait for it forever.
-pub(crate) fn refuse_plain_join(state: &State, job_name: Option<&str>) -> Result<(), StateError> {
+pub(super) fn refuse_plain_join(state: &State, job_name: Option<&str>) -> Result<(), StateError> {
     let job = job_name.and_then(|n| state.jobs_by_name.get(n)).and_then(|id| state.jobs.get(id));
     match job.and_then(|j| j.num_consumers) {
         Some(n) => Err(StateError::InvalidArgument(format!(
@@ -30,7 +30,7 @@ pub(crate) fn refuse_plain_join(state: &State, job_name: Option<&str>) -> Result
     }
 }
 
-pub(crate) fn get_or_create_job(
+pub(super) fn get_or_create_job(
     state: &mut State,
     job: NewJob,
     static_workers: Vec<String>,
@@ -72,7 +72,7 @@ pub(crate) fn get_or_create_job(
             )));
         }
         let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache: false };
-        return plain_get_or_create_job(state, job, static_workers);
+        return jobs::get_or_create_job(state, job, static_workers);
     }
     if let Some(dataset) = state.datasets.get(&dataset_id) {
         let ends = match dataset.def.cardinality() {
@@ -87,7 +87,7 @@ pub(crate) fn get_or_create_job(
         }
     }
     let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache: false };
-    let created = plain_get_or_create_job(state, job, static_workers)?;
+    let created = jobs::get_or_create_job(state, job, static_workers)?;
     if let Response::Job { job_id, .. } = &created {
         if let Some(job) = state.jobs.get_mut(job_id) {
             job.num_consumers = Some(num_consumers);
@@ -98,7 +98,7 @@ pub(crate) fn get_or_create_job(
 
 /// Adds a new task to its iteration: at the end of the read order, or, for a
 /// coordinated iteration, to the pending tasks that join at an agreed round.
-pub(crate) fn add_task(state: &mut State, iteration_id: IterationId, task_id: TaskId) {
+pub(super) fn add_task(state: &mut State, iteration_id: IterationId, task_id: TaskId) {
     let Some(it) = state.iterations.get_mut(&iteration_id) else { return };
     match &mut it.coordinated {
         Some(rr) => rr.pending.push(task_id),
@@ -106,16 +106,7 @@ pub(crate) fn add_task(state: &mut State, iteration_id: IterationId, task_id: Ta
     }
 }
 
-/// Whether the task was voted out of its coordinated iteration.
-pub(crate) fn is_removed(state: &State, task: &Task) -> bool {
-    state
-        .iterations
-        .get(&task.iteration_id)
-        .and_then(|it| it.coordinated.as_ref())
-        .is_some_and(|rr| rr.removed.contains_key(&task.id))
-}
-
-pub(crate) fn promote_tasks(
+pub(super) fn promote_tasks(
     state: &mut State,
     iteration_id: IterationId,
     starting_round: u64,
@@ -139,7 +130,7 @@ pub(crate) fn promote_tasks(
     Ok(Response::CoordinatedPromoted { task_ids })
 }
 
-pub(crate) fn remove_task(
+pub(super) fn remove_task(
     state: &mut State,
     task_id: TaskId,
     round: u64,

@@ -1,0 +1,99 @@
+//! The pure state machine: `apply(&mut State, Command) -> Result<Response, StateError>`.
+//!
+//! No I/O, clock or randomness: the same commands applied to the same state give
+//! the same state and answers on every replica and on replay (the RPC handler
+//! stamps ids from outside and times into a command before it is proposed). A
+//! refused command leaves the state unchanged: every check happens before the
+//! first mutation.
+//!
+//! This file only routes a command to the module that owns what it changes:
+//!
+//! ```text
+//!  apply ─┬─ RegisterDataset, GetOrCreateJob ─────────────► jobs
+//!         ├─ GetOrCreateJob { num_consumers: Some }, Coordinated* ─► coordinated ─► jobs
+//!         ├─ GetOrCreateIteration, ReleaseClient, FinishTasks ─► iterations
+//!         ├─ RegisterWorker ─► workers ─► iterations::new_task, coordinated::add_task,
+//!         │                               liveness::record_restart_loss
+//!         ├─ GetSplit ─► splits
+//!         ├─ WorkerLost, GcIteration ─► liveness
+//!         └─ Batch ─► apply, once per command
+//! ```
+//!
+//! Sub-modules call each other one way only (along the arrows) and never back into
+//! this file; the queries they share (`State::takes_part`, `State::iteration_complete`,
+//! `State::is_removed`, `Job::shard_of`, …) are methods of `State` in `state.rs`.
+
+mod coordinated;
+mod iterations;
+mod jobs;
+mod liveness;
+mod splits;
+mod workers;
+
+pub use splits::{next_split, MAX_SPLITS_PER_GRANT};
+
+use crate::command::{Command, Response};
+use crate::error::StateError;
+use crate::state::State;
+use jobs::NewJob;
+
+pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
+    match cmd {
+        Command::RegisterDataset { dataset_id, def } => {
+            jobs::register_dataset(state, dataset_id, def)
+        }
+        Command::GetOrCreateJob {
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            cross_trainer_cache,
+            num_consumers,
+        } => {
+            let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
+            match num_consumers {
+                Some(n) => coordinated::get_or_create_job(state, job, static_workers, n),
+                None => {
+                    coordinated::refuse_plain_join(state, job.job_name.as_deref())?;
+                    jobs::get_or_create_job(state, job, static_workers)
+                }
+            }
+        }
+        Command::GetOrCreateIteration { job_id, repetition, elements_per_split } => {
+            iterations::get_or_create_iteration(state, job_id, repetition, elements_per_split)
+        }
+        Command::ReleaseClient { client_id } => iterations::release_client(state, client_id),
+        Command::RegisterWorker { address, worker_uid, functions } => {
+            workers::register_worker(state, address, worker_uid, functions)
+        }
+        Command::FinishTasks { worker_address, task_ids } => {
+            iterations::finish_tasks(state, &worker_address, &task_ids)
+        }
+        Command::GetSplit { task_id, worker_uid, sequence, provider, repetition, max_splits } => {
+            splits::get_split(
+                state, task_id, worker_uid, sequence, provider, repetition, max_splits,
+            )
+        }
+        Command::Batch(cmds) => Ok(Response::Batch(
+            cmds.into_iter()
+                .map(|c| match c {
+                    Command::Batch(_) => {
+                        Err(StateError::InvalidArgument("batches do not nest".into()))
+                    }
+                    c => apply(state, c),
+                })
+                .collect(),
+        )),
+        Command::WorkerLost { address, worker_uid } => {
+            liveness::worker_lost(state, &address, worker_uid)
+        }
+        Command::GcIteration { iteration_id } => liveness::gc_iteration(state, iteration_id),
+        Command::CoordinatedPromoteTasks { iteration_id, starting_round } => {
+            coordinated::promote_tasks(state, iteration_id, starting_round)
+        }
+        Command::CoordinatedRemoveTask { task_id, round } => {
+            coordinated::remove_task(state, task_id, round)
+        }
+    }
+}

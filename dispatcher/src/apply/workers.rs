@@ -1,0 +1,58 @@
+//! `RegisterWorker`: a worker registers, or registers again (after a dispatcher
+//! restart, after being declared lost, or as a new process with a new uid), and
+//! gets a task in every live iteration it takes part in and has none in. What a
+//! registration with a new uid costs the predecessor's split ranges is recorded by
+//! `liveness.rs`; a coordinated iteration's new task waits in `coordinated.rs`.
+
+use std::collections::BTreeSet;
+
+use super::{coordinated, iterations, liveness};
+use crate::command::Response;
+use crate::error::StateError;
+use crate::state::{IterationId, JobId, State, Worker};
+
+pub(super) fn register_worker(
+    state: &mut State,
+    address: String,
+    worker_uid: u64,
+    functions: Vec<String>,
+) -> Result<Response, StateError> {
+    if address.is_empty() {
+        return Err(StateError::InvalidArgument("worker address must not be empty".into()));
+    }
+    liveness::record_restart_loss(state, &address, worker_uid);
+    let worker = state.workers.entry(address.clone()).or_insert_with(|| Worker {
+        address: address.clone(),
+        worker_uid,
+        functions: BTreeSet::new(),
+        active_tasks: BTreeSet::new(),
+        lost: false,
+    });
+    worker.worker_uid = worker_uid;
+    worker.lost = false;
+    worker.functions = functions.into_iter().collect();
+    // A worker gets a task in every unfinished iteration it has none in: a new
+    // worker joins running iterations, and a restarted one keeps the tasks it had.
+    // A task ended because the worker was lost does not count: the worker, back,
+    // gets a fresh one (OFF: a whole copy again; static: its shard again).
+    let has_task: BTreeSet<IterationId> = state
+        .tasks
+        .values()
+        .filter(|t| t.worker_address == address && !t.lost && !state.is_removed(t))
+        .map(|t| t.iteration_id)
+        .collect();
+    let missing: Vec<(JobId, IterationId)> = state
+        .iterations
+        .values()
+        .filter(|it| it.is_live() && !has_task.contains(&it.id))
+        .filter(|it| state.takes_part(it.id, &address))
+        .map(|it| (it.job_id, it.id))
+        .collect();
+    for (job_id, iteration_id) in missing {
+        let task_id = iterations::new_task(state, job_id, iteration_id, &address);
+        // A coordinated iteration's consumers read it only from an agreed round.
+        coordinated::add_task(state, iteration_id, task_id);
+    }
+    let tasks = state.worker_tasks(&address).iter().map(|t| t.id).collect();
+    Ok(Response::WorkerRegistered { tasks })
+}

@@ -1,0 +1,210 @@
+//! What the properties remember across a sequence: every split range granted,
+//! for (c), and every id seen with what it named, for (d).
+
+use std::collections::BTreeMap;
+
+use sluice_dispatcher::state::SplitAnswer;
+use sluice_dispatcher::{Command, Response, State};
+
+/// Returns `Err(message)` from the enclosing function unless `cond` holds.
+macro_rules! check {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+pub(crate) use check;
+
+/// A GetSplit request's idempotency key: (task, worker uid, sequence).
+type SplitKey = (u64, u64, u64);
+
+/// A split range as granted: (iteration, provider, epoch) and `[begin, end)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Grant {
+    source: (u64, u32, u64),
+    begin: u64,
+    end: u64,
+}
+
+#[derive(Default)]
+pub struct Ledger {
+    /// The last range each key was granted: a retry of the key gets it again.
+    by_key: BTreeMap<SplitKey, Grant>,
+    /// Every range granted from one source, with the key it went to.
+    by_source: BTreeMap<(u64, u32, u64), Vec<(Grant, SplitKey)>>,
+    /// (kind, id) → what the id named when first seen.
+    seen: BTreeMap<(&'static str, String), String>,
+}
+
+impl Ledger {
+    /// Checks an applied (not refused) command: (c) on its grant, (d) on its
+    /// answer and on every id of the state after it.
+    pub fn record(
+        &mut self,
+        pre: &State,
+        cmd: &Command,
+        answer: &Response,
+        post: &State,
+    ) -> Result<(), String> {
+        self.grant(pre, cmd, answer)?;
+        answered_ids_are_fresh(pre, cmd, answer)?;
+        self.ids(pre, post)
+    }
+
+    /// (c) No element of an epoch of an iteration's source is granted twice; a
+    /// retried key getting its own range again is not a second grant.
+    fn grant(&mut self, pre: &State, cmd: &Command, answer: &Response) -> Result<(), String> {
+        let Command::GetSplit { task_id, worker_uid, sequence, provider, repetition, .. } = cmd
+        else {
+            return Ok(());
+        };
+        let Response::Split(SplitAnswer::Split { begin, end }) = *answer else { return Ok(()) };
+        let Some(task) = pre.tasks.get(task_id) else {
+            return Err(format!("(c) a split for unknown task {task_id}"));
+        };
+        check!(begin < end, "(c) an empty range {begin}..{end}");
+        let key = (*task_id, *worker_uid, *sequence);
+        let source = (task.iteration_id, *provider, *repetition);
+        let grant = Grant { source, begin, end };
+        if let Some(last) = self.by_key.get(&key) {
+            if (last.source.0, last.begin, last.end) == (source.0, begin, end) {
+                return Ok(()); // a retry: the same grant again
+            }
+        }
+        let granted = self.by_source.entry(source).or_default();
+        for (other, other_key) in granted.iter() {
+            check!(
+                end <= other.begin || other.end <= begin,
+                "(c) iteration {} epoch {repetition}: {begin}..{end} granted to {key:?} overlaps \
+                 {}..{} granted to {other_key:?}",
+                source.0,
+                other.begin,
+                other.end
+            );
+        }
+        granted.push((grant, key));
+        self.by_key.insert(key, grant);
+        Ok(())
+    }
+
+    /// (d) An id names one thing for ever: what it named never changes, nothing
+    /// but a client is ever removed, and a removed client's id never comes back.
+    fn ids(&mut self, pre: &State, post: &State) -> Result<(), String> {
+        let before = identities(pre);
+        let after = identities(post);
+        for ((kind, id), what) in &after {
+            match self.seen.get(&(*kind, id.clone())) {
+                None => {
+                    self.seen.insert((*kind, id.clone()), what.clone());
+                }
+                Some(was) => {
+                    check!(was == what, "(d) {kind} {id} named {was}, now {what}");
+                    check!(
+                        before.contains_key(&(*kind, id.clone())),
+                        "(d) {kind} id {id} used again after it was removed"
+                    );
+                }
+            }
+        }
+        for ((kind, id), _) in before {
+            check!(
+                kind == "client" || after.contains_key(&(kind, id.clone())),
+                "(d) {kind} {id} was removed"
+            );
+        }
+        for (id, t) in &pre.tasks {
+            let now = &post.tasks[id];
+            check!(!t.finished || now.finished, "(d) task {id} finished, then not");
+            check!(!t.lost || now.lost, "(d) task {id} lost, then not");
+        }
+        for (id, it) in &pre.iterations {
+            let now = &post.iterations[id];
+            check!(!it.finished || now.finished, "(d) iteration {id} finished, then not");
+            check!(
+                !it.garbage_collected || now.garbage_collected,
+                "(d) iteration {id} collected, then not"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// (kind, id) → the fields that say what the id names (those fixed at creation).
+fn identities(s: &State) -> BTreeMap<(&'static str, String), String> {
+    let mut out = BTreeMap::new();
+    for (id, d) in &s.datasets {
+        out.insert(("dataset", id.clone()), format!("{:?}", d.def));
+    }
+    for (id, j) in &s.jobs {
+        let what = (
+            &j.name,
+            j.anonymous,
+            &j.dataset_id,
+            j.mode,
+            j.target_workers,
+            &j.static_workers,
+            j.cross_trainer_cache,
+            j.num_consumers,
+        );
+        out.insert(("job", id.to_string()), format!("{what:?}"));
+    }
+    for (id, it) in &s.iterations {
+        let what = (it.job_id, it.repetition, it.elements_per_split);
+        out.insert(("iteration", id.to_string()), format!("{what:?}"));
+    }
+    for (id, t) in &s.tasks {
+        let what = (t.iteration_id, &t.worker_address, t.worker_index);
+        out.insert(("task", id.to_string()), format!("{what:?}"));
+    }
+    for (id, iteration) in &s.clients {
+        out.insert(("client", id.to_string()), iteration.to_string());
+    }
+    out
+}
+
+/// (d) An answer that creates something names a new id; one that finds something
+/// names the id it had.
+fn answered_ids_are_fresh(pre: &State, cmd: &Command, answer: &Response) -> Result<(), String> {
+    match (cmd, answer) {
+        (
+            Command::RegisterDataset { dataset_id, .. },
+            Response::DatasetRegistered { dataset_id: id },
+        ) => match dataset_id {
+            Some(asked) => check!(asked == id, "(d) dataset `{asked}` registered as `{id}`"),
+            None => check!(!pre.datasets.contains_key(id), "(d) dataset id `{id}` given twice"),
+        },
+        (Command::GetOrCreateJob { job_name, .. }, Response::Job { job_id, .. }) => {
+            match job_name.as_ref().and_then(|n| pre.jobs_by_name.get(n)) {
+                Some(existing) => {
+                    check!(job_id == existing, "(d) job {existing} answered as {job_id}")
+                }
+                None => check!(!pre.jobs.contains_key(job_id), "(d) job id {job_id} given twice"),
+            }
+        }
+        (
+            Command::GetOrCreateIteration { job_id, repetition, .. },
+            Response::Iteration { iteration_id, client_id },
+        ) => {
+            let live = pre.jobs[job_id]
+                .iterations
+                .get(repetition)
+                .filter(|id| !pre.iterations[id].garbage_collected);
+            match live {
+                Some(existing) => {
+                    check!(
+                        iteration_id == existing,
+                        "(d) iteration {existing} answered as {iteration_id}"
+                    )
+                }
+                None => check!(
+                    !pre.iterations.contains_key(iteration_id),
+                    "(d) iteration id {iteration_id} given twice"
+                ),
+            }
+            check!(!pre.clients.contains_key(client_id), "(d) client id {client_id} given twice");
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! The sled backend's on-disk names: the format version, the `meta` tree's keys, and the
+//! decoding of log keys and the snapshot value.
+//!
+//! Why a module of its own: both the handle (`sled_store`) and recovery at open
+//! (`sled_store::recover`) read and write these; keeping them in this leaf lets recovery be
+//! read without the handle, and the handle without recovery's internals.
+
+use bytes::Bytes;
+
+/// The on-disk format this build writes and reads.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const KEY_FORMAT: &[u8] = b"format_version";
+pub(crate) const KEY_VOTE: &[u8] = b"vote";
+pub(crate) const KEY_PURGED: &[u8] = b"purged";
+pub(crate) const KEY_SNAPSHOT: &[u8] = b"snapshot";
+
+pub(super) fn key_index(key: &[u8]) -> Result<u64, String> {
+    let bytes: [u8; 8] = key.try_into().map_err(|_| format!("log key is {} bytes", key.len()))?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+pub(super) fn split_snapshot(value: &[u8]) -> Result<(Bytes, Bytes), String> {
+    if value.len() < 8 {
+        return Err(format!("snapshot value is {} bytes", value.len()));
+    }
+    let meta_len = u64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
+    let rest = &value[8..];
+    if meta_len > rest.len() as u64 {
+        return Err(format!("snapshot meta length {meta_len} exceeds value ({})", rest.len()));
+    }
+    let (meta, data) = rest.split_at(meta_len as usize);
+    Ok((Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data)))
+}

@@ -1,0 +1,291 @@
+//! A task's bounded buffer, the consumers' side of it, and its stop signal.
+//!
+//! ```text
+//!  pipeline thread ──blocking_send──▶ mpsc (bounded) ──▶ TaskBuffer ──▶ next_batch: GetElements
+//!  (`runner`)         the pipeline waits when full       (tokio Mutex)   streams, the cache
+//!                                                                      take_one: coordinated rounds
+//! ```
+//!
+//! This module is a leaf: it knows nothing else of the crate, so every reader of a
+//! task — streams (`producer`), the cross-trainer cache (`cache`), coordinated
+//! rounds (`coordinated`) and the DYNAMIC source waiting for a split (`splits`) —
+//! depends on it rather than on `task`, which composes them. It also holds what
+//! those readers share about a buffer: the message bounds ([`Limits`], measured with
+//! [`framed_len`]) and why a task stopped ([`StopReason`], [`StopSignal`]).
+//!
+//! Soft state: the buffered elements exist only in this process; a restarted worker
+//! runs its tasks again (see `task`).
+
+use prost::Message;
+use sluice_dataset::{DatasetError, Element};
+use sluice_proto::contract::Reason;
+use sluice_proto::v1 as pb;
+use tokio::sync::{mpsc, watch, Mutex};
+use tonic::Status;
+
+/// What a pipeline thread sends into its task's buffer.
+pub(crate) type Item = Result<Element, DatasetError>;
+
+/// A bounded channel from a pipeline thread to its task's buffer. The pipeline ends
+/// by dropping the sender (end of sequence) or sending an error (sticky failure).
+pub(crate) fn channel(task_id: u64, capacity: usize) -> (mpsc::Sender<Item>, TaskBuffer) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let inner = Inner { rx, carry: None, state: State::Open };
+    (tx, TaskBuffer { task_id, inner: Mutex::new(inner) })
+}
+
+/// Bytes an element adds to an `ElementBatch`: its encoding plus field key and length.
+pub(crate) fn framed_len(element: &pb::Element) -> u64 {
+    let len = element.encoded_len();
+    (1 + prost::length_delimiter_len(len) + len) as u64
+}
+
+/// Per-message bounds of one GetElements stream.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub(crate) max_elements: usize,
+    pub(crate) max_bytes: u64,
+}
+
+impl Limits {
+    /// Explicit bounds (each at least 1).
+    pub(crate) fn bounded(max_elements: usize, max_bytes: u64) -> Self {
+        Limits { max_elements: max_elements.max(1), max_bytes: max_bytes.max(1) }
+    }
+
+    /// These bounds as a request may lower them: 0 keeps a bound as it is, a larger
+    /// number than the bound does not raise it.
+    pub(crate) fn lowered_to(self, max_elements: u32, max_bytes: u64) -> Self {
+        let lower = |asked: u64, own: u64| if asked == 0 { own } else { asked.min(own) };
+        let elements = lower(u64::from(max_elements), self.max_elements as u64);
+        Limits::bounded(
+            usize::try_from(elements).unwrap_or(usize::MAX),
+            lower(max_bytes, self.max_bytes),
+        )
+    }
+}
+
+/// Why a task's streams were cut short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StopReason {
+    /// The dispatcher no longer wants the task run (`tasks_to_delete`).
+    Deleted,
+    ShuttingDown,
+}
+
+impl StopReason {
+    /// The status a request on a task stopped for this reason gets; a deleted task's
+    /// carries [`Reason::TaskDeleted`], which clients match on.
+    pub(crate) fn status(self, task_id: u64) -> Status {
+        match self {
+            StopReason::Deleted => Reason::TaskDeleted.attach(Status::failed_precondition(
+                format!("task {task_id} was deleted by the dispatcher before it finished"),
+            )),
+            // Retryable: the same address may come back (a restarted worker).
+            StopReason::ShuttingDown => Status::unavailable("the worker is shutting down"),
+        }
+    }
+}
+
+/// Whether (and why) a task was stopped: set once, watched by its streams, its
+/// coordinated rounds and a DYNAMIC source waiting for a split.
+pub(crate) struct StopSignal(watch::Sender<Option<StopReason>>);
+
+impl StopSignal {
+    pub(crate) fn new() -> Self {
+        StopSignal(watch::channel(None).0)
+    }
+
+    /// Stops the task; the first reason wins, so a deleted task stays "deleted"
+    /// when the worker then stops.
+    pub(crate) fn stop(&self, reason: StopReason) {
+        self.0.send_if_modified(|r| {
+            let first = r.is_none();
+            if first {
+                *r = Some(reason);
+            }
+            first
+        });
+    }
+
+    /// Resolves once [`StopSignal::stop`] was called.
+    pub(crate) async fn stopped(&self) -> StopReason {
+        let mut rx = self.0.subscribe();
+        let reason = match rx.wait_for(Option::is_some).await {
+            Ok(reason) => reason.unwrap_or(StopReason::ShuttingDown),
+            // Unreachable while `self` (which owns the sender) is borrowed.
+            Err(_) => StopReason::ShuttingDown,
+        };
+        reason
+    }
+
+    /// A receiver for a thread that cannot borrow the signal (the split provider).
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<StopReason>> {
+        self.0.subscribe()
+    }
+}
+
+/// One message's worth of elements, first come first served.
+pub(crate) struct Batch {
+    pub elements: Vec<pb::Element>,
+    pub end_of_sequence: bool,
+}
+
+/// What [`TaskBuffer::take_one`] found.
+pub(crate) enum Took {
+    Element(pb::Element),
+    /// Nothing within the wait.
+    Nothing,
+    /// The pipeline ended.
+    Ended,
+}
+
+/// The consumers' end of a task's pipeline. Every read takes the lock, so readers
+/// are served one at a time, first come first served.
+pub(crate) struct TaskBuffer {
+    task_id: u64,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    rx: mpsc::Receiver<Item>,
+    /// An element taken from `rx` that did not fit the previous message's byte bound.
+    carry: Option<pb::Element>,
+    state: State,
+}
+
+enum State {
+    Open,
+    /// The pipeline ended and every element was taken.
+    Ended,
+    /// Sticky: every later request gets this error.
+    Failed(String),
+}
+
+impl TaskBuffer {
+    pub(crate) fn task_id(&self) -> u64 {
+        self.task_id
+    }
+
+    /// The pipeline could not start: every request gets `message` as its error.
+    pub(crate) fn fail_at_start(&mut self, message: String) {
+        self.inner.get_mut().state = State::Failed(message);
+    }
+
+    /// Takes the next message's elements, first come first served: waits for one
+    /// element, then adds those already buffered up to the bounds. The returned batch
+    /// has `end_of_sequence` once the pipeline ended and the buffer is empty.
+    ///
+    /// Cancel-safe: the only awaits (the lock and the first `recv`) lose nothing if
+    /// dropped; after the first element no await remains.
+    pub(crate) async fn next_batch(&self, limits: Limits) -> Result<Batch, Status> {
+        let mut buf = self.inner.lock().await;
+        let first = match buf.carry.take() {
+            Some(element) => element,
+            None => match &buf.state {
+                State::Ended => return Ok(Batch { elements: Vec::new(), end_of_sequence: true }),
+                State::Failed(message) => return Err(self.failure(message)),
+                State::Open => match buf.rx.recv().await {
+                    Some(Ok(element)) => pb::Element::from(element),
+                    Some(Err(e)) => return Err(self.fail(&mut buf, e)),
+                    None => {
+                        buf.state = State::Ended;
+                        return Ok(Batch { elements: Vec::new(), end_of_sequence: true });
+                    }
+                },
+            },
+        };
+        let mut bytes = framed_len(&first);
+        let mut elements = vec![first];
+        while elements.len() < limits.max_elements {
+            match buf.rx.try_recv() {
+                Ok(Ok(element)) => {
+                    let element = pb::Element::from(element);
+                    let len = framed_len(&element);
+                    if bytes.saturating_add(len) > limits.max_bytes {
+                        buf.carry = Some(element);
+                        break;
+                    }
+                    bytes += len;
+                    elements.push(element);
+                }
+                // Deliver what was taken; the next request gets the error.
+                Ok(Err(e)) => {
+                    self.fail(&mut buf, e);
+                    break;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    buf.state = State::Ended;
+                    return Ok(Batch { elements, end_of_sequence: true });
+                }
+            }
+        }
+        Ok(Batch { elements, end_of_sequence: false })
+    }
+
+    /// Once the pipeline thread returned: if every element it produced has been
+    /// taken by a stream, marks the buffer ended and returns true. This finishes a
+    /// task whose consumers are no longer reading it: e.g. a restarted worker whose
+    /// task got no splits left while its consumers had already seen the end of
+    /// sequence from the previous process. Without it such a task would never be
+    /// reported finished, and its iteration would never end.
+    pub(crate) async fn ended_when_drained(&self) -> bool {
+        let mut buf = self.inner.lock().await;
+        if !matches!(buf.state, State::Open) || buf.carry.is_some() {
+            return false;
+        }
+        match buf.rx.try_recv() {
+            Err(mpsc::error::TryRecvError::Disconnected) => {
+                buf.state = State::Ended;
+                true
+            }
+            // Left for a stream, which will see the end after it.
+            Ok(Ok(element)) => {
+                buf.carry = Some(pb::Element::from(element));
+                false
+            }
+            Ok(Err(e)) => {
+                self.fail(&mut buf, e);
+                false
+            }
+            Err(mpsc::error::TryRecvError::Empty) => false,
+        }
+    }
+
+    /// One element for a coordinated round, waiting at most `wait` for it.
+    pub(crate) async fn take_one(&self, wait: std::time::Duration) -> Result<Took, Status> {
+        let mut buf = self.inner.lock().await;
+        // Taken from the channel by `ended_when_drained`, not yet delivered.
+        if let Some(element) = buf.carry.take() {
+            return Ok(Took::Element(element));
+        }
+        match &buf.state {
+            State::Ended => return Ok(Took::Ended),
+            State::Failed(message) => return Err(self.failure(message)),
+            State::Open => {}
+        }
+        match tokio::time::timeout(wait, buf.rx.recv()).await {
+            Err(_) => Ok(Took::Nothing),
+            Ok(Some(Ok(element))) => Ok(Took::Element(pb::Element::from(element))),
+            Ok(Some(Err(e))) => Err(self.fail(&mut buf, e)),
+            Ok(None) => {
+                buf.state = State::Ended;
+                Ok(Took::Ended)
+            }
+        }
+    }
+
+    /// The pipeline failed: every later request gets the returned status.
+    fn fail(&self, buf: &mut Inner, error: DatasetError) -> Status {
+        let message = error.to_string();
+        tracing::warn!(task_id = self.task_id, %message, "pipeline failed");
+        let status = self.failure(&message);
+        buf.state = State::Failed(message);
+        status
+    }
+
+    fn failure(&self, message: &str) -> Status {
+        Status::internal(format!("task {}: pipeline failed: {message}", self.task_id))
+    }
+}

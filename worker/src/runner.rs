@@ -1,0 +1,176 @@
+//! The pipeline runner: the thread that runs one task's dataset pipeline and fills
+//! its buffer.
+//!
+//! ```text
+//!  TaskDef ──Pipeline::from_def──▶ DatasetDef (a static mode: this worker's shard)
+//!                                     │ std::thread "sluice-task-<id>"
+//!                                     ▼
+//!  OFF, static: iter_local ───────▶ blocking_send ──▶ buffer (mpsc, bounded)
+//!  DYNAMIC: iter_with_splits ◀── RemoteSplitProvider (`splits`) ◀── GetSplit
+//! ```
+//!
+//! The pipeline runs on its own `std::thread` because the executor is synchronous.
+//! It stops when the buffer's receiver is dropped (the task was dropped), after
+//! sending an error, or at the end of its sequence, which it signals by dropping
+//! its sender. A DYNAMIC source blocked on a split is released by the task's
+//! [`StopReason`] signal or, once the worker drains, takes no new split.
+//!
+//! Soft state: the pipeline's position exists only in this thread. A restarted
+//! worker runs its tasks from the beginning (OFF, and its whole shard again in a
+//! static mode, as tf.data) or on new splits (DYNAMIC).
+
+use sluice_client::DispatcherClient;
+use sluice_dataset::{DatasetDef, FunctionRegistry, StaticPolicy};
+use sluice_proto::v1 as pb;
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::buffer::{Item, StopReason};
+use crate::splits::RemoteSplitProvider;
+
+/// Everything a pipeline thread needs besides its task.
+#[derive(Clone)]
+pub(crate) struct RunnerContext {
+    pub registry: FunctionRegistry,
+    pub dispatcher: DispatcherClient,
+    /// The worker's runtime: a DYNAMIC source's GetSplit calls run there.
+    pub runtime: Handle,
+    pub worker_uid: u64,
+    /// Splits asked for per GetSplit (one grant, one range).
+    pub splits_per_request: u32,
+    /// True once the worker drains: DYNAMIC sources take no new split.
+    pub draining: watch::Receiver<bool>,
+}
+
+/// Starts the pipeline thread of `def`, sending into `tx` and running in `span`.
+/// Returns the signal that the thread returned, or why it could not start (a bad
+/// definition, an unknown mode, no thread).
+pub(crate) fn spawn(
+    def: pb::TaskDef,
+    ctx: &RunnerContext,
+    span: tracing::Span,
+    stop: watch::Receiver<Option<StopReason>>,
+    tx: mpsc::Sender<Item>,
+) -> Result<oneshot::Receiver<()>, String> {
+    let task_id = def.task_id;
+    let pipeline = Pipeline::from_def(def)?;
+    let (done_tx, done_rx) = oneshot::channel();
+    let ctx = ctx.clone();
+    std::thread::Builder::new()
+        .name(format!("sluice-task-{task_id}"))
+        .spawn(move || {
+            let _entered = span.enter();
+            pipeline.run(task_id, &ctx, stop, tx);
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| format!("cannot start the pipeline thread: {e}"))?;
+    Ok(done_rx)
+}
+
+/// The static sharding policy of a static mode; `None` for OFF and DYNAMIC.
+fn static_policy(mode: pb::ProcessingMode) -> Option<StaticPolicy> {
+    match mode {
+        pb::ProcessingMode::File => Some(StaticPolicy::File),
+        pb::ProcessingMode::Data => Some(StaticPolicy::Data),
+        pb::ProcessingMode::FileOrData => Some(StaticPolicy::FileOrData),
+        pb::ProcessingMode::Hint => Some(StaticPolicy::Hint),
+        _ => None,
+    }
+}
+
+/// A task's dataset and how its source is read.
+struct Pipeline {
+    /// For a static mode, already this worker's shard.
+    def: DatasetDef,
+    mode: pb::ProcessingMode,
+}
+
+impl Pipeline {
+    fn from_def(def: pb::TaskDef) -> Result<Pipeline, String> {
+        let mode = pb::ProcessingMode::try_from(def.mode)
+            .ok()
+            .filter(|m| *m != pb::ProcessingMode::Unspecified)
+            .ok_or_else(|| format!("unsupported processing mode {}", def.mode))?;
+        // One source per pipeline, hence at most one split provider.
+        if mode == pb::ProcessingMode::Dynamic && def.num_split_providers > 1 {
+            return Err(format!(
+                "the task needs {} split providers; this worker's pipelines have one source",
+                def.num_split_providers
+            ));
+        }
+        let wire = def.dataset.ok_or("the task definition has no dataset")?;
+        let dataset = DatasetDef::try_from(wire).map_err(|e| e.to_string())?;
+        let dataset = match static_policy(mode) {
+            // Static sharding: this worker's shard of the pipeline (tf.data's
+            // auto-shard rewrite), from its position in the dispatcher's list.
+            Some(policy) => dataset
+                .for_worker(policy, def.num_workers as usize, def.worker_index as usize)
+                .map_err(|e| {
+                    format!(
+                        "{} sharding as worker {} of {}: {e}",
+                        policy.name(),
+                        def.worker_index,
+                        def.num_workers
+                    )
+                })?,
+            None => dataset,
+        };
+        Ok(Pipeline { def: dataset, mode })
+    }
+
+    /// Splits to ask for per GetSplit. A split of a file source is a whole file:
+    /// granting several at once would leave one worker with many files while the
+    /// others run dry, so file sources take one per request.
+    fn splits_per_request(&self, configured: u32) -> u32 {
+        match self.def.stages.first() {
+            Some(stage) if stage.is_file_source() => 1,
+            _ => configured,
+        }
+    }
+
+    /// The body of the pipeline thread.
+    fn run(
+        self,
+        task_id: u64,
+        ctx: &RunnerContext,
+        stop: watch::Receiver<Option<StopReason>>,
+        tx: mpsc::Sender<Item>,
+    ) {
+        tracing::info!(mode = ?self.mode, "pipeline started");
+        let iter = match self.mode {
+            pb::ProcessingMode::Dynamic => {
+                let splits = RemoteSplitProvider::new(
+                    ctx.dispatcher.clone(),
+                    ctx.runtime.clone(),
+                    stop,
+                    task_id,
+                    ctx.worker_uid,
+                    0,
+                    self.splits_per_request(ctx.splits_per_request),
+                )
+                .draining(ctx.draining.clone());
+                self.def.iter_with_splits(&ctx.registry, Box::new(splits))
+            }
+            _ => self.def.iter_local(&ctx.registry),
+        };
+        let iter = match iter {
+            Ok(iter) => iter,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        };
+        for item in iter {
+            let failed = item.is_err();
+            if tx.blocking_send(item).is_err() {
+                tracing::info!("pipeline stopped: the task was dropped");
+                return;
+            }
+            if failed {
+                return;
+            }
+        }
+        // Dropping `tx` tells the consumers: end of sequence.
+        tracing::info!("pipeline reached end of sequence");
+    }
+}
