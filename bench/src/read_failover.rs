@@ -40,8 +40,8 @@ use crate::BenchConfig;
 const SETTLE: Duration = Duration::from_secs(1);
 /// The window after a restart in which the read is watched for a stall.
 const RESTART_WINDOW: Duration = Duration::from_secs(3);
-/// Before each kill, the longest gap in this window is the noise floor.
-const QUIET_WINDOW: Duration = Duration::from_secs(1);
+/// Before each kill, the longest gap that ended in this window is the noise floor.
+const QUIET_WINDOW: Duration = Duration::from_secs(2);
 /// Gaps shorter than this are not recorded (lines arrive every few ms).
 const GAP_FLOOR: Duration = Duration::from_millis(5);
 /// Bound on waiting for the read to resume after a kill.
@@ -61,7 +61,7 @@ pub struct Cycle {
     /// The longest gap in the window after the restart (spawn), and where it began.
     pub restart_stall_ms: f64,
     pub restart_stall_began_ms: f64,
-    /// The longest gap inside the quiet window before the kill.
+    /// The longest gap that ended in the quiet window before the kill.
     pub quiet_gap_ms: f64,
     /// Highest Raft term before the kill, before the restart, and at the end of the
     /// restart window.
@@ -159,9 +159,9 @@ impl Arrivals {
         self.longest_where(|(a, b)| b > from && a < to)
     }
 
-    /// The longest gap inside `[from, to]`.
-    fn longest_within(&self, from: Instant, to: Instant) -> Option<(Instant, Instant)> {
-        self.longest_where(|(a, b)| a >= from && b <= to)
+    /// The longest gap that ended in `[from, to)`.
+    fn longest_ending(&self, from: Instant, to: Instant) -> Option<(Instant, Instant)> {
+        self.longest_where(|(_, b)| b >= from && b < to)
     }
 
     fn longest_where(&self, f: impl Fn((Instant, Instant)) -> bool) -> Option<(Instant, Instant)> {
@@ -256,7 +256,7 @@ pub async fn run(cfg: &BenchConfig, dir: &Path, logs: &Path) -> anyhow::Result<R
             let window_end = restarted_at + RESTART_WINDOW;
             let after = arrivals.longest(restarted_at, window_end);
             let quiet_from = killed_at.checked_sub(QUIET_WINDOW).unwrap_or(killed_at);
-            let quiet = arrivals.longest_within(quiet_from, killed_at);
+            let quiet = arrivals.longest_ending(quiet_from, killed_at);
             Cycle {
                 killed_node: node,
                 kill_stall_ms: stall.map_or(0.0, |(a, b)| ms(b - a)),
@@ -359,7 +359,7 @@ mod tests {
         assert_eq!(a.longest(at(100), at(2000)), Some((at(90), at(700))));
         assert_eq!(a.longest(at(750), at(2000)), Some((at(800), at(850))));
         assert_eq!(a.longest(at(900), at(2000)), None);
-        // The quiet window before the kill counts only gaps inside it.
-        assert_eq!(a.longest_within(at(0), at(100)), Some((at(0), at(10))));
+        // The quiet window before the kill counts the gaps that ended in it.
+        assert_eq!(a.longest_ending(at(5), at(100)), Some((at(0), at(10))));
     }
 }

@@ -3,15 +3,17 @@
 //!
 //! It holds one lazily connected channel per dispatcher address. A follower
 //! refuses with `Unavailable` and the leader's address in the `sluice-leader`
-//! metadata: the call goes straight there. Any other retryable failure moves on to
-//! the next address and backs off, until the [`RetryPolicy`] deadline; then the
-//! call fails with `ClientError::Unavailable` naming the addresses. Non-retryable
-//! statuses are returned at once as `ClientError::Rpc`. Give clients every
-//! dispatcher's address: a leader hint outside the list is only followed by
-//! rotation.
+//! metadata: the call goes straight there, unless that address refused a
+//! connection earlier in the same call (a leader killed moments ago, which the
+//! follower has not noticed yet). Any other retryable failure moves on to the
+//! next address that is not down and backs off, until the [`RetryPolicy`]
+//! deadline; then the call fails with `ClientError::Unavailable` naming the
+//! addresses. Non-retryable statuses are returned at once as `ClientError::Rpc`.
+//! Give clients every dispatcher's address: a leader hint outside the list is
+//! only followed by rotation.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use sluice_proto::v1 as pb;
@@ -21,7 +23,7 @@ use tonic::transport::Channel;
 
 pub use crate::channels::channel;
 use crate::error::ClientError;
-use crate::retry::{describe, is_retryable_status, Attempt, RetryPolicy};
+use crate::retry::{describe, is_retryable_status, is_transport_failure, Attempt, RetryPolicy};
 
 /// Cloneable, retrying handle to the dispatcher(s).
 #[derive(Clone)]
@@ -85,25 +87,38 @@ impl DispatcherClient {
         // Redirects to a named leader skip the backoff, a bounded number of times
         // (a leader change during the redirect must not make us spin).
         let redirects = AtomicUsize::new(0);
+        // Addresses this call found down (see `attempt`).
+        let down = AtomicU64::new(0);
         let retry = inner.policy.retry("dispatcher", &inner.all_addresses).counting_from_start();
         retry
             .run(|_| {
                 let i = inner.current.load(Ordering::Relaxed) % n;
-                self.attempt(name, i, f(inner.clients[i].clone()), &redirects)
+                let call = f(inner.clients[i].clone());
+                self.attempt(name, i, call, CallState { redirects: &redirects, down: &down })
             })
             .await
     }
 
     /// One attempt of [`Self::call`] at address `i`, and where the next goes.
+    ///
+    /// An address whose attempt failed in the connection (refused or reset: a
+    /// killed node) is marked *down* for this call, and a hint naming it is not
+    /// followed: a follower that has not noticed the leader died names it for a
+    /// few hundred milliseconds, and following it would spend the call's
+    /// redirects (and then the redirect to the new leader) on a dead address. The
+    /// mark is only the call's evidence of a moment: it is cleared when the
+    /// address answers, or when a follower names another leader or none (the
+    /// group's view moved on, so a later hint naming it is news: a restarted node
+    /// may lead again). A down address stays in the rotation, so a node that came
+    /// back as the leader while its followers kept naming it is still reached.
     async fn attempt<T>(
         &self,
         name: &'static str,
         i: usize,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-        redirects: &AtomicUsize,
+        state: CallState<'_>,
     ) -> Attempt<T, String> {
         let inner = &self.inner;
-        let n = inner.clients.len();
         let timeout = inner.policy.attempt_timeout;
         let status = match tokio::time::timeout(timeout, call).await {
             Ok(Ok(resp)) => return Attempt::Done(resp.into_inner()),
@@ -114,19 +129,33 @@ impl DispatcherClient {
         if !is_retryable_status(&status) {
             return Attempt::GiveUp(ClientError::rpc("dispatcher", address, name, &status));
         }
-        if let Some(j) = leader_hint(&status, &inner.addresses) {
-            if j != i && redirects.load(Ordering::Relaxed) < 2 * n {
-                redirects.fetch_add(1, Ordering::Relaxed);
+        let seen = Seen {
+            at: i,
+            connection_failed: is_transport_failure(&status),
+            hint: leader_hint(&status, &inner.addresses),
+        };
+        let may_redirect = state.redirects.load(Ordering::Relaxed) < 2 * inner.clients.len();
+        let (next, down) =
+            route(seen, inner.clients.len(), state.down.load(Ordering::Relaxed), may_redirect);
+        state.down.store(down, Ordering::Relaxed);
+        match next {
+            Next::Leader(j) => {
+                state.redirects.fetch_add(1, Ordering::Relaxed);
                 inner.current.store(j, Ordering::Relaxed);
                 let to = &inner.addresses[j];
                 tracing::debug!(call = name, from = %address, %to, "following the leader");
-                return Attempt::Redirected;
+                Attempt::Redirected
+            }
+            Next::Rotate(k) => {
+                // Another call may have moved on already: only move from `i`.
+                let _ = inner.current.compare_exchange(i, k, Ordering::Relaxed, Ordering::Relaxed);
+                if let Some(j) = seen.hint.filter(|j| down & bit(*j) != 0) {
+                    let named = &inner.addresses[j];
+                    tracing::debug!(call = name, from = %address, %named, "the named leader is down");
+                }
+                Attempt::Failed(format!("{address}: {}", describe(&status)))
             }
         }
-        // Try the next dispatcher; with one address this is the same one again.
-        let next = (i + 1) % n;
-        let _ = inner.current.compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
-        Attempt::Failed(format!("{address}: {}", describe(&status)))
     }
 
     /// Asks every dispatcher for its status once each (no retries): one answer per
@@ -284,8 +313,112 @@ impl DispatcherClient {
     }
 }
 
+/// What one [`DispatcherClient::call`] has spent and seen so far.
+#[derive(Clone, Copy)]
+struct CallState<'a> {
+    redirects: &'a AtomicUsize,
+    /// Bit `i`: address `i` failed in the connection during this call.
+    down: &'a AtomicU64,
+}
+
+/// The bit of address `i` in a down mask (addresses past 64 are never marked).
+fn bit(i: usize) -> u64 {
+    1u64.checked_shl(i as u32).unwrap_or(0)
+}
+
+/// What a failed attempt told about the group.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    /// The address tried.
+    at: usize,
+    /// The attempt failed in the connection: nothing answered at `at`.
+    connection_failed: bool,
+    /// The leader the answer named.
+    hint: Option<usize>,
+}
+
+/// Where a call goes after a retryable failure at address `i` of `n`.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// To the leader a follower named: at once.
+    Leader(usize),
+    /// To the next address, after a backoff.
+    Rotate(usize),
+}
+
+/// The next address and the new down mask (see [`DispatcherClient::attempt`]):
+/// follows a hint unless it names the address tried, a down address, or the call
+/// is out of redirects; else rotates to the next address.
+fn route(seen: Seen, n: usize, mut down: u64, may_redirect: bool) -> (Next, u64) {
+    let i = seen.at;
+    if seen.connection_failed {
+        down |= bit(i);
+    } else {
+        // It answered; and unless it named a down address, the view moved on.
+        down &= !bit(i);
+        let names_down = matches!(seen.hint, Some(j) if down & bit(j) != 0);
+        if !names_down {
+            down = 0;
+        }
+    }
+    let next = match seen.hint {
+        Some(j) if j != i && down & bit(j) == 0 && may_redirect => Next::Leader(j),
+        _ => Next::Rotate((i + 1) % n),
+    };
+    (next, down)
+}
+
 /// The index in `addresses` of the leader a follower named, if any.
 fn leader_hint(status: &tonic::Status, addresses: &[String]) -> Option<usize> {
     let leader = sluice_proto::contract::leader_address(status)?;
     addresses.iter().position(|a| a == leader)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(at: usize, hint: Option<usize>) -> Seen {
+        Seen { at, connection_failed: false, hint }
+    }
+
+    fn refused(at: usize) -> Seen {
+        Seen { at, connection_failed: true, hint: None }
+    }
+
+    #[test]
+    fn a_hint_is_followed_at_once() {
+        assert_eq!(route(answer(0, Some(2)), 3, 0, true), (Next::Leader(2), 0));
+    }
+
+    #[test]
+    fn the_hint_is_ignored_when_it_names_the_node_that_just_failed() {
+        // Node 2, the leader, refused a connection: it is down for this call.
+        let (next, down) = route(refused(2), 3, 0, true);
+        assert_eq!((next, down), (Next::Rotate(0), bit(2)));
+        // Followers that have not noticed yet still name it: not followed, and
+        // the next address is tried after a backoff.
+        assert_eq!(route(answer(0, Some(2)), 3, down, true), (Next::Rotate(1), bit(2)));
+        assert_eq!(route(answer(1, Some(2)), 3, down, true), (Next::Rotate(2), bit(2)));
+        // Once one names the new leader, it is followed.
+        assert_eq!(route(answer(1, Some(0)), 3, down, true), (Next::Leader(0), 0));
+    }
+
+    #[test]
+    fn a_down_mark_ends_when_the_view_moves_on_or_the_node_answers() {
+        // A follower that knows no leader: a later hint naming node 2 is news
+        // (it may have restarted and been elected again).
+        assert_eq!(route(answer(0, None), 3, bit(2), true), (Next::Rotate(1), 0));
+        // Node 2 answered (a follower now): no longer down.
+        assert_eq!(route(answer(2, Some(1)), 3, bit(2), true), (Next::Leader(1), 0));
+        // A down node stays in the rotation: it is tried again in its turn.
+        assert_eq!(route(answer(1, Some(2)), 3, bit(2), true).0, Next::Rotate(2));
+    }
+
+    #[test]
+    fn a_follower_naming_itself_or_a_call_out_of_redirects_rotates() {
+        assert_eq!(route(answer(1, Some(1)), 3, 0, true), (Next::Rotate(2), 0));
+        assert_eq!(route(answer(1, Some(0)), 3, 0, false), (Next::Rotate(2), 0));
+        assert_eq!(route(refused(0), 1, 0, true), (Next::Rotate(0), bit(0)));
+    }
 }

@@ -6,7 +6,7 @@
 //!     └──► [bounded channel of element batches] ──► ElementStream ──► caller
 //! ```
 //! The stream knows nothing of how its manager reads: `Client` picks the manager
-//! and hands it to [`ElementStream::start`] with the channel's sending end. The
+//! and hands it to `ElementStream::start` with the channel's sending end. The
 //! stream ends when the manager drops that end; an error the manager sends is the
 //! stream's last item. Dropping the stream stops the manager (its task is
 //! aborted) and releases the client from the iteration. Memory is bounded by

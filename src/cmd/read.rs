@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 use clap::Args;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use sluice_client::{ElementStream, ProcessingMode, ReadOptions, TargetWorkers};
 
 #[derive(Args, Debug)]
@@ -95,6 +95,11 @@ impl Summary {
 }
 
 /// Prints each element as a JSON line; stops quietly if stdout is closed.
+///
+/// Lines are buffered while elements are ready, and flushed before waiting for
+/// the next one: a scalar's line is a few bytes, so a full buffer can hold
+/// thousands of elements, which a slow stream (or one paused by a failover)
+/// would otherwise hold back for seconds after they arrived.
 pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::Result<Summary> {
     let started = Instant::now();
     let bar = if std::io::stderr().is_terminal() {
@@ -110,17 +115,22 @@ pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::R
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut summary = Summary { elements: 0, bytes: 0, started };
-    while let Some(element) = stream.next().await {
+    loop {
+        let next = match stream.next().now_or_never() {
+            Some(next) => next,
+            None => {
+                if closed(out.flush())? {
+                    break;
+                }
+                stream.next().await
+            }
+        };
+        let Some(element) = next else { break };
         let element = element?;
         summary.elements += 1;
         summary.bytes += element.byte_len() as u64;
-        if !quiet {
-            if let Err(e) = writeln!(out, "{}", element.to_json()) {
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    break;
-                }
-                return Err(e.into());
-            }
+        if !quiet && closed(writeln!(out, "{}", element.to_json()))? {
+            break;
         }
         if let Some(bar) = &bar {
             bar.inc(1);
@@ -131,4 +141,13 @@ pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::R
         bar.finish_and_clear();
     }
     Ok(summary)
+}
+
+/// Whether a write failed because stdout was closed (the reader of a pipe left).
+fn closed(result: std::io::Result<()>) -> std::io::Result<bool> {
+    match result {
+        Ok(()) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(true),
+        Err(e) => Err(e),
+    }
 }

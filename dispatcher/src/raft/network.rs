@@ -1,7 +1,9 @@
 //! Raft RPCs to peers over the `RaftPeer` gRPC service. Each message is the
 //! openraft request encoded with the codec; the answer is
 //! `Result<reply, RaftError>` encoded the same way. A peer that cannot be reached
-//! is `Unreachable` to openraft, which backs off and retries on its own schedule.
+//! (the call failed) is `Unreachable` to openraft, which backs off and retries on
+//! its own schedule; one that answers too slowly is a `Network` error, retried
+//! without a backoff, as openraft treats its own timeouts.
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -85,7 +87,25 @@ impl PeerClient {
         let reply = match tokio::time::timeout(option.hard_ttl(), call).await {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(status)) => return Err(unreachable(status.to_string())),
-            Err(_) => return Err(unreachable(format!("no answer within {:?}", option.hard_ttl()))),
+            // A slow answer is not an unreachable peer. openraft bounds the same
+            // RPC by the same TTL (the heartbeat interval) and resends at once
+            // when *its* timeout fires, but backs a stream off for 500 ms after
+            // `Unreachable`; both timers fire together, ours first. Calling this
+            // one Unreachable turned any pause over 50 ms (a restarted follower's
+            // catch-up, a busy disk) into half a second without replication, to
+            // both followers at once when the pause was the leader's: no commit,
+            // no election (docs/performance.md, "Failover as `sluice read` sees
+            // it").
+            Err(_) => {
+                let msg = format!(
+                    "{which} to node {} at {}: no answer within {:?}",
+                    self.target,
+                    self.address,
+                    option.hard_ttl()
+                );
+                let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, msg);
+                return Err(RPCError::Network(NetworkError::new(&timed_out)));
+            }
         };
         let result: Result<Resp, RaftError<NodeId, E>> =
             decode(&reply.data).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
@@ -116,5 +136,56 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, Rpc<openraft::error::Infallible>> {
         self.call("Vote", &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use openraft::{RaftNetworkFactory, Vote};
+
+    use super::*;
+
+    fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: vec![],
+        }
+    }
+
+    async fn client_of(addr: String) -> PeerClient {
+        PeerNetwork::default().new_client(2, &BasicNode { addr }).await
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_does_not_answer_in_time_is_slow_not_unreachable() {
+        // Accepts connections and never answers (not even the HTTP/2 handshake).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move {
+            let mut open = vec![];
+            while let Ok((conn, _)) = listener.accept().await {
+                open.push(conn);
+            }
+        });
+        let mut client = client_of(addr).await;
+        let option = RPCOption::new(Duration::from_millis(20));
+        let err = client.append_entries(heartbeat(), option).await.unwrap_err();
+        assert!(matches!(err, RPCError::Network(_)), "{err:?}");
+        held.abort();
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_refuses_the_connection_is_unreachable() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let mut client = client_of(addr).await;
+        let option = RPCOption::new(Duration::from_secs(5));
+        let err = client.append_entries(heartbeat(), option).await.unwrap_err();
+        assert!(matches!(err, RPCError::Unreachable(_)), "{err:?}");
     }
 }
