@@ -1,25 +1,13 @@
 //! Pure tests of what a cross-trainer cache job requires (`apply`, no network).
 
 use sluice_dataset::DatasetDef;
-use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
+use sluice_dispatcher::{State, StateError};
 
 mod common;
-use common::register;
+use common::{off_job, register};
 
 fn job(s: &mut State, ds: &str, name: Option<&str>, cache: bool) -> Result<u64, StateError> {
-    let c = Command::GetOrCreateJob {
-        dataset_id: ds.into(),
-        mode: Mode::Off,
-        job_name: name.map(String::from),
-        target_workers: TargetWorkers::Auto,
-        static_workers: vec![],
-        cross_trainer_cache: cache,
-        num_consumers: None,
-    };
-    apply(s, c).map(|r| match r {
-        Response::Job { job_id, .. } => job_id,
-        r => panic!("{r:?}"),
-    })
+    off_job(s, ds, name, cache, None)
 }
 
 fn invalid(r: Result<u64, StateError>) -> String {

@@ -4,22 +4,10 @@ use sluice_dataset::{Arg, DatasetDef};
 use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
 
 mod common;
-use common::{iteration, ok, register, worker};
+use common::{iteration, off_job, ok, register, worker};
 
 fn rr_job(s: &mut State, ds: &str, name: Option<&str>, n: u32) -> Result<u64, StateError> {
-    let c = Command::GetOrCreateJob {
-        dataset_id: ds.into(),
-        mode: Mode::Off,
-        job_name: name.map(String::from),
-        target_workers: TargetWorkers::Auto,
-        static_workers: vec![],
-        cross_trainer_cache: false,
-        num_consumers: Some(n),
-    };
-    apply(s, c).map(|r| match r {
-        Response::Job { job_id, .. } => job_id,
-        r => panic!("{r:?}"),
-    })
+    off_job(s, ds, name, false, Some(n))
 }
 
 fn message(e: StateError) -> String {

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use sluice_dataset::DatasetDef;
-use sluice_dispatcher::{apply, Command, Response, State};
+use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
 
 pub fn ok(s: &mut State, c: Command) -> Response {
     apply(s, c).expect("command applies")
@@ -34,4 +34,28 @@ pub fn worker(s: &mut State, addr: &str, uid: u64) -> Vec<u64> {
         Response::WorkerRegistered { tasks } => tasks,
         r => panic!("{r:?}"),
     }
+}
+
+/// Gets or creates an OFF job over `ds` (named or not), with or without the
+/// cross-trainer cache and coordinated reads; returns its id, or the refusal.
+pub fn off_job(
+    s: &mut State,
+    ds: &str,
+    name: Option<&str>,
+    cross_trainer_cache: bool,
+    num_consumers: Option<u32>,
+) -> Result<u64, StateError> {
+    let c = Command::GetOrCreateJob {
+        dataset_id: ds.into(),
+        mode: Mode::Off,
+        job_name: name.map(String::from),
+        target_workers: TargetWorkers::Auto,
+        static_workers: vec![],
+        cross_trainer_cache,
+        num_consumers,
+    };
+    apply(s, c).map(|r| match r {
+        Response::Job { job_id, .. } => job_id,
+        r => panic!("{r:?}"),
+    })
 }
