@@ -231,9 +231,7 @@ async fn bad_coordinated_parameters_are_refused_naming_them() {
             }
         }
     };
-    let mut one = coordinated("p", 2, 0);
-    one.consumer_index = None;
-    assert!(refused(one).await.contains("num_consumers and consumer_index go together"));
+    assert!(refused(coordinated("p", 0, 0)).await.contains("num_consumers must be at least 1"));
     let m = refused(coordinated("p", 2, 2)).await;
     assert!(m.contains("consumer_index=2") && m.contains("num_consumers=2"), "{m}");
     let mut anonymous = coordinated("p", 2, 0);

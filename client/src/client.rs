@@ -7,7 +7,7 @@ use crate::coordinated;
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
 use crate::local_workers;
-use crate::options::{ReadOptions, TargetWorkers};
+use crate::options::{ReadKind, ReadOptions, TargetWorkers};
 use crate::reader::ElementStream;
 use crate::retry::RetryPolicy;
 use crate::task_readers;
@@ -70,8 +70,8 @@ impl Client {
                 mode: opts.mode.to_wire() as i32,
                 job_name: opts.job_name.clone().unwrap_or_default(),
                 target_workers: opts.target_workers.to_wire() as i32,
-                use_cross_trainer_cache: opts.use_cross_trainer_cache,
-                num_consumers: opts.num_consumers,
+                use_cross_trainer_cache: matches!(opts.kind, ReadKind::CrossTrainerCache { .. }),
+                num_consumers: opts.kind.num_consumers(),
             })
             .await?;
         let it = self
@@ -85,9 +85,9 @@ impl Client {
         let (d, client_id) = (self.dispatcher.clone(), it.client_id);
         let (job_name, capacity) = (job.job_name, opts.max_outstanding_requests);
         // The stream's manager: rounds for a coordinated read, else one reader per task.
-        Ok(if opts.num_consumers.is_some() {
+        Ok(if let ReadKind::Coordinated { consumer_index, .. } = opts.kind {
             ElementStream::start(d.clone(), job_name, it.iteration_id, client_id, capacity, |tx| {
-                coordinated::manage(d, client_id, opts, tx)
+                coordinated::manage(d, client_id, consumer_index, opts, tx)
             })
         } else {
             ElementStream::start(d.clone(), job_name, it.iteration_id, client_id, capacity, |tx| {

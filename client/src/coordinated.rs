@@ -92,13 +92,14 @@ impl Ctx {
 pub(crate) async fn manage(
     dispatcher: DispatcherClient,
     client_id: u64,
+    consumer_index: u32,
     opts: ReadOptions,
     tx: mpsc::Sender<Batch>,
 ) {
     let ctx = Arc::new(Ctx {
         dispatcher,
         client_id,
-        consumer_index: opts.consumer_index.unwrap_or_default(),
+        consumer_index,
         opts,
         shared: Mutex::new(Shared::default()),
         changed: watch::channel(0).0,

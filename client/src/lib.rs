@@ -69,6 +69,6 @@ mod worker_stream;
 pub use client::Client;
 pub use dispatcher::DispatcherClient;
 pub use error::ClientError;
-pub use options::{ProcessingMode, ReadOptions, TargetWorkers};
+pub use options::{ProcessingMode, ReadKind, ReadOptions, TargetWorkers};
 pub use reader::ElementStream;
 pub use retry::RetryPolicy;

@@ -33,7 +33,7 @@ pub enum ProcessingMode {
 }
 
 impl ProcessingMode {
-    pub fn to_wire(self) -> pb::ProcessingMode {
+    pub(crate) fn to_wire(self) -> pb::ProcessingMode {
         match self {
             ProcessingMode::Off => pb::ProcessingMode::Off,
             ProcessingMode::Dynamic => pb::ProcessingMode::Dynamic,
@@ -100,7 +100,7 @@ pub enum TargetWorkers {
 }
 
 impl TargetWorkers {
-    pub fn to_wire(self) -> pb::TargetWorkers {
+    pub(crate) fn to_wire(self) -> pb::TargetWorkers {
         match self {
             TargetWorkers::Auto => pb::TargetWorkers::Auto,
             TargetWorkers::Any => pb::TargetWorkers::Any,
@@ -134,6 +134,42 @@ impl fmt::Display for TargetWorkers {
     }
 }
 
+/// The kind of a read. A plain read takes every task's elements as they come; the
+/// other two are ways for several trainers to share one named job.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ReadKind {
+    /// Every task of the iteration, each as fast as its worker delivers.
+    #[default]
+    Plain,
+    /// `num_consumers` readers of the named (infinite) job read in rounds, each
+    /// round's elements from one worker; this reader is `consumer_index`
+    /// (`< num_consumers`). See [`crate::coordinated`].
+    Coordinated { num_consumers: u32, consumer_index: u32 },
+    /// The job shares each worker's element sequence among trainers through a
+    /// byte-bounded sliding window (tf.data's cross-trainer cache); this reader is
+    /// `trainer_id`, which reads the windows at its own cursor (readers with the
+    /// same id split the stream). Needs a job name and an infinite dataset.
+    CrossTrainerCache { trainer_id: String },
+}
+
+impl ReadKind {
+    /// The coordinated read's number of consumers (part of a job's identity).
+    pub fn num_consumers(&self) -> Option<u32> {
+        match self {
+            ReadKind::Coordinated { num_consumers, .. } => Some(*num_consumers),
+            _ => None,
+        }
+    }
+
+    /// The cross-trainer cache's trainer id, if this is such a read.
+    pub fn trainer_id(&self) -> Option<&str> {
+        match self {
+            ReadKind::CrossTrainerCache { trainer_id } => Some(trainer_id),
+            _ => None,
+        }
+    }
+}
+
 /// Options of one read (one iteration of a job).
 #[derive(Clone, Debug)]
 pub struct ReadOptions {
@@ -162,20 +198,9 @@ pub struct ReadOptions {
     pub long_poll: Duration,
     /// Retries of an unavailable worker.
     pub worker_retry: RetryPolicy,
-    /// This reader's trainer in a cross-trainer cache job: each trainer id reads
-    /// the workers' cached windows at its own cursor; readers with the same id split
-    /// the stream. Set with [`ReadOptions::cross_trainer_cache`].
-    pub trainer_id: Option<String>,
-    /// The job shares each worker's element sequence among trainers through a
-    /// byte-bounded sliding window (tf.data's cross-trainer cache). Part of a named
-    /// job's identity; needs a job name, an infinite dataset and a `trainer_id`.
-    pub use_cross_trainer_cache: bool,
-    /// Coordinated reads: this many consumers read the named job in rounds, each
-    /// round's elements from one worker (see [`crate::coordinated`]). Set with
-    /// [`ReadOptions::coordinated`], together with `consumer_index`.
-    pub num_consumers: Option<u32>,
-    /// Coordinated reads: which consumer this reader is (`< num_consumers`).
-    pub consumer_index: Option<u32>,
+    /// Plain, coordinated or through the cross-trainer cache: one enum, so a
+    /// reader cannot be both (see [`ReadKind`]).
+    pub kind: ReadKind,
 }
 
 impl ReadOptions {
@@ -190,26 +215,21 @@ impl ReadOptions {
             heartbeat_interval: Duration::from_millis(100),
             long_poll: Duration::from_secs(1),
             worker_retry: RetryPolicy::default(),
-            trainer_id: None,
-            use_cross_trainer_cache: false,
-            num_consumers: None,
-            consumer_index: None,
+            kind: ReadKind::Plain,
         }
     }
 
     /// Reads a cross-trainer cache job as `trainer_id` (see `docs/architecture.md`,
     /// "Cross-trainer cache"). The job needs a name and an infinite dataset.
     pub fn cross_trainer_cache(mut self, trainer_id: impl Into<String>) -> Self {
-        self.trainer_id = Some(trainer_id.into());
-        self.use_cross_trainer_cache = true;
+        self.kind = ReadKind::CrossTrainerCache { trainer_id: trainer_id.into() };
         self
     }
 
     /// Coordinated reads: this reader is consumer `consumer_index` of
     /// `num_consumers` reading the (named, infinite) job in rounds.
     pub fn coordinated(mut self, num_consumers: u32, consumer_index: u32) -> Self {
-        self.num_consumers = Some(num_consumers);
-        self.consumer_index = Some(consumer_index);
+        self.kind = ReadKind::Coordinated { num_consumers, consumer_index };
         self
     }
 
@@ -244,63 +264,46 @@ impl ReadOptions {
                 "job_name must not be empty; leave it unset for an anonymous job".into(),
             ));
         }
-        self.validate_cache()?;
         if self.heartbeat_interval.is_zero() {
             return Err(ClientError::InvalidArgument("heartbeat_interval must be > 0".into()));
         }
-        self.validate_coordinated()
+        self.validate_kind()
     }
 
-    /// The client-side checks of a cross-trainer cache read, so a reader learns
+    /// The checks of a coordinated or cross-trainer cache read, so a reader learns
     /// what is missing before anything reaches the dispatcher. The dispatcher
     /// checks the job name and the dataset's cardinality again when it creates
     /// the job.
-    fn validate_cache(&self) -> Result<(), ClientError> {
-        let bad = |m: &str| Err(ClientError::InvalidArgument(m.to_string()));
-        match (&self.trainer_id, self.use_cross_trainer_cache) {
-            (None, false) => Ok(()),
-            (Some(_), false) => bad("trainer_id is set but use_cross_trainer_cache is not; use \
-                 ReadOptions::cross_trainer_cache(trainer_id) to read through the cache"),
-            (None, true) => {
-                bad("use_cross_trainer_cache needs a trainer_id: each trainer reads the cache at \
-                 its own cursor; use ReadOptions::cross_trainer_cache(trainer_id)")
-            }
-            (Some(id), true) if id.is_empty() => {
-                bad("trainer_id must not be empty for the cross-trainer cache")
-            }
-            (Some(_), true) if self.job_name.is_none() => {
-                bad("the cross-trainer cache needs a job name: trainers share the cache by \
-                 joining the same named job (set ReadOptions.job_name / sluice read --job-name)")
-            }
-            (Some(_), true) => Ok(()),
-        }
-    }
-
-    /// The checks of `num_consumers` / `consumer_index` (a coordinated read).
-    fn validate_coordinated(&self) -> Result<(), ClientError> {
+    fn validate_kind(&self) -> Result<(), ClientError> {
         let bad = |m: String| Err(ClientError::InvalidArgument(m));
-        match (self.num_consumers, self.consumer_index) {
-            (None, None) => Ok(()),
-            (Some(_), None) | (None, Some(_)) => bad(
-                "num_consumers and consumer_index go together: set both (a coordinated read) or \
-                 neither"
-                    .into(),
-            ),
-            (Some(0), _) => bad("num_consumers must be at least 1".into()),
-            (Some(n), Some(i)) if i >= n => {
+        match &self.kind {
+            ReadKind::Plain => Ok(()),
+            ReadKind::CrossTrainerCache { trainer_id } if trainer_id.is_empty() => {
+                bad("trainer_id must not be empty for the cross-trainer cache".into())
+            }
+            ReadKind::CrossTrainerCache { .. } if self.job_name.is_none() => {
+                bad("the cross-trainer cache needs a job name: trainers share the cache by \
+                 joining the same named job (set ReadOptions.job_name / sluice read --job-name)"
+                    .into())
+            }
+            ReadKind::CrossTrainerCache { .. } => Ok(()),
+            ReadKind::Coordinated { num_consumers: 0, .. } => {
+                bad("num_consumers must be at least 1".into())
+            }
+            ReadKind::Coordinated { num_consumers: n, consumer_index: i } if i >= n => {
                 bad(format!("consumer_index={i} must be less than num_consumers={n}"))
             }
-            _ if self.job_name.is_none() => {
+            ReadKind::Coordinated { .. } if self.job_name.is_none() => {
                 bad("num_consumers and consumer_index need a job_name: the consumers of a \
                  coordinated read find each other by it"
                     .into())
             }
-            _ if self.target_workers == TargetWorkers::Local => {
+            ReadKind::Coordinated { .. } if self.target_workers == TargetWorkers::Local => {
                 bad("num_consumers cannot be used with target_workers=LOCAL: every consumer of a \
                  round must read the same workers"
                     .into())
             }
-            _ => Ok(()),
+            ReadKind::Coordinated { .. } => Ok(()),
         }
     }
 }

@@ -136,7 +136,7 @@ async fn read_task(
         client_id,
         max_elements_per_message: opts.max_elements_per_message,
         max_bytes_per_message: 0,
-        trainer_id: opts.trainer_id.clone().unwrap_or_default(),
+        trainer_id: opts.kind.trainer_id().unwrap_or_default().to_string(),
     };
     let (channel, req, tx, source, finished_ref) = (&channel, &req, &tx, &source, &finished);
     let mut until_finished = finished.clone();

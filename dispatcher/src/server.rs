@@ -8,7 +8,7 @@ use sluice_proto::v1::dispatcher_server::DispatcherServer;
 use sluice_proto::v1::raft_peer_server::RaftPeerServer;
 use sluice_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
@@ -116,6 +116,8 @@ pub struct DispatcherHandle {
     address: String,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), DispatcherError>>>,
+    /// Becomes true when the server has stopped (asked to, or failed).
+    done: watch::Receiver<bool>,
 }
 
 /// Spawns [`run`] on the current runtime; the address is the listener's.
@@ -127,16 +129,31 @@ pub async fn spawn(
     config.validate()?;
     let address = listener.local_addr()?.to_string();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(run(listener, config, registry, async {
-        let _ = stopped.await;
-    }));
-    Ok(DispatcherHandle { address, stop: Some(stop), task: Some(task) })
+    let (done_tx, done) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let result = run(listener, config, registry, async {
+            let _ = stopped.await;
+        })
+        .await;
+        let _ = done_tx.send(true);
+        result
+    });
+    Ok(DispatcherHandle { address, stop: Some(stop), task: Some(task), done })
 }
 
 impl DispatcherHandle {
     /// `host:port` the dispatcher serves on.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Resolves once the server has stopped, by [`DispatcherHandle::shutdown`] or
+    /// because it failed; does not stop it.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut done = self.done.clone();
+        async move {
+            let _ = done.wait_for(|d| *d).await;
+        }
     }
 
     /// Stops serving and waits until the server has stopped.

@@ -56,10 +56,18 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         .target_workers(target)
         .max_outstanding_requests(a.max_outstanding_requests);
     opts.job_name = a.job_name.clone();
-    opts.num_consumers = a.num_consumers;
-    opts.consumer_index = a.consumer_index;
     opts.worker_retry = a.dispatcher.retry();
+    // clap requires the two coordinated flags together.
+    if let (Some(n), Some(i)) = (a.num_consumers, a.consumer_index) {
+        opts = opts.coordinated(n, i);
+    }
     if let Some(trainer) = &a.trainer_id {
+        if a.num_consumers.is_some() {
+            bail!(
+                "--trainer-id (the cross-trainer cache) and --num-consumers (a coordinated read) \
+                   are two different ways to share a job; give one of them"
+            );
+        }
         opts = opts.cross_trainer_cache(trainer.clone());
     }
     let client = a.dispatcher.client()?;

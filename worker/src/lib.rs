@@ -86,7 +86,7 @@ use sluice_dataset::FunctionRegistry;
 use sluice_proto::v1::worker_server::WorkerServer;
 use sluice_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
@@ -240,6 +240,8 @@ pub struct WorkerHandle {
     address: String,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), WorkerError>>>,
+    /// Becomes true when the worker has stopped (asked to, idle, or failed).
+    done: watch::Receiver<bool>,
 }
 
 /// Starts a worker on `listener` in the background; for tests and `sluice local`.
@@ -256,14 +258,28 @@ pub async fn spawn(
         // Err: the handle was dropped, which also means stop.
         let _ = stopped.await;
     };
-    let task = tokio::spawn(run(listener, config, registry, shutdown));
-    Ok(WorkerHandle { address, stop: Some(stop), task: Some(task) })
+    let (done_tx, done) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let result = run(listener, config, registry, shutdown).await;
+        let _ = done_tx.send(true);
+        result
+    });
+    Ok(WorkerHandle { address, stop: Some(stop), task: Some(task), done })
 }
 
 impl WorkerHandle {
     /// The address clients dial.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Resolves once the worker has stopped, by [`WorkerHandle::shutdown`], by
+    /// `exit_when_idle`, or because it failed; does not stop it.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut done = self.done.clone();
+        async move {
+            let _ = done.wait_for(|d| *d).await;
+        }
     }
 
     /// Stops the worker and waits until it has stopped.

@@ -1,0 +1,49 @@
+"""Sluice: a fault-tolerant input-data service for ML training, from Python.
+
+tf.data service's API over Sluice's Rust client and servers::
+
+    import sluice
+
+    with sluice.DispatchServer() as d, sluice.WorkerServer(d.target):
+        ds = sluice.Dataset.range(10).map("square")
+        for x in ds.distribute("distributed_epoch", d.target):
+            print(int(x))
+
+Elements arrive as read-only numpy arrays over the received bytes (no copy), a
+tuple or a dict of them; ``string`` tensors as ``bytes``. Framework adapters:
+``sluice.torch``, ``sluice.jax``, ``sluice.tf`` (each imports its framework only
+when used). See docs/python.md.
+"""
+
+from sluice import errors
+from sluice._native import Reader, TensorData, __version__
+from sluice.dataset import Dataset
+from sluice.distribute import (
+    CrossTrainerCache,
+    DistributedDataset,
+    ShardingPolicy,
+    distribute,
+    from_dataset_id,
+    register_dataset,
+)
+from sluice.errors import *  # noqa: F403  (the exception classes)
+from sluice.servers import DispatchServer, Quorum, WorkerServer, start_quorum
+
+__all__ = [
+    "Dataset",
+    "DistributedDataset",
+    "Reader",
+    "TensorData",
+    "ShardingPolicy",
+    "CrossTrainerCache",
+    "distribute",
+    "register_dataset",
+    "from_dataset_id",
+    "DispatchServer",
+    "WorkerServer",
+    "Quorum",
+    "start_quorum",
+    "errors",
+    "__version__",
+    *errors.__all__,
+]

@@ -1,0 +1,304 @@
+"""Reading a dataset through the service: tf.data service's ``distribute``,
+``register_dataset`` and ``from_dataset_id``, with its argument names.
+
+What happens on the wire is the Rust client's (``sluice._native``): this module
+only turns tf.data's arguments into one read's options, and keeps the native
+client per process, so a forked child (a PyTorch ``DataLoader`` worker) makes its
+own instead of using the parent's threads, which it does not have.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
+
+from sluice import _native
+from sluice.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from sluice.dataset import Dataset
+
+__all__ = [
+    "ShardingPolicy",
+    "CrossTrainerCache",
+    "DistributedDataset",
+    "distribute",
+    "register_dataset",
+    "from_dataset_id",
+]
+
+Service = Union[str, Sequence[str], Any]
+"""Dispatcher addresses: ``"host:port"``, ``"grpc://host:port"``, a comma list, a
+list of those, or an object with ``.addresses`` (a quorum) or ``.address`` (a
+``DispatchServer``)."""
+
+
+class ShardingPolicy(enum.Enum):
+    """How a job divides the dataset among workers (tf.data's names)."""
+
+    OFF = "off"
+    """Every worker processes the whole dataset ("parallel_epochs")."""
+    DYNAMIC = "dynamic"
+    """The dispatcher hands out splits, each to one worker ("distributed_epoch")."""
+    FILE = "file"
+    """Static: worker i of n reads files f with f mod n == i."""
+    DATA = "data"
+    """Static: worker i of n keeps the elements with index mod n == i."""
+    FILE_OR_DATA = "file_or_data"
+    """Static: FILE for a file source with enough files, DATA otherwise."""
+    HINT = "hint"
+    """Static: every ``shard(SHARD_HINT, SHARD_HINT)`` becomes ``shard(n, i)``."""
+
+
+class CrossTrainerCache:
+    """Read a named, infinite job through the workers' shared window, as trainer
+    ``trainer_id``: trainers share one element sequence, each at its own cursor."""
+
+    def __init__(self, trainer_id: str) -> None:
+        if not isinstance(trainer_id, str) or not trainer_id:
+            raise InvalidArgumentError("CrossTrainerCache needs a non-empty trainer_id string")
+        self.trainer_id = trainer_id
+
+    def __repr__(self) -> str:
+        return f"CrossTrainerCache(trainer_id={self.trainer_id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CrossTrainerCache) and other.trainer_id == self.trainer_id
+
+    def __hash__(self) -> int:
+        return hash(self.trainer_id)
+
+
+def _mode(processing_mode: Union[ShardingPolicy, str]) -> str:
+    if isinstance(processing_mode, ShardingPolicy):
+        return processing_mode.value
+    if isinstance(processing_mode, str):
+        return processing_mode  # checked by the Rust side, with the list of valid ones
+    raise InvalidArgumentError(
+        f"processing_mode must be a sluice.ShardingPolicy or one of the strings "
+        f"'parallel_epochs', 'distributed_epoch', 'off', 'dynamic', 'file', 'data', "
+        f"'file_or_data', 'hint'; got {processing_mode!r}"
+    )
+
+
+def addresses(service: Service) -> list[str]:
+    """The dispatcher addresses of ``service`` (see ``Service``)."""
+    if hasattr(service, "addresses"):
+        return list(service.addresses)
+    if hasattr(service, "address") and not isinstance(service, str):
+        return [service.address]
+    parts = [service] if isinstance(service, str) else list(service)
+    out: list[str] = []
+    for part in parts:
+        if not isinstance(part, str):
+            raise InvalidArgumentError(
+                f"service must be 'host:port', a comma list or a list of them; got {part!r}"
+            )
+        for a in part.split(","):
+            a = a.strip()
+            if a.startswith("grpc://"):
+                a = a[len("grpc://") :]
+            if a:
+                out.append(a)
+    if not out:
+        raise InvalidArgumentError(
+            f"service names no dispatcher: give 'host:port' or a list of them, got {service!r}"
+        )
+    return out
+
+
+class _Clients:
+    """Native clients by (addresses, timeout), made in and for one process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._clients: dict[tuple[tuple[str, ...], float], _native.Client] = {}
+        # Clients inherited through fork: kept (never dropped) in the child.
+        self._inherited: list[Any] = []
+
+    def get(self, addrs: Sequence[str], timeout: float) -> _native.Client:
+        key = (tuple(addrs), float(timeout))
+        with self._lock:
+            if self._pid != os.getpid():
+                self._inherited.append(self._clients)
+                self._clients = {}
+                self._pid = os.getpid()
+            client = self._clients.get(key)
+            if client is None:
+                client = _native.Client(list(addrs), timeout)
+                self._clients[key] = client
+            return client
+
+
+_clients = _Clients()
+
+DEFAULT_TIMEOUT = 60.0
+"""Seconds an unavailable dispatcher is retried before a call gives up."""
+
+
+def client(service: Service, timeout: float = DEFAULT_TIMEOUT) -> _native.Client:
+    """This process's native client of ``service``."""
+    return _clients.get(addresses(service), timeout)
+
+
+def _dataset_id(spec_json: str) -> str:
+    """An id derived from the canonical spec: readers that distribute the same
+    pipeline register it under the same id, so they can share a named job."""
+    canonical = _native.canonical_spec(spec_json)
+    return "py-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+def register_dataset(
+    service: Service, dataset: "Dataset", dataset_id: str | None = None
+) -> str:
+    """Registers ``dataset`` with the service and returns its id.
+
+    Without ``dataset_id`` the id is derived from the pipeline, so registering the
+    same pipeline again returns the same id.
+    """
+    spec = dataset.to_json()
+    return client(service).register_dataset(spec, dataset_id or _dataset_id(spec))
+
+
+class DistributedDataset:
+    """A dataset read through the service. Iterating it starts a read (joining
+    the job if it is named) and yields elements: numpy arrays, tuples or dicts.
+
+    It pickles by its configuration (service, dataset, options), so it can be
+    handed to another process, which then reads with its own native client.
+    """
+
+    def __init__(
+        self,
+        service: Service,
+        processing_mode: Union[ShardingPolicy, str],
+        *,
+        dataset: "Dataset | None" = None,
+        dataset_id: str | None = None,
+        job_name: str | None = None,
+        consumer_index: int | None = None,
+        num_consumers: int | None = None,
+        max_outstanding_requests: int | None = None,
+        target_workers: str = "AUTO",
+        cross_trainer_cache: CrossTrainerCache | None = None,
+    ) -> None:
+        if (dataset is None) == (dataset_id is None):
+            raise InvalidArgumentError("give exactly one of dataset and dataset_id")
+        if cross_trainer_cache is not None and not isinstance(cross_trainer_cache, CrossTrainerCache):
+            raise InvalidArgumentError(
+                f"cross_trainer_cache must be a sluice.CrossTrainerCache, got {cross_trainer_cache!r}"
+            )
+        self.service = addresses(service)
+        self.processing_mode = _mode(processing_mode)
+        self.dataset = dataset
+        self.dataset_id = dataset_id
+        self.job_name = job_name
+        self.consumer_index = consumer_index
+        self.num_consumers = num_consumers
+        self.max_outstanding_requests = max_outstanding_requests
+        self.target_workers = str(target_workers)
+        self.cross_trainer_cache = cross_trainer_cache
+        self._iterations = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def _registered_id(self) -> str:
+        if self.dataset_id is None:
+            assert self.dataset is not None
+            self.dataset_id = register_dataset(self.service, self.dataset)
+        return self.dataset_id
+
+    def read(self, repetition: int | None = None) -> _native.Reader:
+        """Starts one read and returns its reader. ``repetition``: which pass over
+        a named job to join (default: this object's next one, 0 first)."""
+        if repetition is None:
+            repetition = self._iterations
+            self._iterations += 1
+        trainer = self.cross_trainer_cache.trainer_id if self.cross_trainer_cache else None
+        return client(self.service).read(
+            self._registered_id(),
+            self.processing_mode,
+            job_name=self.job_name,
+            target_workers=self.target_workers,
+            max_outstanding_requests=self.max_outstanding_requests,
+            repetition=repetition if self.job_name else 0,
+            num_consumers=self.num_consumers,
+            consumer_index=self.consumer_index,
+            trainer_id=trainer,
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.read()
+
+    def __repr__(self) -> str:
+        what = f"dataset_id={self.dataset_id!r}" if self.dataset is None else f"dataset={self.dataset!r}"
+        return (
+            f"DistributedDataset(service={self.service!r}, processing_mode={self.processing_mode!r}, "
+            f"{what}, job_name={self.job_name!r})"
+        )
+
+
+def distribute(
+    processing_mode: Union[ShardingPolicy, str],
+    service: Service,
+    job_name: str | None = None,
+    consumer_index: int | None = None,
+    num_consumers: int | None = None,
+    max_outstanding_requests: int | None = None,
+    target_workers: str = "AUTO",
+    cross_trainer_cache: CrossTrainerCache | None = None,
+) -> Callable[["Dataset"], DistributedDataset]:
+    """A transformation reading a dataset through the service: apply it with
+    ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``."""
+
+    def apply(dataset: "Dataset") -> DistributedDataset:
+        return DistributedDataset(
+            service,
+            processing_mode,
+            dataset=dataset,
+            job_name=job_name,
+            consumer_index=consumer_index,
+            num_consumers=num_consumers,
+            max_outstanding_requests=max_outstanding_requests,
+            target_workers=target_workers,
+            cross_trainer_cache=cross_trainer_cache,
+        )
+
+    return apply
+
+
+def from_dataset_id(
+    processing_mode: Union[ShardingPolicy, str],
+    service: Service,
+    dataset_id: str,
+    element_spec: Any = None,
+    job_name: str | None = None,
+    consumer_index: int | None = None,
+    num_consumers: int | None = None,
+    max_outstanding_requests: int | None = None,
+    target_workers: str = "AUTO",
+    cross_trainer_cache: CrossTrainerCache | None = None,
+) -> DistributedDataset:
+    """Reads a dataset registered earlier (``register_dataset``) by its id.
+    ``element_spec`` is accepted for tf.data compatibility and not needed:
+    elements carry their dtypes and shapes."""
+    del element_spec
+    return DistributedDataset(
+        service,
+        processing_mode,
+        dataset_id=dataset_id,
+        job_name=job_name,
+        consumer_index=consumer_index,
+        num_consumers=num_consumers,
+        max_outstanding_requests=max_outstanding_requests,
+        target_workers=target_workers,
+        cross_trainer_cache=cross_trainer_cache,
+    )

@@ -1,0 +1,246 @@
+//! `Client` and `Reader`: the Rust client (`sluice_client`) as Python objects.
+//!
+//! Every call that can wait releases the interpreter (`py.detach`), so other
+//! Python threads run, and waits in slices of at most [`SIGNAL_CHECK`], checking
+//! for signals in between, so Ctrl-C interrupts a blocked read within a second.
+//! Elements already received are handed over without releasing the interpreter
+//! (releasing and re-taking it costs more than the element).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use pyo3::prelude::*;
+use sluice_client::{
+    ClientError, ElementStream, ProcessingMode, ReadKind, ReadOptions, RetryPolicy, TargetWorkers,
+};
+use sluice_dataset::{DatasetDef, Element};
+use tokio::runtime::Runtime;
+
+use crate::blocking::{self, seconds};
+use crate::runtime::{self, Owned};
+use crate::{elements, errors};
+
+/// A handle to a Sluice service: its dispatchers' addresses.
+#[pyclass(frozen, module = "sluice._native")]
+pub struct Client {
+    inner: Owned<sluice_client::Client>,
+}
+
+#[pymethods]
+impl Client {
+    /// `addresses`: every dispatcher's `host:port`. Calls to an unavailable
+    /// dispatcher are retried with backoff for up to `timeout` seconds.
+    #[new]
+    #[pyo3(signature = (addresses, timeout = 60.0))]
+    fn new(addresses: Vec<String>, timeout: f64) -> PyResult<Self> {
+        let policy = RetryPolicy::default().with_deadline(seconds("timeout", timeout)?);
+        let rt = runtime::get()?;
+        let client = {
+            let _guard = rt.enter();
+            sluice_client::Client::new(&addresses, policy).map_err(errors::from_client)?
+        };
+        Ok(Client { inner: Owned::new(rt, client) })
+    }
+
+    /// Registers the dataset spec (JSON) and returns its id.
+    #[pyo3(signature = (spec_json, dataset_id = None))]
+    fn register_dataset(
+        &self,
+        py: Python<'_>,
+        spec_json: &str,
+        dataset_id: Option<String>,
+    ) -> PyResult<String> {
+        let def = parse_spec(spec_json)?;
+        let (rt, client) = self.inner.get("client")?;
+        let client = client.clone();
+        let id = blocking::run(py, rt, None, "register_dataset", async move {
+            client.register_dataset(&def, dataset_id.as_deref()).await
+        })?;
+        id.map_err(errors::from_client)
+    }
+
+    /// Gets or creates the job and its iteration, and returns a reader of it.
+    #[pyo3(signature = (dataset_id, processing_mode, job_name = None, target_workers = "auto",
+        max_outstanding_requests = None, repetition = 0, num_consumers = None,
+        consumer_index = None, trainer_id = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        py: Python<'_>,
+        dataset_id: String,
+        processing_mode: &str,
+        job_name: Option<String>,
+        target_workers: &str,
+        max_outstanding_requests: Option<usize>,
+        repetition: u64,
+        num_consumers: Option<u32>,
+        consumer_index: Option<u32>,
+        trainer_id: Option<String>,
+    ) -> PyResult<Reader> {
+        let mode: ProcessingMode = processing_mode.parse().map_err(errors::from_client)?;
+        let target: TargetWorkers = target_workers.parse().map_err(errors::from_client)?;
+        let mut opts = ReadOptions::new(mode).target_workers(target);
+        opts.job_name = job_name;
+        opts.repetition = repetition;
+        if let Some(n) = max_outstanding_requests {
+            opts = opts.max_outstanding_requests(n);
+        }
+        opts.kind = read_kind(num_consumers, consumer_index, trainer_id)?;
+        let (rt, client) = self.inner.get("client")?;
+        let client = client.clone();
+        let stream = blocking::run(py, rt, None, "starting the read", async move {
+            client.from_dataset_id(&dataset_id, opts).await
+        })?
+        .map_err(errors::from_client)?;
+        Ok(Reader::new(rt.clone(), stream))
+    }
+}
+
+/// One enum on the Rust side; three optional arguments on tf.data's.
+fn read_kind(
+    num_consumers: Option<u32>,
+    consumer_index: Option<u32>,
+    trainer_id: Option<String>,
+) -> PyResult<ReadKind> {
+    match (num_consumers, consumer_index, trainer_id) {
+        (None, None, None) => Ok(ReadKind::Plain),
+        (None, None, Some(trainer_id)) => Ok(ReadKind::CrossTrainerCache { trainer_id }),
+        (Some(num_consumers), Some(consumer_index), None) => {
+            Ok(ReadKind::Coordinated { num_consumers, consumer_index })
+        }
+        (Some(_), None, _) | (None, Some(_), _) => Err(errors::invalid_argument(
+            "num_consumers and consumer_index go together: set both (a coordinated read) or \
+             neither",
+        )),
+        (Some(_), Some(_), Some(_)) => Err(errors::invalid_argument(
+            "cross_trainer_cache and num_consumers/consumer_index are two different ways to \
+             share a job; use one of them",
+        )),
+    }
+}
+
+/// Parses a JSON dataset spec, as `sluice register` does.
+pub fn parse_spec(spec_json: &str) -> PyResult<DatasetDef> {
+    let def =
+        DatasetDef::from_json(spec_json).map_err(|e| errors::invalid_argument(e.to_string()))?;
+    def.validate().map_err(|e| errors::invalid_argument(e.to_string()))?;
+    Ok(def)
+}
+
+/// The elements of one iteration. Iterate it, or call `next(timeout)`.
+#[pyclass(frozen, module = "sluice._native")]
+pub struct Reader {
+    job_name: String,
+    iteration_id: u64,
+    state: Mutex<Option<Owned<ElementStream>>>,
+    elements: std::sync::atomic::AtomicU64,
+    runtime: Arc<Runtime>,
+}
+
+impl Reader {
+    fn new(runtime: Arc<Runtime>, stream: ElementStream) -> Self {
+        Reader {
+            job_name: stream.job_name().to_string(),
+            iteration_id: stream.iteration_id(),
+            state: Mutex::new(Some(Owned::new(runtime.clone(), stream))),
+            elements: Default::default(),
+            runtime,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Owned<ElementStream>>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next element (`None` at the end), waiting up to `timeout`.
+    fn next_element(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Duration>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let item = match self.try_next()? {
+            Some(item) => item,
+            None => self.wait_next(py, timeout)?,
+        };
+        match item {
+            None => Ok(None),
+            Some(Ok(e)) => {
+                self.elements.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                elements::to_python(py, e).map(Some)
+            }
+            Some(Err(e)) => Err(errors::from_client(e)),
+        }
+    }
+
+    /// An element already received, without releasing the interpreter. `None`
+    /// when the caller has to wait (or another thread is reading).
+    #[allow(clippy::type_complexity)]
+    fn try_next(&self) -> PyResult<Option<Option<Result<Element, ClientError>>>> {
+        let Ok(mut guard) = self.state.try_lock() else { return Ok(None) };
+        let Some(owned) = guard.as_mut() else { return Ok(Some(None)) };
+        let (_, stream) = owned.get_mut("reader")?;
+        Ok(stream.next().now_or_never())
+    }
+
+    fn wait_next(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Duration>,
+    ) -> PyResult<Option<Result<Element, ClientError>>> {
+        let rt = self.runtime.clone();
+        // Checked once here; `wait` re-locks for each slice.
+        if let Some(owned) = self.lock().as_ref() {
+            owned.get("reader")?;
+        }
+        blocking::slices(py, &rt, timeout, "reading the next element", || async {
+            let mut guard = self.lock();
+            match guard.as_mut() {
+                None => None,
+                Some(owned) => owned.get_mut("reader").ok()?.1.next().await,
+            }
+        })
+    }
+}
+
+#[pymethods]
+impl Reader {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.next_element(py, None)
+    }
+
+    /// The next element, or `None` at the end of the iteration. Raises
+    /// `DeadlineExceededError` if none arrives within `timeout` seconds.
+    #[pyo3(signature = (timeout = None))]
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        self.next_element(py, timeout)
+    }
+
+    /// Stops reading and releases this consumer from the iteration.
+    fn close(&self) {
+        let taken = self.lock().take();
+        drop(taken);
+    }
+
+    /// The job's name (generated for an anonymous job).
+    #[getter]
+    fn job_name(&self) -> &str {
+        &self.job_name
+    }
+
+    #[getter]
+    fn iteration_id(&self) -> u64 {
+        self.iteration_id
+    }
+
+    /// Elements this reader has returned.
+    #[getter]
+    fn elements(&self) -> u64 {
+        self.elements.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

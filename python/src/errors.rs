@@ -1,0 +1,122 @@
+//! Rust errors as the Python exceptions of `sluice.errors`.
+//!
+//! The exception classes are defined in Python (`sluice/errors.py`), so they can
+//! also derive from the built-in class a Python user expects (`ValueError` for an
+//! invalid argument, `TimeoutError` for a deadline, ...). This module only picks
+//! the class, by the kind of failure, and keeps the Rust message intact.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use sluice_client::ClientError;
+
+/// The classes of `sluice.errors`, by name.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Cancelled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+}
+
+impl Kind {
+    fn class_name(self) -> &'static str {
+        match self {
+            Kind::Cancelled => "CancelledError",
+            Kind::Unknown => "UnknownError",
+            Kind::InvalidArgument => "InvalidArgumentError",
+            Kind::DeadlineExceeded => "DeadlineExceededError",
+            Kind::NotFound => "NotFoundError",
+            Kind::AlreadyExists => "AlreadyExistsError",
+            Kind::PermissionDenied => "PermissionDeniedError",
+            Kind::ResourceExhausted => "ResourceExhaustedError",
+            Kind::FailedPrecondition => "FailedPreconditionError",
+            Kind::Aborted => "AbortedError",
+            Kind::OutOfRange => "OutOfRangeError",
+            Kind::Unimplemented => "UnimplementedError",
+            Kind::Internal => "InternalError",
+            Kind::Unavailable => "UnavailableError",
+            Kind::DataLoss => "DataLossError",
+            Kind::Unauthenticated => "UnauthenticatedError",
+        }
+    }
+
+    /// The class for a gRPC status code.
+    pub fn of_code(code: tonic::Code) -> Kind {
+        use tonic::Code as C;
+        match code {
+            C::Ok | C::Unknown => Kind::Unknown,
+            C::Cancelled => Kind::Cancelled,
+            C::InvalidArgument => Kind::InvalidArgument,
+            C::DeadlineExceeded => Kind::DeadlineExceeded,
+            C::NotFound => Kind::NotFound,
+            C::AlreadyExists => Kind::AlreadyExists,
+            C::PermissionDenied => Kind::PermissionDenied,
+            C::ResourceExhausted => Kind::ResourceExhausted,
+            C::FailedPrecondition => Kind::FailedPrecondition,
+            C::Aborted => Kind::Aborted,
+            C::OutOfRange => Kind::OutOfRange,
+            C::Unimplemented => Kind::Unimplemented,
+            C::Internal => Kind::Internal,
+            C::Unavailable => Kind::Unavailable,
+            C::DataLoss => Kind::DataLoss,
+            C::Unauthenticated => Kind::Unauthenticated,
+        }
+    }
+}
+
+static ERRORS_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// A `sluice.errors` exception of `kind` carrying `message`.
+pub fn new_err(kind: Kind, message: impl Into<String>) -> PyErr {
+    let message = message.into();
+    Python::attach(|py| {
+        let class = ERRORS_MODULE
+            .get_or_try_init(py, || py.import("sluice.errors").map(Bound::unbind))
+            .and_then(|m| m.bind(py).getattr(kind.class_name()))
+            .and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from));
+        match class {
+            Ok(class) => PyErr::from_type(class, message),
+            // The package is broken (errors.py missing): still say what failed.
+            Err(e) => pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "{message} (and sluice.errors could not be loaded: {e})"
+            )),
+        }
+    })
+}
+
+pub fn invalid_argument(message: impl Into<String>) -> PyErr {
+    new_err(Kind::InvalidArgument, message)
+}
+pub fn failed_precondition(message: impl Into<String>) -> PyErr {
+    new_err(Kind::FailedPrecondition, message)
+}
+pub fn internal(message: impl Into<String>) -> PyErr {
+    new_err(Kind::Internal, message)
+}
+pub fn deadline_exceeded(message: impl Into<String>) -> PyErr {
+    new_err(Kind::DeadlineExceeded, message)
+}
+
+/// The client's error as the exception of its kind, with its full message.
+pub fn from_client(e: ClientError) -> PyErr {
+    let kind = match &e {
+        ClientError::Unavailable { .. } => Kind::Unavailable,
+        ClientError::Rpc { code, .. } => Kind::of_code(*code),
+        ClientError::InvalidArgument(_) | ClientError::Dataset(_) => Kind::InvalidArgument,
+        ClientError::Protocol { .. } => Kind::Internal,
+    };
+    new_err(kind, e.to_string())
+}

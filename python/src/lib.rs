@@ -1,0 +1,48 @@
+//! `sluice._native`: the Rust core of the `sluice` Python package.
+//!
+//! A thin binding: the Python package (`python/sluice/`) holds the API users see
+//! (tf.data service's names, the framework adapters, fork handling); this module
+//! exposes the Rust client and servers to it and converts elements to numpy
+//! arrays without copying. It re-implements nothing of the protocol.
+//!
+//! - `runtime` — one tokio runtime per process, and what a fork does to it.
+//! - `blocking` — waiting with the interpreter released, Ctrl-C checked.
+//! - `client` — `Client` (register, read) and `Reader` (an iteration's elements).
+//! - `elements` — elements as numpy arrays over the received bytes.
+//! - `servers` — `DispatchServer`, `WorkerServer`, `start_quorum`.
+//! - `errors` — Rust errors as `sluice.errors` exceptions.
+
+use pyo3::prelude::*;
+
+mod blocking;
+mod client;
+mod elements;
+mod errors;
+mod runtime;
+mod servers;
+
+/// The binary's allocator in the module too: it keeps freed message buffers for
+/// reuse (docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Parses a JSON dataset spec with Sluice's parser and returns its canonical
+/// JSON (what the dispatcher stores). Raises `InvalidArgumentError` naming the
+/// field of a malformed spec.
+#[pyfunction]
+fn canonical_spec(spec_json: &str) -> PyResult<String> {
+    Ok(client::parse_spec(spec_json)?.to_json())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<client::Client>()?;
+    m.add_class::<client::Reader>()?;
+    m.add_class::<elements::TensorData>()?;
+    m.add_class::<servers::DispatchServer>()?;
+    m.add_class::<servers::WorkerServer>()?;
+    m.add_function(wrap_pyfunction!(servers::start_quorum, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical_spec, m)?)?;
+    Ok(())
+}

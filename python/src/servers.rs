@@ -1,0 +1,263 @@
+//! `DispatchServer` and `WorkerServer`: Sluice's servers on background threads of
+//! the process's runtime, so a notebook or a test starts a whole service in
+//! three lines. They are the same servers `sluice dispatcher` and `sluice worker`
+//! run (`sluice_dispatcher::spawn`, `sluice_worker::spawn`).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use sluice_dataset::FunctionRegistry;
+use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
+use sluice_worker::{WorkerConfig, WorkerHandle};
+use tokio::net::TcpListener;
+
+use crate::blocking::{self, seconds};
+use crate::errors;
+use crate::runtime::{self, Owned};
+
+/// Binds `host:port` on the runtime, with an error that says what to do.
+fn bind(
+    py: Python<'_>,
+    rt: &tokio::runtime::Runtime,
+    host: &str,
+    port: u16,
+) -> PyResult<TcpListener> {
+    let addr = format!("{host}:{port}");
+    blocking::run(py, rt, None, "binding", async move { TcpListener::bind(addr).await })?.map_err(
+        |e| {
+            errors::new_err(
+                errors::Kind::Unavailable,
+                format!("cannot listen on {host}:{port}: {e} (is the port in use?)"),
+            )
+        },
+    )
+}
+
+/// A dispatcher node: one node of a Raft group (alone by default).
+#[pyclass(frozen, module = "sluice._native")]
+pub struct DispatchServer {
+    address: String,
+    handle: Mutex<Option<Owned<DispatcherHandle>>>,
+    stopped: Owned<futures::future::Shared<futures::future::BoxFuture<'static, ()>>>,
+}
+
+#[pymethods]
+impl DispatchServer {
+    /// Starts a dispatcher on `host:port` (port 0 picks a free one). With `peers`
+    /// (node id → `host:port` of every voter, this node's own entry included) it
+    /// is node `node_id` of that group and listens on its own entry. Without
+    /// `work_dir` its state is in memory and lost when it stops.
+    #[new]
+    #[pyo3(signature = (port = 0, host = "127.0.0.1", work_dir = None, peers = None,
+        node_id = 1, elements_per_split = 1, worker_addresses = None,
+        worker_timeout = 10.0, client_timeout = 60.0, job_gc_timeout = 300.0,
+        snapshot_every = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        port: u16,
+        host: &str,
+        work_dir: Option<String>,
+        peers: Option<BTreeMap<u64, String>>,
+        node_id: u64,
+        elements_per_split: u64,
+        worker_addresses: Option<Vec<String>>,
+        worker_timeout: f64,
+        client_timeout: f64,
+        job_gc_timeout: f64,
+        snapshot_every: Option<u64>,
+    ) -> PyResult<Self> {
+        let peers = peers.unwrap_or_default();
+        let config = DispatcherConfig {
+            elements_per_split,
+            node_id,
+            snapshot_every: snapshot_every
+                .unwrap_or_else(|| DispatcherConfig::default_snapshot_every(work_dir.as_deref())),
+            work_dir,
+            worker_addresses: worker_addresses.unwrap_or_default(),
+            worker_timeout: seconds("worker_timeout", worker_timeout)?,
+            client_timeout: seconds("client_timeout", client_timeout)?,
+            job_gc_timeout: seconds("job_gc_timeout", job_gc_timeout)?,
+            peers,
+            ..DispatcherConfig::default()
+        };
+        config.validate().map_err(|e| errors::invalid_argument(e.to_string()))?;
+        let (host, port) = match config.peers.get(&config.node_id) {
+            Some(own) => own
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+                .ok_or_else(|| {
+                    errors::invalid_argument(format!("peer address `{own}` is not HOST:PORT"))
+                })?,
+            None => (host.to_string(), port),
+        };
+        let rt = runtime::get()?;
+        let listener = bind(py, &rt, &host, port)?;
+        Self::start(py, rt, listener, config)
+    }
+
+    /// `host:port` this dispatcher serves on.
+    #[getter]
+    fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Stops serving and waits until the dispatcher has stopped (its journal
+    /// closed). Stopping twice is allowed.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(owned) = taken else { return Ok(()) };
+        let (rt, handle) = owned.into_inner("dispatch server")?;
+        let result = blocking::run(py, &rt, None, "stopping the dispatcher", handle.shutdown())?;
+        result.map_err(|e| errors::internal(e.to_string()))
+    }
+
+    /// Blocks until the dispatcher stops (another thread called `stop`, or it
+    /// failed), or `timeout` seconds pass (then `DeadlineExceededError`).
+    #[pyo3(signature = (timeout = None))]
+    fn join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let (rt, stopped) = self.stopped.get("dispatch server")?;
+        blocking::slices(py, rt, timeout, "the dispatcher", || stopped.clone())
+    }
+}
+
+impl DispatchServer {
+    fn start(
+        py: Python<'_>,
+        rt: std::sync::Arc<tokio::runtime::Runtime>,
+        listener: TcpListener,
+        config: DispatcherConfig,
+    ) -> PyResult<Self> {
+        let registry = FunctionRegistry::builtin();
+        let handle = blocking::run(py, &rt, None, "starting the dispatcher", async move {
+            sluice_dispatcher::spawn(listener, config, registry).await
+        })?
+        .map_err(|e| errors::invalid_argument(e.to_string()))?;
+        use futures::FutureExt;
+        let stopped = handle.stopped().boxed().shared();
+        Ok(DispatchServer {
+            address: handle.address().to_string(),
+            handle: Mutex::new(Some(Owned::new(rt.clone(), handle))),
+            stopped: Owned::new(rt, stopped),
+        })
+    }
+}
+
+/// Starts `n` dispatcher nodes of one Raft group on loopback (free ports), the
+/// way `sluice local` does: every listener is bound before any node starts, so
+/// each knows all its peers. `work_dir`: each node journals in `node-<id>` there.
+#[pyfunction]
+#[pyo3(signature = (n = 3, work_dir = None))]
+pub fn start_quorum(
+    py: Python<'_>,
+    n: u64,
+    work_dir: Option<String>,
+) -> PyResult<Vec<DispatchServer>> {
+    if n == 0 {
+        return Err(errors::invalid_argument("a quorum needs at least 1 dispatcher"));
+    }
+    let rt = runtime::get()?;
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(bind(py, &rt, "127.0.0.1", 0)?);
+    }
+    let mut peers = BTreeMap::new();
+    for (i, l) in listeners.iter().enumerate() {
+        let addr = l.local_addr().map_err(|e| errors::internal(e.to_string()))?;
+        peers.insert(i as u64 + 1, addr.to_string());
+    }
+    let mut servers = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let config = DispatcherConfig {
+            node_id: i as u64 + 1,
+            peers: peers.clone(),
+            work_dir: work_dir.clone(),
+            snapshot_every: DispatcherConfig::default_snapshot_every(work_dir.as_deref()),
+            ..DispatcherConfig::default()
+        };
+        servers.push(DispatchServer::start(py, rt.clone(), listener, config)?);
+    }
+    Ok(servers)
+}
+
+/// A worker: registers with the dispatchers, runs its tasks' pipelines and
+/// streams elements to readers.
+#[pyclass(frozen, module = "sluice._native")]
+pub struct WorkerServer {
+    address: String,
+    handle: Mutex<Option<Owned<WorkerHandle>>>,
+    stopped: Owned<futures::future::Shared<futures::future::BoxFuture<'static, ()>>>,
+}
+
+#[pymethods]
+impl WorkerServer {
+    /// Starts a worker on `host:port` (port 0 picks a free one) that registers
+    /// with `dispatcher_addresses` (every dispatcher's `host:port`).
+    #[new]
+    #[pyo3(signature = (dispatcher_addresses, port = 0, host = "127.0.0.1",
+        advertise = None, buffer = 256, heartbeat_interval = 0.5, drain_timeout = 0.0,
+        dispatcher_timeout = 60.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        dispatcher_addresses: Vec<String>,
+        port: u16,
+        host: &str,
+        advertise: Option<String>,
+        buffer: usize,
+        heartbeat_interval: f64,
+        drain_timeout: f64,
+        dispatcher_timeout: f64,
+    ) -> PyResult<Self> {
+        let mut config = WorkerConfig::new(dispatcher_addresses);
+        config.advertised_address = advertise;
+        config.task_buffer_elements = buffer;
+        config.heartbeat_interval = seconds("heartbeat_interval", heartbeat_interval)?;
+        config.drain_timeout = seconds("drain_timeout", drain_timeout)?;
+        config.dispatcher_retry = config
+            .dispatcher_retry
+            .with_deadline(seconds("dispatcher_timeout", dispatcher_timeout)?);
+        config.validate().map_err(|e| errors::invalid_argument(e.to_string()))?;
+        let rt = runtime::get()?;
+        let listener = bind(py, &rt, host, port)?;
+        let registry = FunctionRegistry::builtin();
+        let handle = blocking::run(py, &rt, None, "starting the worker", async move {
+            sluice_worker::spawn(listener, config, registry).await
+        })?
+        .map_err(|e| errors::invalid_argument(e.to_string()))?;
+        use futures::FutureExt;
+        let stopped = handle.stopped().boxed().shared();
+        Ok(WorkerServer {
+            address: handle.address().to_string(),
+            handle: Mutex::new(Some(Owned::new(rt.clone(), handle))),
+            stopped: Owned::new(rt, stopped),
+        })
+    }
+
+    /// The address readers dial (`host:port`, or `advertise`).
+    #[getter]
+    fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Stops the worker (draining streams for up to `drain_timeout`) and waits
+    /// until it has stopped. Stopping twice is allowed.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(owned) = taken else { return Ok(()) };
+        let (rt, handle) = owned.into_inner("worker server")?;
+        let result = blocking::run(py, &rt, None, "stopping the worker", handle.shutdown())?;
+        result.map_err(|e| errors::internal(e.to_string()))
+    }
+
+    /// Blocks until the worker stops, or `timeout` seconds pass (then
+    /// `DeadlineExceededError`).
+    #[pyo3(signature = (timeout = None))]
+    fn join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let (rt, stopped) = self.stopped.get("worker server")?;
+        blocking::slices(py, rt, timeout, "the worker", || stopped.clone())
+    }
+}
