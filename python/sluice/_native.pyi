@@ -1,0 +1,97 @@
+"""Type stubs of ``sluice._native``, the Rust core (python/src/). Users use the
+``sluice`` package; these are the objects it wraps."""
+
+from typing import Any, Iterator, Optional
+
+__version__: str
+
+def canonical_spec(spec_json: str) -> str:
+    """Parses a JSON dataset spec with Sluice's parser and returns its canonical
+    JSON. Raises ``InvalidArgumentError`` naming the field of a malformed spec."""
+
+def start_quorum(n: int = 3, work_dir: Optional[str] = None) -> list[DispatchServer]:
+    """Starts ``n`` dispatchers of one Raft group on loopback with free ports."""
+
+class TensorData:
+    """The Rust buffer under an element's numpy array (``array.base``)."""
+
+    def __len__(self) -> int: ...
+    @property
+    def zero_copy(self) -> bool:
+        """True when the array views the received bytes; False when they were
+        copied once because they were misaligned for the dtype."""
+
+class Reader(Iterator[Any]):
+    """The elements of one iteration, in the process that started it."""
+
+    def __iter__(self) -> "Reader": ...
+    def __next__(self) -> Any:
+        """The next element; waits with the interpreter released (Ctrl-C works);
+        ``StopIteration`` at the end of the iteration."""
+    def next(self, timeout: Optional[float] = None) -> Any:
+        """The next element or ``None`` at the end; ``DeadlineExceededError`` if
+        none arrives within ``timeout`` seconds."""
+    def close(self) -> None:
+        """Stops reading and releases this consumer from the iteration."""
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def iteration_id(self) -> int: ...
+    @property
+    def elements(self) -> int:
+        """Elements this reader has returned."""
+
+class Client:
+    """A handle to the service's dispatchers (per process)."""
+
+    def __init__(self, addresses: list[str], timeout: float = 60.0) -> None: ...
+    def register_dataset(self, spec_json: str, dataset_id: Optional[str] = None) -> str: ...
+    def read(
+        self,
+        dataset_id: str,
+        processing_mode: str,
+        job_name: Optional[str] = None,
+        target_workers: str = "auto",
+        max_outstanding_requests: Optional[int] = None,
+        repetition: int = 0,
+        num_consumers: Optional[int] = None,
+        consumer_index: Optional[int] = None,
+        trainer_id: Optional[str] = None,
+    ) -> Reader: ...
+
+class DispatchServer:
+    def __init__(
+        self,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        work_dir: Optional[str] = None,
+        peers: Optional[dict[int, str]] = None,
+        node_id: int = 1,
+        elements_per_split: int = 1,
+        worker_addresses: Optional[list[str]] = None,
+        worker_timeout: float = 10.0,
+        client_timeout: float = 60.0,
+        job_gc_timeout: float = 300.0,
+        snapshot_every: Optional[int] = None,
+    ) -> None: ...
+    @property
+    def address(self) -> str: ...
+    def stop(self) -> None: ...
+    def join(self, timeout: Optional[float] = None) -> None: ...
+
+class WorkerServer:
+    def __init__(
+        self,
+        dispatcher_addresses: list[str],
+        port: int = 0,
+        host: str = "127.0.0.1",
+        advertise: Optional[str] = None,
+        buffer: int = 256,
+        heartbeat_interval: float = 0.5,
+        drain_timeout: float = 0.0,
+        dispatcher_timeout: float = 60.0,
+    ) -> None: ...
+    @property
+    def address(self) -> str: ...
+    def stop(self) -> None: ...
+    def join(self, timeout: Optional[float] = None) -> None: ...
