@@ -148,7 +148,10 @@ pub enum Stage {
     },
     /// Source: the records of TFRecord files, in file order, as bytes scalars.
     /// A corrupt record is an error naming file and offset, or skipped (and
-    /// counted) with `skip_corrupt`.
+    /// counted) with `skip_corrupt`. JSON `tfrecord`, as documented and as
+    /// `op_name` and the errors say; `tf_record`, what snake_case made of the
+    /// variant before, is still read.
+    #[serde(rename = "tfrecord", alias = "tf_record")]
     TfRecord {
         files: Vec<String>,
         #[serde(default, skip_serializing_if = "is_false")]
