@@ -1,14 +1,15 @@
 //! The dataset definition: a pipeline of stages, its builder API and its checks.
 //!
 //! A [`DatasetDef`] is a list of [`Stage`]s: the first is a *source* (`range`,
-//! `from_tensor_slices`), each later one transforms the stream before it. It is
-//! plain data — serialisable to protobuf (see `wire`), to JSON (see `json` and
-//! `docs/dataset-spec.md`) and to bincode (the dispatcher's log) — and executed by
-//! `exec` on workers and locally.
+//! `from_tensor_slices`, the file sources), each later one transforms the stream
+//! before it. It is plain data — serialisable to protobuf (see `wire`), to JSON (see
+//! `json` and `docs/dataset-spec.md`) and to bincode (the dispatcher's log) — and
+//! executed by `exec` on workers and locally.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::DatasetError;
+use crate::tensor::Tensor;
 
 /// A function argument: JSON numbers without a fraction are ints.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -35,29 +36,7 @@ impl FnCall {
     }
 }
 
-/// Values of `from_tensor_slices`: each value becomes one scalar element.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum SliceValues {
-    Ints(Vec<i64>),
-    Floats(Vec<f32>),
-    Strings(Vec<String>),
-    Bytes(Vec<Vec<u8>>),
-}
-
-impl SliceValues {
-    pub fn len(&self) -> usize {
-        match self {
-            SliceValues::Ints(v) => v.len(),
-            SliceValues::Floats(v) => v.len(),
-            SliceValues::Strings(v) => v.len(),
-            SliceValues::Bytes(v) => v.len(),
-        }
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+pub use crate::slices::SliceValues;
 
 fn zero() -> i64 {
     0
@@ -150,7 +129,8 @@ pub enum Stage {
         #[serde(default = "one")]
         step: i64,
     },
-    /// Source: one scalar element per value.
+    /// Source: one scalar element per value of a list, or, in the `tensors` form,
+    /// element `i` = row `i` of every tensor (see [`SliceValues`]).
     FromTensorSlices(SliceValues),
     /// Source: the names of the files matching `pattern` (a path, `file://`,
     /// `s3://` or `gs://` URL whose last components may hold `*`, `?`, `[…]`), as
@@ -168,7 +148,10 @@ pub enum Stage {
     },
     /// Source: the records of TFRecord files, in file order, as bytes scalars.
     /// A corrupt record is an error naming file and offset, or skipped (and
-    /// counted) with `skip_corrupt`.
+    /// counted) with `skip_corrupt`. JSON `tfrecord`, as documented and as
+    /// `op_name` and the errors say; `tf_record`, what snake_case made of the
+    /// variant before, is still read.
+    #[serde(rename = "tfrecord", alias = "tf_record")]
     TfRecord {
         files: Vec<String>,
         #[serde(default, skip_serializing_if = "is_false")]
@@ -352,6 +335,17 @@ impl DatasetDef {
     pub fn from_bytes(values: Vec<Vec<u8>>) -> Self {
         Self::from_tensor_slices(SliceValues::Bytes(values))
     }
+    /// Source: element `i` is the tuple of every tensor's row `i` (tf.data's
+    /// `from_tensor_slices((a, b))`); the tensors must share their first dimension.
+    pub fn from_tensors(tensors: Vec<Tensor>) -> Self {
+        Self::from_tensor_slices(SliceValues::Tensors { tensors, names: None })
+    }
+    /// Like [`Self::from_tensors`], with named components (tf.data's
+    /// `from_tensor_slices({"x": a, "y": b})`).
+    pub fn from_named_tensors<S: Into<String>>(named: Vec<(S, Tensor)>) -> Self {
+        let (names, tensors) = named.into_iter().map(|(n, t)| (n.into(), t)).unzip();
+        Self::from_tensor_slices(SliceValues::Tensors { tensors, names: Some(names) })
+    }
 
     fn then(mut self, stage: Stage) -> Self {
         self.stages.push(stage);
@@ -484,6 +478,11 @@ impl DatasetDef {
             match stage {
                 Stage::Range { step: 0, .. } => {
                     return Err(bad(i, ".range.step", "must not be 0"));
+                }
+                Stage::FromTensorSlices(values) => {
+                    values.check().map_err(|(field, message)| {
+                        bad(i, &format!(".from_tensor_slices{field}"), &message)
+                    })?;
                 }
                 Stage::Batch { size: 0, .. } => return Err(bad(i, ".batch.size", "must be > 0")),
                 Stage::Shuffle { buffer_size: 0, .. } => {

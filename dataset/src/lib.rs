@@ -4,6 +4,8 @@
 //! - [`tensor`] — [`Tensor`] (dtype, shape, `Bytes` payload) and [`Element`] (a tuple
 //!   of tensors) — the values that flow from the executor to the client uncopied.
 //! - [`def`] — [`DatasetDef`], a list of [`Stage`]s with a builder API; plain data.
+//! - `slices` — the values of `from_tensor_slices` ([`SliceValues`]): the simple
+//!   lists and the general `tensors` form, their JSON (base64 payloads) and checks.
 //! - [`cardinality`] — [`Cardinality`]: finite, infinite or unknown, from the stages.
 //! - `wire`: conversions to and from the protobuf types of `sluice-proto`.
 //! - `json`: the JSON form (`DatasetDef::from_json` / `to_json`) with errors that
@@ -43,6 +45,7 @@ mod json;
 pub mod registry;
 pub mod sample;
 pub mod sharding;
+mod slices;
 pub mod tensor;
 mod wire;
 

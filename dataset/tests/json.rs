@@ -170,3 +170,21 @@ fn parsed_definitions_are_validated() {
     let (field, _) = err(r#"{"stages": []}"#);
     assert_eq!(field, "stages");
 }
+
+#[test]
+fn file_sources_use_their_documented_op_names() {
+    for (json, op) in [
+        (r#"{"stages": [{"tfrecord": {"files": ["a"], "skip_corrupt": true}}]}"#, "tfrecord"),
+        (r#"{"stages": [{"text_lines": {"files": ["a"]}}]}"#, "text_lines"),
+        (r#"{"stages": [{"list_files": {"pattern": "/d/*", "seed": 0}}]}"#, "list_files"),
+    ] {
+        let def = DatasetDef::from_json(json).expect("the documented form parses");
+        assert_eq!(def.stages[0].op_name(), op);
+        let printed: serde_json::Value = serde_json::from_str(&def.to_json()).expect("json");
+        let given: serde_json::Value = serde_json::from_str(json).expect("json");
+        assert_eq!(printed, given, "{op} prints back as given");
+    }
+    // What the derive printed before the rename is still read.
+    let old = DatasetDef::from_json(r#"{"stages": [{"tf_record": {"files": ["a"]}}]}"#);
+    assert_eq!(old.expect("tf_record still parses"), DatasetDef::tfrecord(vec!["a"]));
+}

@@ -24,7 +24,8 @@
 //! This module is the facade: [`DatasetDef::iter_local`] and
 //! [`DatasetDef::iter_with_splits`] start a plan. `stream` holds the types every stage
 //! shares ([`ElementIter`], [`SplitRange`], [`SplitProvider`]), `plan` the `Plan` and its
-//! `build`; one module per stage (`source`, `ops` for map/filter/take/skip and the fuse,
+//! `build`; one module per stage (`source`, with `slices` for the rows of a `tensors`
+//! source, `ops` for map/filter/take/skip and the fuse,
 //! `parallel_map`, `batch`, `shuffle`, `repeat`, `prefetch`, `interleave` for
 //! flat_map/interleave, `combine` for zip/concatenate/enumerate/shard, `example`), and
 //! `files`, the readers of file sources that `builtins`' dataset functions use too.
@@ -40,6 +41,7 @@ mod plan;
 mod prefetch;
 mod repeat;
 mod shuffle;
+mod slices;
 mod source;
 pub(crate) mod stream;
 

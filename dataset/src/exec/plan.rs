@@ -1,5 +1,6 @@
 //! The plan: what outlives one instantiation of a stage (the stages, the registry,
-//! the shared split provider, each shuffle's RNG, a bytes source's tensors), and
+//! the shared split provider, each shuffle's RNG, a bytes or tensors source's
+//! prepared values), and
 //! `Plan::build`, which instantiates `stages[..end]` as a chain of stage iterators,
 //! each wrapped in a fuse.
 //!
@@ -16,11 +17,12 @@ use std::sync::{Arc, Mutex};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use super::slices::Slicer;
 use super::stream::{lock, Deferred, ElementIter, SharedSplits};
 use super::{
     batch, combine, example, interleave, ops, parallel_map, prefetch, repeat, shuffle, source,
 };
-use crate::def::{DatasetDef, FnCall, FnKind, ShardArg, Stage};
+use crate::def::{DatasetDef, FnCall, FnKind, ShardArg, SliceValues, Stage};
 use crate::error::DatasetError;
 use crate::registry::FunctionRegistry;
 
@@ -35,6 +37,9 @@ pub(super) struct Plan {
     /// pipeline: an element is then a reference to its buffer, not a copy of it
     /// (a large constant tensor costs no copy per element or per epoch).
     pub(super) byte_slices: Option<Vec<crate::tensor::Tensor>>,
+    /// The rows of a `from_tensor_slices` source of `tensors`, likewise sliced out
+    /// of the payloads rather than copied.
+    pub(super) tensor_slices: Option<Slicer>,
 }
 
 impl Plan {
@@ -74,8 +79,14 @@ impl Plan {
             })
             .collect();
         let byte_slices = match def.stages.first() {
-            Some(Stage::FromTensorSlices(crate::def::SliceValues::Bytes(values))) => {
+            Some(Stage::FromTensorSlices(SliceValues::Bytes(values))) => {
                 Some(values.iter().map(|v| crate::tensor::Tensor::scalar_bytes(v)).collect())
+            }
+            _ => None,
+        };
+        let tensor_slices = match def.stages.first() {
+            Some(Stage::FromTensorSlices(SliceValues::Tensors { tensors, names })) => {
+                Some(Slicer::new(tensors, names.as_deref())?)
             }
             _ => None,
         };
@@ -85,6 +96,7 @@ impl Plan {
             splits,
             rngs,
             byte_slices,
+            tensor_slices,
         });
         Ok(plan.build(plan.stages.len()))
     }

@@ -4,7 +4,8 @@
 //! Source unit `i` is found straight from its index, which is what makes dynamic
 //! sharding possible: a split is just a range of indices, and the worker that
 //! receives `[begin, end)` produces exactly those units without touching the
-//! others. For `range`/`from_tensor_slices` a unit is one element; for a file
+//! others. For `range`/`from_tensor_slices` a unit is one element (for the
+//! `tensors` form, row `i` of every tensor: see `slices`); for a file
 //! source it is one file (its name for `list_files`, all its records or lines
 //! otherwise), opened only when the source reaches it, one at a time.
 
@@ -28,13 +29,17 @@ pub(super) fn cardinality(stage: &Stage) -> u64 {
     }
 }
 
-/// Source element `i`; `i` must be below the cardinality. `built` holds the
-/// tensors of a bytes `from_tensor_slices` source, built once per pipeline.
-fn element_at(stage: &Stage, built: Option<&[Tensor]>, i: u64) -> Result<Element, DatasetError> {
+/// Source element `i` of the plan's first stage; `i` must be below the
+/// cardinality. A bytes or tensors `from_tensor_slices` source reads the values the
+/// plan prepared once per pipeline.
+fn element_at(plan: &Plan, stage: &Stage, i: u64) -> Result<Element, DatasetError> {
     let out_of_range = || DatasetError::Split(format!("source index {i} out of range"));
     let idx = usize::try_from(i).map_err(|_| out_of_range())?;
-    if let Some(built) = built {
+    if let Some(built) = &plan.byte_slices {
         return Ok(Element::single(built.get(idx).ok_or_else(out_of_range)?.clone()));
+    }
+    if let Some(slicer) = &plan.tensor_slices {
+        return slicer.element(idx);
     }
     let t = match stage {
         Stage::Range { start, step, .. } => {
@@ -46,6 +51,12 @@ fn element_at(stage: &Stage, built: Option<&[Tensor]>, i: u64) -> Result<Element
             SliceValues::Floats(v) => Tensor::scalar_f32(*v.get(idx).ok_or_else(out_of_range)?),
             SliceValues::Strings(v) => Tensor::scalar_str(v.get(idx).ok_or_else(out_of_range)?),
             SliceValues::Bytes(v) => Tensor::scalar_bytes(v.get(idx).ok_or_else(out_of_range)?),
+            SliceValues::Tensors { .. } => {
+                return Err(DatasetError::Unsupported(
+                    "a tensors source read without its prepared rows (Plan::start makes them)"
+                        .into(),
+                ))
+            }
         },
         Stage::ListFiles { files: Some(files), .. } => {
             Tensor::scalar_str(files.get(idx).ok_or_else(out_of_range)?)
@@ -154,7 +165,7 @@ impl Iterator for Source {
             self.next += 1;
             let stage = self.plan.stages.first()?;
             match file_unit(stage, i) {
-                None => return Some(element_at(stage, self.plan.byte_slices.as_deref(), i)),
+                None => return Some(element_at(&self.plan, stage, i)),
                 Some(Ok(file)) => self.current = Some(file),
                 Some(Err(e)) => return Some(Err(e)),
             }
