@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::dispatcher_client::DispatcherClient as Grpc;
@@ -77,7 +78,21 @@ impl DispatcherClient {
     /// Runs `f` against the current dispatcher, retrying retryable failures on the
     /// next address with backoff until the policy's deadline (counted from the
     /// call's start).
-    pub async fn call<T, F, Fut>(&self, name: &'static str, mut f: F) -> Result<T, ClientError>
+    pub async fn call<T, F, Fut>(&self, name: &'static str, f: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Grpc<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call_with(name, &self.inner.policy, f).await
+    }
+
+    /// [`Self::call`] under another retry policy.
+    async fn call_with<T, F, Fut>(
+        &self,
+        name: &'static str,
+        policy: &RetryPolicy,
+        mut f: F,
+    ) -> Result<T, ClientError>
     where
         F: FnMut(Grpc<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -89,7 +104,7 @@ impl DispatcherClient {
         let redirects = AtomicUsize::new(0);
         // Addresses this call found down (see `attempt`).
         let down = AtomicU64::new(0);
-        let retry = inner.policy.retry("dispatcher", &inner.all_addresses).counting_from_start();
+        let retry = policy.retry("dispatcher", &inner.all_addresses).counting_from_start();
         retry
             .run(|_| {
                 let i = inner.current.load(Ordering::Relaxed) % n;
@@ -234,12 +249,18 @@ impl DispatcherClient {
         .await
     }
 
+    /// Releases a consumer from its iteration. One attempt (following a leader
+    /// redirect, but not retried when a dispatcher is unavailable): client ids
+    /// are numbered from the start again by an in-memory dispatcher that
+    /// restarted, so a release retried across such a restart could release a new
+    /// reader that got the same id. A release that fails is made up for by the
+    /// dispatcher's client timeout, which frees a silent consumer.
     pub async fn release_iteration_client(&self, client_id: u64) -> Result<(), ClientError> {
         let req = pb::ReleaseIterationClientRequest { client_id };
-        self.call(
-            "ReleaseIterationClient",
-            |mut c| async move { c.release_iteration_client(req).await },
-        )
+        let once = RetryPolicy { deadline: Duration::ZERO, ..self.inner.policy.clone() };
+        self.call_with("ReleaseIterationClient", &once, |mut c| async move {
+            c.release_iteration_client(req).await
+        })
         .await
         .map(|_| ())
     }

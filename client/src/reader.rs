@@ -130,7 +130,8 @@ impl Drop for ElementStream {
     fn drop(&mut self) {
         self.manager.abort();
         let (dispatcher, client_id) = (self.dispatcher.clone(), self.client_id);
-        // Best effort: the dispatcher forgets the client either way when it restarts.
+        // Best effort, one attempt (see `release_iteration_client`): the
+        // dispatcher's client timeout frees the consumer if this is lost.
         self.runtime.spawn(async move {
             if let Err(e) = dispatcher.release_iteration_client(client_id).await {
                 debug!(client_id, error = %e, "releasing the iteration client failed");

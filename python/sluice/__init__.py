@@ -17,7 +17,7 @@ when used). See docs/python.md.
 
 from sluice import errors
 from sluice._native import Reader, TensorData, __version__
-from sluice.dataset import Dataset
+from sluice.dataset import AUTOTUNE, SHARD_HINT, Dataset
 from sluice.distribute import (
     CrossTrainerCache,
     DistributedDataset,
@@ -31,6 +31,8 @@ from sluice.servers import DispatchServer, Quorum, WorkerServer, start_quorum
 
 __all__ = [
     "Dataset",
+    "AUTOTUNE",
+    "SHARD_HINT",
     "DistributedDataset",
     "Reader",
     "TensorData",

@@ -153,15 +153,21 @@ def _dataset_id(spec_json: str) -> str:
 
 
 def register_dataset(
-    service: Service, dataset: "Dataset", dataset_id: str | None = None
+    service: Service,
+    dataset: "Dataset",
+    dataset_id: str | None = None,
+    *,
+    dispatcher_timeout: float = DEFAULT_TIMEOUT,
 ) -> str:
     """Registers ``dataset`` with the service and returns its id.
 
     Without ``dataset_id`` the id is derived from the pipeline, so registering the
-    same pipeline again returns the same id.
+    same pipeline again returns the same id. ``dispatcher_timeout``: seconds an
+    unavailable dispatcher is retried before ``UnavailableError``.
     """
     spec = dataset.to_json()
-    return client(service).register_dataset(spec, dataset_id or _dataset_id(spec))
+    native = client(service, dispatcher_timeout)
+    return native.register_dataset(spec, dataset_id or _dataset_id(spec))
 
 
 class DistributedDataset:
@@ -185,6 +191,7 @@ class DistributedDataset:
         max_outstanding_requests: int | None = None,
         target_workers: str = "AUTO",
         cross_trainer_cache: CrossTrainerCache | None = None,
+        dispatcher_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         if (dataset is None) == (dataset_id is None):
             raise InvalidArgumentError("give exactly one of dataset and dataset_id")
@@ -202,6 +209,7 @@ class DistributedDataset:
         self.max_outstanding_requests = max_outstanding_requests
         self.target_workers = str(target_workers)
         self.cross_trainer_cache = cross_trainer_cache
+        self.dispatcher_timeout = float(dispatcher_timeout)
         self._iterations = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -213,7 +221,9 @@ class DistributedDataset:
     def _registered_id(self) -> str:
         if self.dataset_id is None:
             assert self.dataset is not None
-            self.dataset_id = register_dataset(self.service, self.dataset)
+            self.dataset_id = register_dataset(
+                self.service, self.dataset, dispatcher_timeout=self.dispatcher_timeout
+            )
         return self.dataset_id
 
     def read(self, repetition: int | None = None) -> _native.Reader:
@@ -223,7 +233,7 @@ class DistributedDataset:
             repetition = self._iterations
             self._iterations += 1
         trainer = self.cross_trainer_cache.trainer_id if self.cross_trainer_cache else None
-        return client(self.service).read(
+        return client(self.service, self.dispatcher_timeout).read(
             self._registered_id(),
             self.processing_mode,
             job_name=self.job_name,
@@ -255,9 +265,20 @@ def distribute(
     max_outstanding_requests: int | None = None,
     target_workers: str = "AUTO",
     cross_trainer_cache: CrossTrainerCache | None = None,
+    *,
+    dispatcher_timeout: float = DEFAULT_TIMEOUT,
 ) -> Callable[["Dataset"], DistributedDataset]:
     """A transformation reading a dataset through the service: apply it with
-    ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``."""
+    ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``.
+
+    The arguments are tf.data service's: ``processing_mode`` a ``ShardingPolicy``
+    or "parallel_epochs" / "distributed_epoch"; readers with the same
+    ``job_name`` share one job; ``num_consumers`` + ``consumer_index`` make a
+    coordinated read; ``cross_trainer_cache`` shares a named infinite job's
+    elements among trainers. ``max_outstanding_requests`` bounds the reader's
+    memory (element messages buffered, tasks streamed at once).
+    ``dispatcher_timeout`` (Sluice's): seconds an unavailable dispatcher is
+    retried before ``UnavailableError``."""
 
     def apply(dataset: "Dataset") -> DistributedDataset:
         return DistributedDataset(
@@ -270,6 +291,7 @@ def distribute(
             max_outstanding_requests=max_outstanding_requests,
             target_workers=target_workers,
             cross_trainer_cache=cross_trainer_cache,
+            dispatcher_timeout=dispatcher_timeout,
         )
 
     return apply
@@ -286,6 +308,8 @@ def from_dataset_id(
     max_outstanding_requests: int | None = None,
     target_workers: str = "AUTO",
     cross_trainer_cache: CrossTrainerCache | None = None,
+    *,
+    dispatcher_timeout: float = DEFAULT_TIMEOUT,
 ) -> DistributedDataset:
     """Reads a dataset registered earlier (``register_dataset``) by its id.
     ``element_spec`` is accepted for tf.data compatibility and not needed:
@@ -301,4 +325,5 @@ def from_dataset_id(
         max_outstanding_requests=max_outstanding_requests,
         target_workers=target_workers,
         cross_trainer_cache=cross_trainer_cache,
+        dispatcher_timeout=dispatcher_timeout,
     )

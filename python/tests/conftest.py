@@ -1,0 +1,55 @@
+"""Fixtures: real servers in this process (the same Rust servers `sluice
+dispatcher` and `sluice worker` run), on loopback with free ports, stopped when
+the tests that use them are done."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+import pytest
+
+import sluice
+
+
+def wait_until(what: str, cond: Callable[[], bool], deadline_s: float = 60.0) -> None:
+    """Waits for `cond` (polling), failing the test with `what` after the deadline:
+    a condition with a deadline, never a sleep standing in for synchronisation."""
+    deadline = time.monotonic() + deadline_s
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Service:
+    """A dispatcher and `n` workers."""
+
+    def __init__(self, workers: int = 2, **dispatcher_args: object) -> None:
+        self.dispatcher = sluice.DispatchServer(**dispatcher_args)  # type: ignore[arg-type]
+        self.workers = [sluice.WorkerServer(self.dispatcher.target) for _ in range(workers)]
+
+    @property
+    def target(self) -> str:
+        return self.dispatcher.target
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.dispatcher.stop()
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[Service]:
+    """One dispatcher and two workers shared by a module's tests."""
+    s = Service(workers=2)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def fresh_service() -> Iterator[Service]:
+    """A dispatcher and two workers for one test."""
+    s = Service(workers=2)
+    yield s
+    s.stop()
