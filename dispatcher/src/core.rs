@@ -38,6 +38,9 @@ pub struct Core {
     proposals: mpsc::Sender<Proposal>,
     /// Soft state: this process's metric counters (`counters.rs`).
     counters: Counters,
+    /// The batcher task: it holds a handle of the Raft node (and so of the
+    /// journal) until `proposals` closes; [`Core::close`] waits for it.
+    batcher: tokio::task::JoinHandle<()>,
 }
 
 /// One caller's command and where its answer goes.
@@ -196,9 +199,18 @@ impl Core {
         let (proposals, rx) = mpsc::channel(PROPOSAL_QUEUE);
         let writer =
             Writer { raft: raft.clone(), node_id: config.node_id, members: members.clone() };
-        tokio::spawn(batcher(writer, rx));
+        let batcher = tokio::spawn(batcher(writer, rx));
         let counters = Counters::default();
-        Ok(Core { raft, node_id: config.node_id, members, data, journal, proposals, counters })
+        Ok(Core {
+            raft,
+            node_id: config.node_id,
+            members,
+            data,
+            journal,
+            proposals,
+            counters,
+            batcher,
+        })
     }
 
     pub fn raft(&self) -> &Raft {
@@ -332,5 +344,16 @@ impl Core {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
+    }
+
+    /// After [`Core::shutdown`], by the last holder: drops the Raft node and
+    /// waits until the batcher, the other holder of it, has ended, so the journal
+    /// is closed when this returns (a dispatcher restarted in the same process
+    /// can open it again).
+    pub async fn close(self) {
+        let Core { raft, proposals, batcher, .. } = self;
+        drop(proposals);
+        drop(raft);
+        let _ = batcher.await;
     }
 }

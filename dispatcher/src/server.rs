@@ -19,6 +19,10 @@ use crate::liveness::Liveness;
 use crate::raft::peer_service::PeerService;
 use crate::service::DispatcherService;
 
+/// How long a stopping dispatcher waits for the Raft node's tasks to close its
+/// journal.
+const JOURNAL_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Starts this node's Raft member on its journal and serves the Dispatcher and
 /// RaftPeer services on `listener` until `shutdown` resolves; then stops Raft.
 pub async fn run(
@@ -100,6 +104,23 @@ pub async fn run_with_metrics(
     watcher.abort();
     timers.abort();
     core.shutdown().await;
+    // Aborted tasks drop what they hold once they have stopped: wait for that,
+    // then close the core, and wait for the journal to be closed, so a stopped
+    // dispatcher can be started again on its work_dir in this process.
+    let _ = watcher.await;
+    let _ = timers.await;
+    drop(_metrics);
+    let journal = config.journal_location();
+    match Arc::try_unwrap(core) {
+        Ok(core) => core.close().await,
+        Err(core) => tracing::warn!(
+            holders = Arc::strong_count(&core) - 1,
+            "the dispatcher core is still held after shutdown"
+        ),
+    }
+    if !sluice_journal::wait_closed(&journal, JOURNAL_CLOSE).await {
+        tracing::warn!(%journal, "the journal is still open {JOURNAL_CLOSE:?} after shutdown");
+    }
     served?;
     if let Some(reason) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(DispatcherError::Raft(format!(

@@ -104,6 +104,24 @@ pub async fn open_with(
     }
 }
 
+/// Waits until no handle of the journal at `location` is open in this process
+/// any more, for at most `within`; false if one still is. A stopped Raft node
+/// drops its handles from tasks that end on their own shortly after it stopped,
+/// so a server that must release its journal before it reports "stopped" (to be
+/// started again in the same process) waits here. Object-store journals need no
+/// wait: a new writer fences the old one.
+pub async fn wait_closed(location: &str, within: std::time::Duration) -> bool {
+    let Ok(Location::Sled(path)) = Location::parse(location) else { return true };
+    let deadline = tokio::time::Instant::now() + within;
+    while sled_store::is_open_in_process(&path) {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

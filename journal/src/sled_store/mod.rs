@@ -289,6 +289,12 @@ static OPEN: StdMutex<Option<HashSet<PathBuf>>> = StdMutex::new(None);
 
 struct OpenGuard(PathBuf);
 
+/// Whether a journal at `path` is open in this process (see `wait_closed`).
+pub(crate) fn is_open_in_process(path: &Path) -> bool {
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    OPEN.lock().expect("open registry").as_ref().is_some_and(|open| open.contains(&path))
+}
+
 impl OpenGuard {
     fn register(path: &Path, location: &str) -> Result<OpenGuard, JournalError> {
         let mut open = OPEN.lock().expect("open registry");
