@@ -95,3 +95,16 @@ class WorkerServer:
     def address(self) -> str: ...
     def stop(self) -> None: ...
     def join(self, timeout: Optional[float] = None) -> None: ...
+
+def rust_read(
+    addresses: list[str],
+    dataset_id: str,
+    processing_mode: str = "off",
+    max_outstanding_requests: int = 16,
+    timeout: float = 60.0,
+) -> tuple[int, int, float]:
+    """Reads a dataset to the end with the Rust client, counting (for the
+    benchmark): (elements, payload bytes, seconds)."""
+
+def build_profile() -> str:
+    """"debug" or "release": how this module was built."""

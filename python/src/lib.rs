@@ -11,9 +11,11 @@
 //! - `elements` — elements as numpy arrays over the received bytes.
 //! - `servers` — `DispatchServer`, `WorkerServer`, `start_quorum`.
 //! - `errors` — Rust errors as `sluice.errors` exceptions.
+//! - `bench` — the Rust client's figure for `python -m sluice.bench`.
 
 use pyo3::prelude::*;
 
+mod bench;
 mod blocking;
 mod client;
 mod elements;
@@ -34,6 +36,16 @@ fn canonical_spec(spec_json: &str) -> PyResult<String> {
     Ok(client::parse_spec(spec_json)?.to_json())
 }
 
+/// "debug" or "release": how this module was built (benchmarks warn on debug).
+#[pyfunction]
+fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -44,5 +56,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::WorkerServer>()?;
     m.add_function(wrap_pyfunction!(servers::start_quorum, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::rust_read, m)?)?;
+    m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     Ok(())
 }
