@@ -1,0 +1,229 @@
+"""Where a consumer is in a named job, as a checkpointable position: the logic the
+framework adapters (``sluice.torch``, ``sluice.jax``) share.
+
+Why a job *name* is the whole trick: the dispatcher keeps a named job's
+iterations (one per repetition) and, in DYNAMIC mode, the split cursor of each.
+A consumer that reads the same job name and repetition again joins the same
+iteration and continues from that cursor. So a checkpoint needs no element
+positions, only *which* job and repetition to rejoin; the element count it also
+records is for the user (and progress bars), not for the service.
+
+A position is ``(job_name, repetition, elements)``:
+
+* between epochs it names the repetition the next epoch reads (``elements`` 0);
+* during an epoch, the repetition being read and how many of its elements this
+  consumer has returned.
+
+``Position.state()`` is a plain JSON-able dict (strings, ints, a list of
+strings), so Grain/Orbax, ``torch.save`` and ``json.dumps`` all store it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from sluice import _native
+from sluice.distribute import DistributedDataset
+from sluice.errors import InvalidArgumentError
+
+__all__ = ["STATE_VERSION", "Position", "is_dynamic"]
+
+STATE_VERSION = 1
+"""Version of the state dict's layout; a state of another version is refused."""
+
+_KEYS = (
+    "version",
+    "service",
+    "dataset_id",
+    "processing_mode",
+    "job_name",
+    "repetition",
+    "elements_consumed",
+)
+
+
+def is_dynamic(processing_mode: str) -> bool:
+    """Whether ``processing_mode`` (any spelling the Rust side accepts) is DYNAMIC."""
+    return processing_mode.lower() in ("dynamic", "distributed_epoch")
+
+
+def _named(dataset: DistributedDataset, prefix: str) -> DistributedDataset:
+    """A copy of ``dataset`` with a job name: the user's, or a fresh unique one, so
+    that a later process can rejoin the job (an anonymous job cannot be)."""
+    if not isinstance(dataset, DistributedDataset):
+        raise InvalidArgumentError(
+            f"expected a sluice.DistributedDataset (from ds.distribute(...) or "
+            f"sluice.from_dataset_id(...)), got {type(dataset).__name__}"
+        )
+    named = copy.copy(dataset)
+    if not named.job_name:
+        named.job_name = f"{prefix}-{uuid.uuid4().hex}"
+    return named
+
+
+class Position:
+    """One consumer's position in a named job, and the reader of its current epoch.
+
+    Not thread-safe: one thread iterates (as a data loader does). A copy made by
+    ``fork()`` or pickling (a ``DataLoader`` worker's) keeps the position but not
+    the reader, which belongs to the original: its next epoch rejoins the
+    repetition the original was at.
+    """
+
+    def __init__(self, dataset: DistributedDataset, job_prefix: str) -> None:
+        self.dataset = _named(dataset, job_prefix)
+        self.repetition = 0
+        self.elements = 0
+        self._reader: _native.Reader | None = None
+        self._pid = os.getpid()
+        # Incremented whenever the current reader changes, so an epoch iterator
+        # left over from before can tell it is stale.
+        self._epoch = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_reader"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pid = os.getpid()
+
+    def _own_reader(self) -> _native.Reader | None:
+        """The open reader, if this process opened it (after a fork the parent's
+        is left alone: the native side leaks it in the child)."""
+        if self._pid != os.getpid():
+            self._reader, self._pid = None, os.getpid()
+        return self._reader
+
+    @property
+    def job_name(self) -> str:
+        """The job's name (given by the user or generated)."""
+        assert self.dataset.job_name is not None
+        return self.dataset.job_name
+
+    @property
+    def reading(self) -> bool:
+        """Whether an epoch is under way (a reader is open)."""
+        return self._own_reader() is not None
+
+    def set_epoch(self, repetition: int) -> None:
+        """Makes the next epoch read ``repetition`` from its start (as far as the
+        job is concerned: a repetition others already read is not restarted)."""
+        if not isinstance(repetition, int) or repetition < 0:
+            raise InvalidArgumentError(f"epoch must be an int >= 0, got {repetition!r}")
+        self.close()
+        self.repetition = repetition
+        self.elements = 0
+
+    def start_epoch(self, job_name: str | None = None) -> int:
+        """Opens the reader of the next epoch and returns its token (see ``next``).
+
+        From between epochs, that is ``repetition`` (rejoined if it exists: after
+        ``load``, that continues a checkpointed epoch). From inside an epoch, the
+        current one is abandoned and the next repetition starts. ``job_name``
+        overrides the job read (a per-process job), not the one recorded.
+        """
+        if self._own_reader() is not None:
+            self._finish_epoch()
+        target = self.dataset
+        if job_name is not None and job_name != target.job_name:
+            target = copy.copy(target)
+            target.job_name = job_name
+        self._reader = target.read(repetition=self.repetition)
+        self._epoch += 1
+        return self._epoch
+
+    def next(self, token: int) -> Any:
+        """The next element of epoch ``token``; ``StopIteration`` at its end (or if
+        another epoch started since: the old one is over for this consumer)."""
+        reader = self._own_reader()
+        if token != self._epoch or reader is None:
+            raise StopIteration
+        element = reader.next()
+        if element is None:
+            self._finish_epoch()
+            raise StopIteration
+        self.elements += 1
+        return element
+
+    def elements_of(self, token: int) -> Iterator[Any]:
+        """Epoch ``token``'s elements, as an iterator."""
+        while True:
+            try:
+                yield self.next(token)
+            except StopIteration:
+                return
+
+    def _finish_epoch(self) -> None:
+        self.close()
+        self.repetition += 1
+        self.elements = 0
+
+    def close(self) -> None:
+        """Closes the current reader (its buffered elements are dropped); the
+        position stays where it is, so the next epoch rejoins the same repetition."""
+        reader, self._reader = self._own_reader(), None
+        self._epoch += 1
+        if reader is not None:
+            reader.close()
+
+    def state(self) -> dict[str, Any]:
+        """The position as a JSON-able dict (see the module docstring)."""
+        return {
+            "version": STATE_VERSION,
+            "service": list(self.dataset.service),
+            "dataset_id": self.dataset._registered_id(),
+            "processing_mode": self.dataset.processing_mode,
+            "job_name": self.job_name,
+            "repetition": self.repetition,
+            "elements_consumed": self.elements,
+        }
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        """Moves to the position ``state`` records; the next epoch rejoins its job
+        and repetition. The service read is this object's (the state's is kept
+        for reference): the dispatchers may have moved since the checkpoint.
+        Raises ``InvalidArgumentError`` for a state of another dataset or mode."""
+        if not isinstance(state, Mapping):
+            raise InvalidArgumentError(f"a Sluice state is a dict, got {type(state).__name__}")
+        missing = [k for k in _KEYS if k not in state]
+        if missing:
+            raise InvalidArgumentError(
+                f"not a Sluice reader state: missing {', '.join(missing)} (expected the dict "
+                f"state_dict()/get_state() returned)"
+            )
+        if state["version"] != STATE_VERSION:
+            raise InvalidArgumentError(
+                f"Sluice reader state version {state['version']!r} is not supported "
+                f"(this version reads {STATE_VERSION})"
+            )
+        ours = self.dataset._registered_id()
+        if state["dataset_id"] != ours:
+            raise InvalidArgumentError(
+                f"the state is of dataset {state['dataset_id']!r} but this reader reads "
+                f"{ours!r}: build the reader from the same pipeline (or dataset id) as the "
+                f"one checkpointed"
+            )
+        if is_dynamic(state["processing_mode"]) != is_dynamic(self.dataset.processing_mode):
+            raise InvalidArgumentError(
+                f"the state is of a {state['processing_mode']!r} job but this reader's "
+                f"processing_mode is {self.dataset.processing_mode!r}"
+            )
+        job_name, repetition = state["job_name"], state["repetition"]
+        elements = state["elements_consumed"]
+        if not isinstance(job_name, str) or not job_name:
+            raise InvalidArgumentError(
+                f"state job_name must be a non-empty string, got {job_name!r}"
+            )
+        for key, value in (("repetition", repetition), ("elements_consumed", elements)):
+            if not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(f"state {key} must be an int >= 0, got {value!r}")
+        self.close()
+        self.dataset.job_name = job_name
+        self.repetition = repetition
+        self.elements = elements
