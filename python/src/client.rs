@@ -6,7 +6,7 @@
 //! Elements already received are handed over without releasing the interpreter
 //! (releasing and re-taking it costs more than the element).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
@@ -16,6 +16,7 @@ use sluice_client::{
 };
 use sluice_dataset::{DatasetDef, Element};
 use tokio::runtime::Runtime;
+use tokio::sync::Mutex;
 
 use crate::blocking::{self, seconds};
 use crate::runtime::{self, Owned};
@@ -133,6 +134,8 @@ pub fn parse_spec(spec_json: &str) -> PyResult<DatasetDef> {
 pub struct Reader {
     job_name: String,
     iteration_id: u64,
+    /// An async mutex: a read holds it while it waits (in `block_on`), and a
+    /// second thread reading the same reader waits its turn.
     state: Mutex<Option<Owned<ElementStream>>>,
     elements: std::sync::atomic::AtomicU64,
     runtime: Arc<Runtime>,
@@ -147,10 +150,6 @@ impl Reader {
             elements: Default::default(),
             runtime,
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Option<Owned<ElementStream>>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The next element (`None` at the end), waiting up to `timeout`.
@@ -189,12 +188,14 @@ impl Reader {
         timeout: Option<Duration>,
     ) -> PyResult<Option<Result<Element, ClientError>>> {
         let rt = self.runtime.clone();
-        // Checked once here; `wait` re-locks for each slice.
-        if let Some(owned) = self.lock().as_ref() {
-            owned.get("reader")?;
+        // Checked once here; `slices` locks again for each slice.
+        if let Ok(guard) = self.state.try_lock() {
+            if let Some(owned) = guard.as_ref() {
+                owned.get("reader")?;
+            }
         }
         blocking::slices(py, &rt, timeout, "reading the next element", || async {
-            let mut guard = self.lock();
+            let mut guard = self.state.lock().await;
             match guard.as_mut() {
                 None => None,
                 Some(owned) => owned.get_mut("reader").ok()?.1.next().await,
@@ -223,7 +224,9 @@ impl Reader {
 
     /// Stops reading and releases this consumer from the iteration.
     fn close(&self) {
-        let taken = self.lock().take();
+        // Not in the runtime (a Python thread): blocking is allowed, and waits for
+        // a read in progress on another thread to end its slice (<= 100 ms).
+        let taken = self.state.blocking_lock().take();
         drop(taken);
     }
 

@@ -102,7 +102,7 @@ fn tensor_to_python(py: Python<'_>, t: Tensor) -> PyResult<Py<PyAny>> {
 fn array<T: NpElement>(py: Python<'_>, t: &Tensor) -> PyResult<Py<PyAny>> {
     let payload = t.data();
     let width = std::mem::size_of::<T>();
-    let data = if (payload.as_ptr() as usize) % std::mem::align_of::<T>() == 0 {
+    let data = if (payload.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
         Buffer::Received(payload.clone())
     } else {
         let mut words = vec![0u64; payload.len().div_ceil(8)];
