@@ -114,13 +114,12 @@ class IterableDataset(_TorchIterableDataset):  # type: ignore[type-arg]
     every epoch after the first reads the finished repetition 0 again (nothing).
     With ``persistent_workers=True`` each copy counts its own epochs.
 
-    In a process that also runs Sluice servers (tests, notebooks), give the
-    loader ``multiprocessing_context="forkserver"`` (or ``"spawn"``): forking a
-    process whose servers are busy can abort the loader process (the native
-    runtime's lock state is copied mid-update). The object pickles by its
-    configuration, so these start methods work; preloading ``torch`` in the fork
-    server (``get_context("forkserver").set_forkserver_preload(["torch"])``)
-    keeps each epoch's process start short.
+    Forking is safe also in a process that runs Sluice servers (tests,
+    notebooks): a forked loader process builds its own runtime. ``"forkserver"``
+    and ``"spawn"`` work too (the object pickles by its configuration);
+    preloading ``torch`` in the fork server
+    (``get_context("forkserver").set_forkserver_preload(["torch"])``) keeps each
+    epoch's process start short.
 
     **Checkpoint and resume.** ``state_dict()`` returns a dict (JSON-able) with
     the service, the dataset id, the processing mode, the job name, the

@@ -110,13 +110,10 @@ def need_torch() -> Any:
 
 
 def loader_context() -> Any:
-    """Loader processes made by a fork server, not by forking this process: its
-    in-process servers are busy, and a fork of them can abort the child (see
-    sluice.torch's docstring). Preloading torch makes each child start in
-    milliseconds."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "sluice.torch"])
-    return ctx
+    """Loader processes forked from this process, PyTorch's default on Linux, while
+    its in-process servers are busy: the case that crashed with tokio's
+    parking_lot locks (docs/python.md, "Threads, signals, fork")."""
+    return multiprocessing.get_context("fork")
 
 
 # --- sluice.jax.Iterator ---------------------------------------------------------
