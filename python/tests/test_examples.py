@@ -1,0 +1,31 @@
+"""The scripts in examples/ run as written and exit 0 (the torch one where torch
+is installed)."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(name: str) -> str:
+    out = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    return out.stdout
+
+
+def test_the_jax_style_example_trains_and_resumes():
+    out = run("jax_style_loop.py")
+    assert "restored: rejoining job" in out
+    assert "learned y = 3.00x + 2.00" in out, out
+
+
+def test_the_torch_example_trains_and_resumes():
+    pytest.importorskip("torch", reason="torch is not installed in this environment (CI does not install it)")
+    out = run("torch_train.py")
+    assert "checkpoint after" in out and "learned y = 3.00x + 2.00" in out, out
