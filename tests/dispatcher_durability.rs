@@ -55,7 +55,7 @@ async fn kill_and_restart_mid_epoch(work_dir: &str, envs: &[(String, String)]) {
     assert!(c.values().all(|n| *n == 1), "no element twice: {c:?}");
 
     let after = common::leader_status(&client).await;
-    let ids = |s: &sluice_proto::v1::GetStatusResponse| -> Vec<String> {
+    let ids = |s: &sluice_client::ServiceStatus| -> Vec<String> {
         s.datasets.iter().map(|d| d.dataset_id.clone()).collect()
     };
     assert_eq!(ids(&after), ids(&before), "datasets survive");

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use common::{collect_i64, counts, run_sluice, wait_until, Port, Proc};
 use futures::StreamExt;
-use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_client::status::{IterationStatus, WorkerStatus};
+use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy, ServiceStatus};
 use sluice_dataset::DatasetDef;
-use sluice_proto::v1 as pb;
 
 fn dispatcher(extra: &[&str]) -> Proc {
     let mut args = vec!["dispatcher", "--port", "0"];
@@ -41,20 +41,20 @@ fn client(d: &str) -> Client {
     Client::new(&[d.to_string()], RetryPolicy::for_tests()).unwrap()
 }
 
-async fn status(c: &Client) -> pb::GetStatusResponse {
+async fn status(c: &Client) -> ServiceStatus {
     c.status().await.expect("status")
 }
 
-async fn wait_status(c: &Client, what: &str, cond: impl Fn(&pb::GetStatusResponse) -> bool) {
+async fn wait_status(c: &Client, what: &str, cond: impl Fn(&ServiceStatus) -> bool) {
     let cond = &cond;
     wait_until(what, || async move { c.status().await.map(|s| cond(&s)).unwrap_or(false) }).await;
 }
 
-fn worker_status<'a>(s: &'a pb::GetStatusResponse, address: &str) -> &'a pb::WorkerStatus {
+fn worker_status<'a>(s: &'a ServiceStatus, address: &str) -> &'a WorkerStatus {
     s.workers.iter().find(|w| w.address == address).expect("the worker is registered")
 }
 
-fn iterations(s: &pb::GetStatusResponse) -> Vec<&pb::IterationStatus> {
+fn iterations(s: &ServiceStatus) -> Vec<&IterationStatus> {
     s.jobs.iter().flat_map(|j| j.iterations.iter()).collect()
 }
 

@@ -6,9 +6,8 @@ mod common;
 
 use common::{collect_i64, counts, wait_until, Quorum};
 use futures::StreamExt;
-use sluice_client::{Client, ClientError, ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_client::{Client, ClientError, ProcessingMode, ReadOptions, RetryPolicy, ServiceStatus};
 use sluice_dataset::{DatasetDef, FunctionRegistry};
-use sluice_proto::v1 as pb;
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use tokio::net::TcpListener;
 
@@ -30,7 +29,7 @@ async fn wait_leader(q: &Quorum) -> u64 {
 }
 
 /// This node's own view, asked of it alone.
-async fn node_status(q: &Quorum, id: u64) -> Option<pb::GetStatusResponse> {
+async fn node_status(q: &Quorum, id: u64) -> Option<ServiceStatus> {
     let c = Client::new(&[q.address(id).to_string()], RetryPolicy::for_tests()).unwrap();
     c.status_of_each().await.pop().and_then(|(_, r)| r.ok())
 }
@@ -189,7 +188,7 @@ async fn the_whole_cluster_restarts_from_a_work_dir_on_s3_with_all_state() {
     let after = common::leader_status(&client).await;
     assert_eq!(after.datasets, before.datasets);
     // Client counts may change as readers release; everything else must match.
-    let durable = |s: &pb::GetStatusResponse| {
+    let durable = |s: &ServiceStatus| {
         let mut jobs = s.jobs.clone();
         jobs.iter_mut().flat_map(|j| j.iterations.iter_mut()).for_each(|it| it.clients = 0);
         jobs

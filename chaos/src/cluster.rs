@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::proxy::{Mode, Proxy};
 use anyhow::{bail, Context};
-use sluice_client::{Client, RetryPolicy};
-use sluice_proto::v1 as pb;
+use sluice_client::{Client, RetryPolicy, ServiceStatus};
 use sluice_testkit::{harness_log_env, log_tail, Child, MotoServer, Port, Spec, Stderr};
 
 /// Where the dispatchers journal.
@@ -297,13 +296,13 @@ impl Cluster {
 
     /// Node `id`'s own answer, asked of it alone, within about a second (a paused
     /// node does not answer).
-    pub async fn node_status(&self, id: u64) -> Option<pb::GetStatusResponse> {
+    pub async fn node_status(&self, id: u64) -> Option<ServiceStatus> {
         let probe = &self.probes[id as usize - 1];
         probe.status_of_each().await.pop().and_then(|(_, r)| r.ok())
     }
 
     /// Every running, unpaused node's own answer, asked at once.
-    pub async fn statuses(&self) -> Vec<(u64, Option<pb::GetStatusResponse>)> {
+    pub async fn statuses(&self) -> Vec<(u64, Option<ServiceStatus>)> {
         let ids = self.reachable();
         let answers = futures::future::join_all(ids.iter().map(|id| self.node_status(*id))).await;
         ids.into_iter().zip(answers).collect()
@@ -377,7 +376,7 @@ impl Cluster {
     }
 
     /// The leader's status (a linearizable read), waiting (bounded) for one.
-    pub async fn leader_status(&self, within: Duration) -> anyhow::Result<pb::GetStatusResponse> {
+    pub async fn leader_status(&self, within: Duration) -> anyhow::Result<ServiceStatus> {
         let start = Instant::now();
         loop {
             if let Some(id) = self.current_leader().await {

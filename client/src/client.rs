@@ -10,6 +10,7 @@ use crate::local_workers;
 use crate::options::{ReadKind, ReadOptions, TargetWorkers};
 use crate::reader::ElementStream;
 use crate::retry::RetryPolicy;
+use crate::status::ServiceStatus;
 use crate::task_readers;
 
 /// A cloneable handle to a Sluice service, given the dispatcher addresses.
@@ -109,28 +110,27 @@ impl Client {
 
     /// Workers, datasets, jobs and their progress, as the leader sees them (a
     /// follower's answer, flagged `from_leader = false`, when no leader answers).
-    pub async fn status(&self) -> Result<pb::GetStatusResponse, ClientError> {
+    pub async fn status(&self) -> Result<ServiceStatus, ClientError> {
         let answers = self.dispatcher.status_of_each().await;
         let mut any = None;
         let mut last_err = None;
         for (_, r) in answers {
             match r {
-                Ok(s) if s.from_leader => return Ok(s),
+                Ok(s) if s.from_leader => return Ok(s.into()),
                 Ok(s) => any = any.or(Some(s)),
                 Err(e) => last_err = Some(e),
             }
         }
         match (any, last_err) {
-            (Some(s), _) => Ok(s),
+            (Some(s), _) => Ok(s.into()),
             (None, Some(e)) => Err(e),
-            (None, None) => self.dispatcher.get_status().await,
+            (None, None) => self.dispatcher.get_status().await.map(ServiceStatus::from),
         }
     }
 
     /// Each dispatcher's own answer (or error), in the order of the addresses.
-    pub async fn status_of_each(
-        &self,
-    ) -> Vec<(String, Result<pb::GetStatusResponse, ClientError>)> {
-        self.dispatcher.status_of_each().await
+    pub async fn status_of_each(&self) -> Vec<(String, Result<ServiceStatus, ClientError>)> {
+        let answers = self.dispatcher.status_of_each().await;
+        answers.into_iter().map(|(a, r)| (a, r.map(ServiceStatus::from))).collect()
     }
 }

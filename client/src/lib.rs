@@ -50,6 +50,7 @@
 //!   remote call goes through: bounded backoff up to a deadline.
 //! - [`local_workers`] — the process-wide registry of in-process workers, which
 //!   `TargetWorkers::Local` reads are limited to.
+//! - [`status`] — [`ServiceStatus`], what `Client::status` returns.
 //! - [`error`] — [`ClientError`].
 
 pub mod blocking;
@@ -62,6 +63,7 @@ pub mod local_workers;
 pub mod options;
 pub mod reader;
 pub mod retry;
+pub mod status;
 mod task_readers;
 mod view_poll;
 mod worker_stream;
@@ -72,3 +74,4 @@ pub use error::ClientError;
 pub use options::{ProcessingMode, ReadKind, ReadOptions, TargetWorkers};
 pub use reader::ElementStream;
 pub use retry::RetryPolicy;
+pub use status::ServiceStatus;

@@ -44,6 +44,19 @@ impl ProcessingMode {
         }
     }
 
+    pub(crate) fn from_wire(m: pb::ProcessingMode) -> Option<Self> {
+        Some(match m {
+            pb::ProcessingMode::Off => ProcessingMode::Off,
+            pb::ProcessingMode::Dynamic => ProcessingMode::Dynamic,
+            pb::ProcessingMode::File => ProcessingMode::File,
+            pb::ProcessingMode::Data => ProcessingMode::Data,
+            pb::ProcessingMode::FileOrData => ProcessingMode::FileOrData,
+            pb::ProcessingMode::Hint => ProcessingMode::Hint,
+            #[allow(unreachable_patterns)]
+            _ => return None,
+        })
+    }
+
     /// FILE, DATA, FILE_OR_DATA and HINT: sharded over the dispatcher's fixed
     /// worker list.
     pub fn is_static(self) -> bool {

@@ -25,6 +25,7 @@ from sluice.distribute import (
     distribute,
     from_dataset_id,
     register_dataset,
+    status,
 )
 from sluice.errors import *  # noqa: F403  (the exception classes)
 from sluice.servers import DispatchServer, Quorum, WorkerServer, start_quorum
@@ -40,6 +41,7 @@ __all__ = [
     "CrossTrainerCache",
     "distribute",
     "register_dataset",
+    "status",
     "from_dataset_id",
     "DispatchServer",
     "WorkerServer",

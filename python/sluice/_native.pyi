@@ -46,6 +46,8 @@ class Client:
 
     def __init__(self, addresses: list[str], timeout: float = 60.0) -> None: ...
     def register_dataset(self, spec_json: str, dataset_id: Optional[str] = None) -> str: ...
+    def status_json(self) -> str:
+        """The service's status (``sluice_client::ServiceStatus``) as JSON."""
     def read(
         self,
         dataset_id: str,

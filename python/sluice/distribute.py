@@ -28,6 +28,7 @@ __all__ = [
     "distribute",
     "register_dataset",
     "from_dataset_id",
+    "status",
 ]
 
 Service = Union[str, Sequence[str], Any]
@@ -168,6 +169,17 @@ def register_dataset(
     spec = dataset.to_json()
     native = client(service, dispatcher_timeout)
     return native.register_dataset(spec, dataset_id or _dataset_id(spec))
+
+
+def status(service: Service, *, dispatcher_timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    """What the service's leader knows: ``workers`` (address, active tasks, last
+    heartbeat, lost), ``datasets``, ``jobs`` with their iterations' progress
+    (tasks finished, consumers, DYNAMIC split cursor, lost splits), ``raft`` (this
+    node's role, term, log positions) and ``from_leader`` (False when only a
+    follower answered, whose registry may be stale); what ``sluice status`` shows."""
+    import json
+
+    return json.loads(client(service, dispatcher_timeout).status_json())
 
 
 class DistributedDataset:

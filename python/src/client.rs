@@ -61,6 +61,16 @@ impl Client {
         id.map_err(errors::from_client)
     }
 
+    /// Workers, datasets, jobs and their progress as the leader sees them (a
+    /// follower's view, with `from_leader` false, when no leader answers), as JSON.
+    fn status_json(&self, py: Python<'_>) -> PyResult<String> {
+        let (rt, client) = self.inner.get("client")?;
+        let client = client.clone();
+        let status = blocking::run(py, rt, None, "status", async move { client.status().await })?
+            .map_err(errors::from_client)?;
+        serde_json::to_string(&status).map_err(|e| errors::internal(e.to_string()))
+    }
+
     /// Gets or creates the job and its iteration, and returns a reader of it.
     #[pyo3(signature = (dataset_id, processing_mode, job_name = None, target_workers = "auto",
         max_outstanding_requests = None, repetition = 0, num_consumers = None,

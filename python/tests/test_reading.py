@@ -96,3 +96,17 @@ def test_reader_next_returns_none_at_the_end_and_counts(service):
     assert reader.elements == 3
     with pytest.raises(StopIteration):
         next(reader)
+
+
+def test_status_shows_workers_datasets_and_job_progress(service):
+    ds = sluice.Dataset.range(6)
+    dataset_id = sluice.register_dataset(service.target, ds)
+    assert len(ints(sluice.from_dataset_id("dynamic", service.target, dataset_id, job_name="seen"))) == 6
+    s = sluice.status(service.target)
+    assert s["from_leader"] is True and s["raft"]["role"] == "leader"
+    assert sorted(w["address"] for w in s["workers"]) == sorted(w.address for w in service.workers)
+    assert {"dataset_id": dataset_id, "source_cardinality": 6} in s["datasets"]
+    (job,) = [j for j in s["jobs"] if j["job_name"] == "seen"]
+    assert job["mode"] == "dynamic" and job["dataset_id"] == dataset_id
+    (it,) = job["iterations"]
+    assert it["finished"] and it["split_cursor"] is not None

@@ -1,7 +1,8 @@
 //! `sluice status`: a readable table of workers, datasets, jobs and progress.
 
 use clap::Args;
-use sluice_proto::v1 as pb;
+use sluice_client::status::IterationStatus;
+use sluice_client::{ProcessingMode, ServiceStatus};
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -30,7 +31,7 @@ pub async fn run(a: StatusArgs) -> anyhow::Result<()> {
 
 /// One line per dispatcher node: its Raft role and log positions.
 pub fn render_nodes(
-    each: &[(String, Result<pb::GetStatusResponse, sluice_client::ClientError>)],
+    each: &[(String, Result<ServiceStatus, sluice_client::ClientError>)],
 ) -> String {
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
     let mut out = format!("DISPATCHERS ({})\n", each.len());
@@ -58,20 +59,20 @@ pub fn render_nodes(
     out
 }
 
-fn mode_name(m: i32) -> &'static str {
-    match pb::ProcessingMode::try_from(m) {
-        Ok(pb::ProcessingMode::Off) => "OFF",
-        Ok(pb::ProcessingMode::Dynamic) => "DYNAMIC",
-        Ok(pb::ProcessingMode::File) => "FILE",
-        Ok(pb::ProcessingMode::Data) => "DATA",
-        Ok(pb::ProcessingMode::FileOrData) => "FILE_OR_DATA",
-        Ok(pb::ProcessingMode::Hint) => "HINT",
-        _ => "?",
+fn mode_name(m: Option<ProcessingMode>) -> &'static str {
+    match m {
+        Some(ProcessingMode::Off) => "OFF",
+        Some(ProcessingMode::Dynamic) => "DYNAMIC",
+        Some(ProcessingMode::File) => "FILE",
+        Some(ProcessingMode::Data) => "DATA",
+        Some(ProcessingMode::FileOrData) => "FILE_OR_DATA",
+        Some(ProcessingMode::Hint) => "HINT",
+        None => "?",
     }
 }
 
 /// The STATE column: finished / running / collected, and what liveness lost.
-fn iteration_state(mode: &str, it: &pb::IterationStatus) -> String {
+fn iteration_state(mode: &str, it: &IterationStatus) -> String {
     let mut state = if it.garbage_collected {
         "collected (no consumer for the GC timeout)".to_string()
     } else if it.finished {
@@ -99,7 +100,7 @@ fn iteration_state(mode: &str, it: &pb::IterationStatus) -> String {
 
 /// CURSOR is dynamic sharding's split cursor: `eR@N` = epoch R, next source
 /// element N (an epoch that ran out moves the cursor to the next epoch at 0).
-pub fn render(s: &pb::GetStatusResponse) -> String {
+pub fn render(s: &ServiceStatus) -> String {
     let mut out = String::new();
     out.push_str(&format!("WORKERS ({})\n", s.workers.len()));
     out.push_str(&format!("  {:<24} {:>12} {:>16}\n", "ADDRESS", "ACTIVE TASKS", "LAST HEARTBEAT"));

@@ -203,7 +203,7 @@ pub fn run_sluice(args: &[&str], stdin: Option<&str>) -> (bool, String, String) 
 
 /// The registry as the leader reports it: a follower's answer, or a leader's that
 /// could not confirm itself in time, may lag.
-pub async fn leader_status(client: &Client) -> sluice_proto::v1::GetStatusResponse {
+pub async fn leader_status(client: &Client) -> sluice_client::ServiceStatus {
     let start = Instant::now();
     loop {
         if let Ok(s) = client.status().await {

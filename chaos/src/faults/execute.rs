@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use sluice_proto::v1 as pb;
+use sluice_client::status::{IterationStatus, JobStatus, ServiceStatus};
 use tokio::sync::{watch, OwnedRwLockWriteGuard, RwLock};
 
 use super::{Link, Planned, Schedule};
@@ -331,22 +331,22 @@ async fn settled_registry(cluster: &Cluster) -> anyhow::Result<String> {
 /// The durable registry as one canonical string: datasets; jobs; their iterations
 /// with tasks, finished flags and split cursors. Soft fields (client counts,
 /// workers' heartbeat times, Raft positions) are left out.
-pub fn registry_digest(s: &pb::GetStatusResponse) -> String {
+pub fn registry_digest(s: &ServiceStatus) -> String {
     let mut datasets: Vec<String> = s
         .datasets
         .iter()
         .map(|d| format!("dataset {} cardinality {:?}", d.dataset_id, d.source_cardinality))
         .collect();
     datasets.sort();
-    let mut jobs: Vec<&pb::JobStatus> = s.jobs.iter().collect();
+    let mut jobs: Vec<&JobStatus> = s.jobs.iter().collect();
     jobs.sort_by_key(|j| j.job_id);
     let mut lines = datasets;
     for j in jobs {
         lines.push(format!(
-            "job {} {:?} dataset {} mode {}",
+            "job {} {:?} dataset {} mode {:?}",
             j.job_id, j.job_name, j.dataset_id, j.mode
         ));
-        let mut its: Vec<&pb::IterationStatus> = j.iterations.iter().collect();
+        let mut its: Vec<&IterationStatus> = j.iterations.iter().collect();
         its.sort_by_key(|it| it.iteration_id);
         for it in its {
             lines.push(format!(
