@@ -227,3 +227,19 @@ class Position:
         self.dataset.job_name = job_name
         self.repetition = repetition
         self.elements = elements
+
+
+class HasPosition:
+    """The properties both adapters show of their ``Position``."""
+
+    _position: Position
+
+    @property
+    def job_name(self) -> str:
+        """The name of the job read (the user's or the generated one)."""
+        return self._position.job_name
+
+    @property
+    def repetition(self) -> int:
+        """The repetition being read (between epochs: the next one)."""
+        return self._position.repetition

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Self
 
-from sluice._state import Position
+from sluice._state import HasPosition, Position
 from sluice.distribute import DistributedDataset
 from sluice.errors import InvalidArgumentError
 
 __all__ = ["Iterator"]
 
 
-class Iterator:
+class Iterator(HasPosition):
     """Reads repetitions ``0 .. num_epochs-1`` of a named job, element by element,
     and can checkpoint and restore its position.
 
@@ -65,16 +65,6 @@ class Iterator:
         self._position = Position(dataset, "jax")
         self._num_epochs = num_epochs
         self._token: int | None = None
-
-    @property
-    def job_name(self) -> str:
-        """The name of the job read (the user's or the generated one)."""
-        return self._position.job_name
-
-    @property
-    def repetition(self) -> int:
-        """The repetition being read (between epochs: the next one)."""
-        return self._position.repetition
 
     def __iter__(self) -> Self:
         return self

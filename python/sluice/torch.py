@@ -39,7 +39,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "(or read Sluice elements as numpy arrays without this module)"
     ) from e
 
-from sluice._state import Position, is_dynamic
+from sluice._state import HasPosition, Position, is_dynamic
 from sluice.distribute import DistributedDataset
 from sluice.errors import InvalidArgumentError
 
@@ -80,7 +80,7 @@ def to_torch(element: Any, copy: bool = False) -> Any:
     return element
 
 
-class IterableDataset(_TorchIterableDataset):  # type: ignore[type-arg]
+class IterableDataset(HasPosition, _TorchIterableDataset):  # type: ignore[type-arg]
     """A Sluice job read as a ``torch.utils.data.IterableDataset`` of tensors.
 
     Build it from a ``DistributedDataset``::
@@ -184,16 +184,6 @@ class IterableDataset(_TorchIterableDataset):  # type: ignore[type-arg]
             distributed = dataset.distribute(processing_mode, service, **distribute_args)
         self._position = Position(distributed, "torch")
         self._copy = bool(copy)
-
-    @property
-    def job_name(self) -> str:
-        """The job's name (the user's or the generated one)."""
-        return self._position.job_name
-
-    @property
-    def repetition(self) -> int:
-        """The repetition being read (between epochs: the next one)."""
-        return self._position.repetition
 
     def _process_job_name(self) -> str | None:
         """This loader process's job, when it differs from the shared one."""

@@ -4,13 +4,16 @@
 //! run (`sluice_dispatcher::spawn`, `sluice_worker::spawn`).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use futures::future::{BoxFuture, FutureExt, Shared};
 
 use pyo3::prelude::*;
 use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
 
 use crate::blocking::{self, seconds};
 use crate::errors;
@@ -34,13 +37,77 @@ fn bind(
     )
 }
 
+/// What a running server's Python object holds: its address, its handle until
+/// stopped, and a future that resolves once it has stopped (for `join`).
+struct Running<H> {
+    what: &'static str,
+    address: String,
+    handle: Mutex<Option<Owned<H>>>,
+    stopped: Owned<Shared<BoxFuture<'static, ()>>>,
+}
+
+/// The two servers' handles, as [`Running`] uses them.
+trait ServerHandle: Send + 'static {
+    fn address(&self) -> &str;
+    fn stopped(&self) -> BoxFuture<'static, ()>;
+    fn shutdown(self) -> BoxFuture<'static, Result<(), String>>;
+}
+
+impl ServerHandle for DispatcherHandle {
+    fn address(&self) -> &str {
+        DispatcherHandle::address(self)
+    }
+    fn stopped(&self) -> BoxFuture<'static, ()> {
+        DispatcherHandle::stopped(self).boxed()
+    }
+    fn shutdown(self) -> BoxFuture<'static, Result<(), String>> {
+        DispatcherHandle::shutdown(self).map(|r| r.map_err(|e| e.to_string())).boxed()
+    }
+}
+
+impl ServerHandle for WorkerHandle {
+    fn address(&self) -> &str {
+        WorkerHandle::address(self)
+    }
+    fn stopped(&self) -> BoxFuture<'static, ()> {
+        WorkerHandle::stopped(self).boxed()
+    }
+    fn shutdown(self) -> BoxFuture<'static, Result<(), String>> {
+        WorkerHandle::shutdown(self).map(|r| r.map_err(|e| e.to_string())).boxed()
+    }
+}
+
+impl<H: ServerHandle> Running<H> {
+    fn new(what: &'static str, rt: Arc<Runtime>, handle: H) -> Self {
+        let stopped = handle.stopped().shared();
+        Running {
+            what,
+            address: handle.address().to_string(),
+            handle: Mutex::new(Some(Owned::new(rt.clone(), handle))),
+            stopped: Owned::new(rt, stopped),
+        }
+    }
+
+    /// Stops the server and waits until it has stopped; a second call does nothing.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(owned) = taken else { return Ok(()) };
+        let (rt, handle) = owned.into_inner(self.what)?;
+        let what = format!("stopping the {}", self.what);
+        blocking::run(py, &rt, None, &what, handle.shutdown())?.map_err(errors::internal)
+    }
+
+    /// Waits until the server has stopped, or `timeout` seconds.
+    fn join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let (rt, stopped) = self.stopped.get(self.what)?;
+        blocking::slices(py, rt, timeout, self.what, || stopped.clone())
+    }
+}
+
 /// A dispatcher node: one node of a Raft group (alone by default).
 #[pyclass(frozen, module = "sluice._native")]
-pub struct DispatchServer {
-    address: String,
-    handle: Mutex<Option<Owned<DispatcherHandle>>>,
-    stopped: Owned<futures::future::Shared<futures::future::BoxFuture<'static, ()>>>,
-}
+pub struct DispatchServer(Running<DispatcherHandle>);
 
 #[pymethods]
 impl DispatchServer {
@@ -100,33 +167,27 @@ impl DispatchServer {
     /// `host:port` this dispatcher serves on.
     #[getter]
     fn address(&self) -> &str {
-        &self.address
+        &self.0.address
     }
 
     /// Stops serving and waits until the dispatcher has stopped (its journal
     /// closed). Stopping twice is allowed.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(owned) = taken else { return Ok(()) };
-        let (rt, handle) = owned.into_inner("dispatch server")?;
-        let result = blocking::run(py, &rt, None, "stopping the dispatcher", handle.shutdown())?;
-        result.map_err(|e| errors::internal(e.to_string()))
+        self.0.stop(py)
     }
 
     /// Blocks until the dispatcher stops (another thread called `stop`, or it
     /// failed), or `timeout` seconds pass (then `DeadlineExceededError`).
     #[pyo3(signature = (timeout = None))]
     fn join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
-        let (rt, stopped) = self.stopped.get("dispatch server")?;
-        blocking::slices(py, rt, timeout, "the dispatcher", || stopped.clone())
+        self.0.join(py, timeout)
     }
 }
 
 impl DispatchServer {
     fn start(
         py: Python<'_>,
-        rt: std::sync::Arc<tokio::runtime::Runtime>,
+        rt: Arc<Runtime>,
         listener: TcpListener,
         config: DispatcherConfig,
     ) -> PyResult<Self> {
@@ -135,13 +196,7 @@ impl DispatchServer {
             sluice_dispatcher::spawn(listener, config, registry).await
         })?
         .map_err(|e| errors::invalid_argument(e.to_string()))?;
-        use futures::FutureExt;
-        let stopped = handle.stopped().boxed().shared();
-        Ok(DispatchServer {
-            address: handle.address().to_string(),
-            handle: Mutex::new(Some(Owned::new(rt.clone(), handle))),
-            stopped: Owned::new(rt, stopped),
-        })
+        Ok(DispatchServer(Running::new("dispatch server", rt, handle)))
     }
 }
 
@@ -185,11 +240,7 @@ pub fn start_quorum(
 /// A worker: registers with the dispatchers, runs its tasks' pipelines and
 /// streams elements to readers.
 #[pyclass(frozen, module = "sluice._native")]
-pub struct WorkerServer {
-    address: String,
-    handle: Mutex<Option<Owned<WorkerHandle>>>,
-    stopped: Owned<futures::future::Shared<futures::future::BoxFuture<'static, ()>>>,
-}
+pub struct WorkerServer(Running<WorkerHandle>);
 
 #[pymethods]
 impl WorkerServer {
@@ -227,37 +278,25 @@ impl WorkerServer {
             sluice_worker::spawn(listener, config, registry).await
         })?
         .map_err(|e| errors::invalid_argument(e.to_string()))?;
-        use futures::FutureExt;
-        let stopped = handle.stopped().boxed().shared();
-        Ok(WorkerServer {
-            address: handle.address().to_string(),
-            handle: Mutex::new(Some(Owned::new(rt.clone(), handle))),
-            stopped: Owned::new(rt, stopped),
-        })
+        Ok(WorkerServer(Running::new("worker server", rt, handle)))
     }
 
     /// The address readers dial (`host:port`, or `advertise`).
     #[getter]
     fn address(&self) -> &str {
-        &self.address
+        &self.0.address
     }
 
     /// Stops the worker (draining streams for up to `drain_timeout`) and waits
     /// until it has stopped. Stopping twice is allowed.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(owned) = taken else { return Ok(()) };
-        let (rt, handle) = owned.into_inner("worker server")?;
-        let result = blocking::run(py, &rt, None, "stopping the worker", handle.shutdown())?;
-        result.map_err(|e| errors::internal(e.to_string()))
+        self.0.stop(py)
     }
 
     /// Blocks until the worker stops, or `timeout` seconds pass (then
     /// `DeadlineExceededError`).
     #[pyo3(signature = (timeout = None))]
     fn join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
-        let (rt, stopped) = self.stopped.get("worker server")?;
-        blocking::slices(py, rt, timeout, "the worker", || stopped.clone())
+        self.0.join(py, timeout)
     }
 }
