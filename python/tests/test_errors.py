@@ -117,7 +117,17 @@ def after_main_releases_the_interpreter(action):
     return gate, t
 
 
-def test_ctrl_c_interrupts_a_blocked_read_in_this_process():
+@pytest.fixture
+def sigint_raises():
+    """SIGINT handled as in an interactive Python (KeyboardInterrupt). A test run
+    started in the background of a non-interactive shell (CI, `cmd &`) inherits
+    SIGINT ignored, and Python then installs no handler: Ctrl-C would do nothing."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_ctrl_c_interrupts_a_blocked_read_in_this_process(sigint_raises):
     d, reader = blocked_reader()
     old = sys.getswitchinterval()
     sys.setswitchinterval(3600)
@@ -136,7 +146,9 @@ def test_ctrl_c_interrupts_a_blocked_read_in_this_process():
 def test_sigint_stops_a_blocked_read_in_a_script():
     script = textwrap.dedent(
         """
-        import sluice, sys, threading
+        import signal, sluice, sys, threading
+        # As in a terminal, whatever the test runner's shell left ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         d = sluice.DispatchServer()
         reader = iter(sluice.Dataset.range(3).distribute("dynamic", d.target))
         # The helper prints only once the main thread released the interpreter,
