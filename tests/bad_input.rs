@@ -141,3 +141,21 @@ async fn zero_max_outstanding_requests_is_refused() {
     };
     assert!(err.to_string().contains("max_outstanding_requests"), "{err}");
 }
+
+/// The attack that aborted a worker (issue 14): a 480 KB spec of `range(10)` and
+/// 20,000 `take` stages, sent as the wire's JSON straight to the dispatcher (the
+/// client would refuse it itself). The dispatcher refuses it naming the bound,
+/// and the service keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_of_20000_stages_is_refused_at_registration_naming_the_bound() {
+    let cluster = Cluster::start(1).await;
+    let def = (0..20_000).fold(DatasetDef::range(10), |d, _| d.take(10));
+    let req = pb::RegisterDatasetRequest {
+        dataset: Some(pb::DatasetDef { json: def.to_json_compact() }),
+        dataset_id: String::new(),
+    };
+    let err = cluster.client().dispatcher().register_dataset(req).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("more than 256 stages"), "{err}");
+    still_serves(&cluster).await;
+}

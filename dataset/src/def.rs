@@ -448,7 +448,49 @@ impl DatasetDef {
     /// `range` step non-zero, nested pipelines likewise. Errors name the field, e.g.
     /// `stages[2].batch.size` or `stages[1].zip.datasets[0].stages[0]`.
     pub fn validate(&self) -> Result<(), DatasetError> {
+        self.check_size()?;
         self.validate_at("")
+    }
+
+    /// The bounds that keep a pipeline's executor within a thread's stack: at most
+    /// [`MAX_STAGES`] stages in all (nested pipelines included) and [`MAX_NESTING`]
+    /// levels of `zip` / `concatenate`. Walked with an explicit stack, so a hostile
+    /// spec cannot overflow this check either.
+    fn check_size(&self) -> Result<(), DatasetError> {
+        let mut pending = vec![(self, 0usize)];
+        let mut total = 0usize;
+        while let Some((def, depth)) = pending.pop() {
+            if depth > MAX_NESTING {
+                return Err(DatasetError::InvalidSpec {
+                    field: "stages".into(),
+                    message: format!(
+                        "pipelines nest more than {MAX_NESTING} levels deep (zip or concatenate \
+                         inside zip or concatenate); flatten the pipeline"
+                    ),
+                });
+            }
+            total = total.saturating_add(def.stages.len());
+            if total > MAX_STAGES {
+                return Err(DatasetError::InvalidSpec {
+                    field: "stages".into(),
+                    message: format!(
+                        "the pipeline has more than {MAX_STAGES} stages (nested pipelines \
+                         included); at most {MAX_STAGES} are allowed: merge repeated stages \
+                         (one take, one map with several arguments) or split the work"
+                    ),
+                });
+            }
+            for stage in &def.stages {
+                match stage {
+                    Stage::Zip { datasets } => {
+                        pending.extend(datasets.iter().map(|d| (d, depth + 1)));
+                    }
+                    Stage::Concatenate { dataset } => pending.push((dataset, depth + 1)),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
     }
 
     fn validate_at(&self, prefix: &str) -> Result<(), DatasetError> {
@@ -622,6 +664,14 @@ impl DatasetDef {
         }
     }
 }
+
+/// Upper bound of the stages of a pipeline, nested pipelines included. Stages are
+/// nested iterators: each adds frames to every `next` call of the pipeline's
+/// thread, so the count must be bounded for the default 2 MiB thread stack
+/// (20,000 `take` stages overflowed a worker's stack and aborted it).
+pub const MAX_STAGES: usize = 256;
+/// Upper bound of how deep `zip` / `concatenate` pipelines nest.
+pub const MAX_NESTING: usize = 8;
 
 /// Upper bound of `num_parallel_calls` (map, interleave): threads per stage.
 pub const MAX_PARALLEL_CALLS: u32 = 64;

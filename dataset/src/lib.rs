@@ -52,7 +52,7 @@ mod wire;
 pub use cardinality::Cardinality;
 pub use def::{
     range_len, Arg, DatasetDef, FeatureSpec, FnCall, FnKind, ShardArg, SliceValues, Stage,
-    SHARD_HINT,
+    MAX_NESTING, MAX_STAGES, SHARD_HINT,
 };
 pub use error::DatasetError;
 pub use exec::{ElementIter, SplitProvider, SplitRange};

@@ -103,3 +103,58 @@ fn a_panicking_function_becomes_a_function_error() {
     let msg = out[0].as_ref().expect_err("panic").to_string();
     assert!(msg.contains("panicked: filter kaboom"), "{msg}");
 }
+
+/// `range(10)` followed by `n` stages `take(10)`.
+fn takes(n: usize) -> DatasetDef {
+    (0..n).fold(DatasetDef::range(10), |d, _| d.take(10))
+}
+
+#[test]
+fn a_pipeline_of_too_many_stages_is_refused_naming_the_bound() {
+    // The attack that aborted a worker: 20,000 stages overflowed its stack.
+    for n in [sluice_dataset::MAX_STAGES, 20_000] {
+        let e = takes(n).validate().expect_err("refused");
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("more than {} stages", sluice_dataset::MAX_STAGES)), "{msg}");
+        assert!(matches!(start_err(&takes(n)), DatasetError::InvalidSpec { .. }));
+    }
+    // The same through the JSON form the dispatcher and the workers parse.
+    let json = takes(20_000).to_json_compact();
+    let e = DatasetDef::from_json(&json).expect_err("refused");
+    assert!(e.to_string().contains("more than 256 stages"), "{e}");
+}
+
+#[test]
+fn a_pipeline_at_the_stage_bound_runs_on_a_default_thread_stack() {
+    // A mix of the per-element stages, so the frames are those of real pipelines.
+    let def = (0..sluice_dataset::MAX_STAGES - 1).fold(DatasetDef::range(10), |d, i| match i % 4 {
+        0 => d.take(10),
+        1 => d.map("identity"),
+        2 => d.skip(0),
+        _ => d.filter_with("mod_eq", vec![Arg::Int(1), Arg::Int(0)]),
+    });
+    def.validate().expect("at the bound");
+    // A pipeline thread has the default 2 MiB stack: a spawned thread has the same.
+    let got = std::thread::spawn(move || {
+        let iter = def.iter_local(&FunctionRegistry::builtin()).expect("starts");
+        iter.map(|e| e.expect("element").components[0].as_i64().expect("int64")).collect::<Vec<_>>()
+    })
+    .join()
+    .expect("no stack overflow");
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn nested_pipelines_count_towards_the_bound_and_nest_at_most_max_nesting_deep() {
+    // Zips nested one inside the other.
+    let nested = |levels: usize| {
+        (0..levels).fold(DatasetDef::range(3), |inner, _| DatasetDef::range(3).zip(vec![inner]))
+    };
+    nested(sluice_dataset::MAX_NESTING).validate().expect("at the bound");
+    let e = nested(sluice_dataset::MAX_NESTING + 1).validate().expect_err("refused");
+    assert!(e.to_string().contains("nest more than 8 levels"), "{e}");
+    // Stages inside a zip count: 2 zipped pipelines of 128 stages each are too many.
+    let half = takes(127);
+    let e = DatasetDef::range(3).zip(vec![half.clone(), half]).validate().expect_err("refused");
+    assert!(e.to_string().contains("more than 256 stages"), "{e}");
+}

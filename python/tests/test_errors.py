@@ -180,3 +180,11 @@ def test_sigint_stops_a_blocked_read_in_a_script():
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_pipeline_of_too_many_stages_is_refused_naming_the_bound(service):
+    ds = sluice.Dataset.range(10)
+    for _ in range(300):
+        ds = ds.take(10)
+    with pytest.raises(sluice.InvalidArgumentError, match="more than 256 stages"):
+        sluice.register_dataset(service.target, ds)
