@@ -68,11 +68,29 @@ impl Tensor {
     }
 
     fn check(&self) -> Result<(), DatasetError> {
-        let n = self.num_values();
         let bad = |what: String| DatasetError::BadTensor(what);
+        // The shape may come from the network: its product must not wrap (a wrapped
+        // product of 0 would let an empty payload claim 2^64 values), and each
+        // dimension must fit the int64 dims numpy and TensorFlow use.
+        let n = self.shape.iter().try_fold(1u64, |n, d| n.checked_mul(*d)).ok_or_else(|| {
+            bad(format!(
+                "{} tensor of shape {:?}: the shape overflows",
+                self.dtype.name(),
+                self.shape
+            ))
+        })?;
+        if let Some(d) = self.shape.iter().find(|d| **d > i64::MAX as u64) {
+            return Err(bad(format!("dimension {d} of shape {:?} exceeds i64::MAX", self.shape)));
+        }
         match self.dtype.width() {
             Some(w) => {
-                let want = n.checked_mul(w as u64).ok_or_else(|| bad("shape overflows".into()))?;
+                let want = n.checked_mul(w as u64).ok_or_else(|| {
+                    bad(format!(
+                        "{} tensor of shape {:?}: the shape overflows",
+                        self.dtype.name(),
+                        self.shape
+                    ))
+                })?;
                 if self.data.len() as u64 != want {
                     return Err(bad(format!(
                         "{} tensor of shape {:?} needs {} bytes, got {}",
@@ -109,7 +127,8 @@ impl Tensor {
     pub fn data(&self) -> &Bytes {
         &self.data
     }
-    /// Number of values: the product of the shape (1 for a scalar).
+    /// Number of values: the product of the shape (1 for a scalar). Every tensor
+    /// was checked at construction, so this does not overflow.
     pub fn num_values(&self) -> u64 {
         self.shape.iter().product()
     }

@@ -117,10 +117,15 @@ fn array<T: NpElement>(py: Python<'_>, t: &Tensor) -> PyResult<Py<PyAny>> {
         Buffer::Aligned { words, len: payload.len() }
     };
     let mut dims: Vec<npy_intp> = t.shape().iter().map(|d| *d as npy_intp).collect();
-    let expected: usize = t.shape().iter().product::<u64>() as usize * width;
-    if expected != data.len() {
+    // Checked again here, where a wrong size would let numpy read past the buffer.
+    let expected = t
+        .shape()
+        .iter()
+        .try_fold(width as u64, |n, d| n.checked_mul(*d))
+        .and_then(|n| usize::try_from(n).ok());
+    if expected != Some(data.len()) {
         return Err(errors::internal(format!(
-            "a {} tensor of shape {:?} arrived with {} bytes (expected {expected})",
+            "a {} tensor of shape {:?} arrived with {} bytes (expected {expected:?})",
             t.dtype().name(),
             t.shape(),
             data.len()
