@@ -34,6 +34,10 @@ pub enum DatasetError {
     /// A `tf.train.Example` does not match the `parse_example` feature specs.
     #[error("parse_example: {0}")]
     BadExample(String),
+    /// The pipeline's thread panicked outside a registry function (which yields a
+    /// `Function` error instead): a bug, reported rather than taken for the end.
+    #[error("the pipeline panicked: {0}")]
+    Panicked(String),
 }
 
 impl DatasetError {

@@ -20,7 +20,7 @@
 //! static mode, as tf.data) or on new splits (DYNAMIC).
 
 use sluice_client::DispatcherClient;
-use sluice_dataset::{DatasetDef, FunctionRegistry, StaticPolicy};
+use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, StaticPolicy};
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -60,11 +60,37 @@ pub(crate) fn spawn(
         .name(format!("sluice-task-{task_id}"))
         .spawn(move || {
             let _entered = span.enter();
-            pipeline.run(task_id, &ctx, stop, tx);
+            run_catching_panics(task_id, tx, |tx| pipeline.run(task_id, &ctx, stop, tx));
             let _ = done_tx.send(());
         })
         .map_err(|e| format!("cannot start the pipeline thread: {e}"))?;
     Ok(done_rx)
+}
+
+/// Runs the pipeline body `run` with `tx`. A panic must not pass for the end of
+/// the data: the sender would drop while unwinding, which consumers read as end of
+/// sequence. So a clone keeps the channel open, and the panic is sent as the
+/// task's last item. (Registry functions' panics are caught inside the executor
+/// already, as `Function` errors; this catches the rest.)
+fn run_catching_panics(task_id: u64, tx: mpsc::Sender<Item>, run: impl FnOnce(mpsc::Sender<Item>)) {
+    let on_panic = tx.clone();
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(tx))) {
+        let what = panic_message(&*panic);
+        tracing::error!(task_id, "the pipeline thread panicked: {what}");
+        let _ = on_panic.blocking_send(Err(DatasetError::Panicked(format!(
+            "{what} (task {task_id}); the read fails rather than end early. This is a bug: \
+             please report it with the worker's log"
+        ))));
+    }
+}
+
+/// A panic's message, when it has one.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".to_string())
 }
 
 /// The static sharding policy of a static mode; `None` for OFF and DYNAMIC.
@@ -172,5 +198,33 @@ impl Pipeline {
         }
         // Dropping `tx` tells the consumers: end of sequence.
         tracing::info!("pipeline reached end of sequence");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_the_pipeline_is_its_last_item_not_the_end_of_sequence() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let thread = std::thread::spawn(move || {
+            run_catching_panics(7, tx, |tx| {
+                tx.blocking_send(Ok(sluice_dataset::Element::single(
+                    sluice_dataset::Tensor::scalar_i64(1),
+                )))
+                .expect("sent");
+                panic!("an executor bug");
+            })
+        });
+        assert!(matches!(rx.blocking_recv(), Some(Ok(_))), "the element before the panic");
+        match rx.blocking_recv() {
+            Some(Err(DatasetError::Panicked(m))) => {
+                assert!(m.contains("an executor bug") && m.contains("task 7"), "{m}")
+            }
+            other => panic!("expected the panic as an error, got {other:?}"),
+        }
+        assert!(rx.blocking_recv().is_none(), "then the channel closes");
+        thread.join().expect("the panic was caught");
     }
 }

@@ -110,3 +110,32 @@ fn requests_may_only_lower_the_message_bounds() {
     assert_eq!(limits(8, 1024), "Limits { max_elements: 8, max_bytes: 1024 }");
     assert_eq!(limits(1000, u64::MAX), "Limits { max_elements: 64, max_bytes: 4194304 }");
 }
+
+/// A panic inside the iterator a dataset function returned fails the task's
+/// stream with an error naming it (the executor catches it as a `Function`
+/// error); it never passes for the end of the data.
+#[tokio::test]
+async fn a_panicking_pipeline_fails_its_stream_and_never_ends_it_cleanly() {
+    let mut registry = sluice_dataset::FunctionRegistry::builtin();
+    registry.register_dataset_fn("explode", 0, |e, _| {
+        let mut first = Some(e);
+        Ok(Box::new(std::iter::from_fn(move || match first.take() {
+            Some(e) => Some(Ok(e)),
+            None => panic!("boom in the third iteration"),
+        })))
+    });
+    let def = DatasetDef::range(3).flat_map("explode", vec![]);
+    let dispatcher = MockDispatcher::start(vec![task_def(9, &def, OFF)]).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind worker");
+    let config = WorkerConfig::for_tests(vec![dispatcher.address()]);
+    let worker = spawn(listener, config, registry).await.expect("spawn worker");
+    let mut client = connect(&worker).await;
+    let stream = open_stream(&mut client, request(9, 0, 0)).await.expect("opens");
+    let got = tokio::time::timeout(WAIT, read_to_end(stream)).await.expect("the stream ends");
+    assert!(!got.end_of_sequence, "a panic must not end the sequence: {got:?}");
+    assert_eq!(got.values, vec![0], "the element before the panic arrives");
+    let status = got.error.expect("the stream fails");
+    assert!(status.message().contains("panicked: boom in the third iteration"), "{status:?}");
+    worker.shutdown().await.expect("worker stops");
+    dispatcher.shutdown().await;
+}
