@@ -357,3 +357,66 @@ fn target_workers_is_part_of_a_named_jobs_identity() {
     let e = e.to_string();
     assert!(e.contains("target_workers=LOCAL") && e.contains("target_workers=ANY"), "{e}");
 }
+
+/// Counters a client or worker can push to their limit are refused at it, with
+/// the state unchanged, instead of wrapping or panicking (a panic in `apply`
+/// would stop every replica at the same entry).
+#[test]
+fn values_at_their_limit_are_refused_without_changing_state() {
+    let mut s = State::default();
+    // A user's numeric dataset id of u64::MAX leaves no automatic id after it.
+    let c = Command::RegisterDataset {
+        dataset_id: Some(u64::MAX.to_string()),
+        def: DatasetDef::range(1),
+    };
+    ok(&mut s, c);
+    let c = Command::RegisterDataset {
+        dataset_id: Some((u64::MAX - 1).to_string()),
+        def: DatasetDef::range(1),
+    };
+    ok(&mut s, c);
+    let before = s.clone();
+    let c = Command::RegisterDataset { dataset_id: None, def: DatasetDef::range(2) };
+    match apply(&mut s, c) {
+        Err(StateError::FailedPrecondition(m)) => {
+            assert!(m.contains("no automatic dataset id"), "{m}")
+        }
+        r => panic!("expected a refusal, got {r:?}"),
+    }
+    assert_eq!(s, before);
+
+    // A worker's split sequence at u64::MAX, then the next request.
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    let ds = register(&mut s, DatasetDef::range(5));
+    let j = job(&mut s, &ds, Mode::Dynamic, None).unwrap();
+    let (it, _) = iteration(&mut s, j, 1);
+    let t = s.iterations[&it].tasks[0];
+    assert_eq!(split(&mut s, t, 1, u64::MAX, 0), SplitAnswer::Split { begin: 0, end: 1 });
+    let before = s.clone();
+    let c = Command::GetSplit {
+        task_id: t,
+        worker_uid: 1,
+        sequence: 0,
+        provider: 0,
+        repetition: 0,
+        max_splits: 1,
+    };
+    assert!(matches!(apply(&mut s, c), Err(StateError::FailedPrecondition(_))));
+    assert_eq!(s, before);
+
+    // A repetition of u64::MAX would move the cursor past it when the epoch closes.
+    let c = Command::GetSplit {
+        task_id: t,
+        worker_uid: 2,
+        sequence: 0,
+        provider: 0,
+        repetition: u64::MAX,
+        max_splits: 1,
+    };
+    match apply(&mut s, c) {
+        Err(StateError::InvalidArgument(m)) => assert!(m.contains("out of range"), "{m}"),
+        r => panic!("expected a refusal, got {r:?}"),
+    }
+    assert_eq!(s, before);
+}

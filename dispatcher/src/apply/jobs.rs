@@ -36,10 +36,20 @@ pub(super) fn register_dataset(
     let id = match dataset_id {
         Some(id) => id,
         None => {
-            while state.datasets.contains_key(&state.next_dataset_id.to_string()) {
-                state.next_dataset_id += 1;
+            // Ids users chose may sit anywhere up to u64::MAX: find the next free
+            // one without wrapping, and refuse (changing nothing) when none is left.
+            let mut next = state.next_dataset_id;
+            while state.datasets.contains_key(&next.to_string()) {
+                next = next.checked_add(1).ok_or_else(|| {
+                    StateError::FailedPrecondition(
+                        "no automatic dataset id is left (the numeric ids up to 2^64-1 are \
+                         taken); register this dataset under an id of your own"
+                            .into(),
+                    )
+                })?;
             }
-            state.next_dataset_id.to_string()
+            state.next_dataset_id = next;
+            next.to_string()
         }
     };
     // Keep automatic ids clear of numeric ids users chose.

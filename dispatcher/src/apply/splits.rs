@@ -18,6 +18,13 @@ pub(super) fn get_split(
     repetition: u64,
     max_splits: u32,
 ) -> Result<Response, StateError> {
+    // The cursor moves to `repetition + 1` when an epoch closes: the counter a
+    // worker sends must leave room for that.
+    if repetition == u64::MAX {
+        return Err(StateError::InvalidArgument(format!(
+            "task {task_id}: split request for repetition {repetition}, which is out of range"
+        )));
+    }
     let task = state.tasks.get(&task_id).ok_or_else(|| StateError::not_found("task", task_id))?;
     // A task ended by liveness or GC takes nothing more, not even a replay of a
     // range already counted as lost: its worker is told to delete it.
@@ -30,7 +37,7 @@ pub(super) fn get_split(
             // A retry whose answer was lost: the same split again, never a second one.
             return Ok(Response::Split(last.answer));
         }
-        if sequence != last.sequence + 1 {
+        if last.sequence.checked_add(1) != Some(sequence) {
             return Err(StateError::FailedPrecondition(format!(
                 "task {task_id}: split request sequence {sequence} out of order (last answered \
                  {}); sequences go up by one per answer",
@@ -86,7 +93,7 @@ pub fn next_split(
     let cursor =
         if repetition > cursor.repetition { SplitCursor { repetition, next: 0 } } else { cursor };
     if cursor.next >= cardinality {
-        let closed = SplitCursor { repetition: cursor.repetition + 1, next: 0 };
+        let closed = SplitCursor { repetition: cursor.repetition.saturating_add(1), next: 0 };
         return (SplitAnswer::EndOfSplits, closed);
     }
     let end = cursor.next.saturating_add(step).min(cardinality);
