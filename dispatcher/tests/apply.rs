@@ -38,16 +38,20 @@ fn split(s: &mut State, task: u64, uid: u64, seq: u64, rep: u64) -> SplitAnswer 
     grant(s, task, uid, seq, rep, 1)
 }
 
-fn grant(s: &mut State, task: u64, uid: u64, seq: u64, rep: u64, max_splits: u32) -> SplitAnswer {
-    let c = Command::GetSplit {
+/// The `GetSplit` of provider 0.
+fn get_split(task: u64, uid: u64, seq: u64, rep: u64, max_splits: u32) -> Command {
+    Command::GetSplit {
         task_id: task,
         worker_uid: uid,
         sequence: seq,
         provider: 0,
         repetition: rep,
         max_splits,
-    };
-    match ok(s, c) {
+    }
+}
+
+fn grant(s: &mut State, task: u64, uid: u64, seq: u64, rep: u64, max_splits: u32) -> SplitAnswer {
+    match ok(s, get_split(task, uid, seq, rep, max_splits)) {
         Response::Split(a) => a,
         r => panic!("{r:?}"),
     }
@@ -155,14 +159,7 @@ fn get_split_is_idempotent_per_key_and_never_hands_a_split_twice() {
     assert_eq!(s.iterations[&it].cursors[0], SplitCursor { repetition: 1, next: 0 });
     // Out-of-order sequences are refused without changing anything.
     let before = s.clone();
-    let c = Command::GetSplit {
-        task_id: t1,
-        worker_uid: 1,
-        sequence: 9,
-        provider: 0,
-        repetition: 0,
-        max_splits: 1,
-    };
+    let c = get_split(t1, 1, 9, 0, 1);
     assert!(matches!(apply(&mut s, c), Err(StateError::FailedPrecondition(_))));
     assert_eq!(s, before);
     // A restarted worker (new uid) starts its sequence again and gets new splits only.
@@ -177,14 +174,7 @@ fn splits_only_exist_in_dynamic_mode() {
     let j = job(&mut s, &ds, Mode::Off, None).unwrap();
     let (it, _) = iteration(&mut s, j, 1);
     let t = s.iterations[&it].tasks[0];
-    let c = Command::GetSplit {
-        task_id: t,
-        worker_uid: 1,
-        sequence: 0,
-        provider: 0,
-        repetition: 0,
-        max_splits: 1,
-    };
+    let c = get_split(t, 1, 0, 0, 1);
     assert!(matches!(apply(&mut s, c), Err(StateError::FailedPrecondition(_))));
 }
 
@@ -406,15 +396,7 @@ fn values_at_their_limit_are_refused_without_changing_state() {
     assert_eq!(s, before);
 
     // A repetition of u64::MAX would move the cursor past it when the epoch closes.
-    let c = Command::GetSplit {
-        task_id: t,
-        worker_uid: 2,
-        sequence: 0,
-        provider: 0,
-        repetition: u64::MAX,
-        max_splits: 1,
-    };
-    match apply(&mut s, c) {
+    match apply(&mut s, get_split(t, 2, 0, u64::MAX, 1)) {
         Err(StateError::InvalidArgument(m)) => assert!(m.contains("out of range"), "{m}"),
         r => panic!("expected a refusal, got {r:?}"),
     }
