@@ -93,3 +93,13 @@ pub fn object_store_for(
     let remote = crate::object::remote_for_tests(&loc, options)?;
     Ok((remote.store(), remote.path("")))
 }
+
+/// Opens the sled database of a closed journal in `dir` (to damage it), waiting up
+/// to `lock_wait` for sled's file lock: the dropped journal's last background
+/// thread may hold it a moment longer. The same wait as the journal's own open.
+pub fn open_sled_db(
+    dir: &std::path::Path,
+    lock_wait: std::time::Duration,
+) -> Result<sled::Db, JournalError> {
+    crate::sled_store::open_db(dir, &format!("sled:{}", dir.display()), lock_wait)
+}

@@ -20,6 +20,9 @@
 mod format;
 mod recover;
 
+#[cfg(feature = "testing")]
+pub(crate) use recover::open_db;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex as StdMutex;

@@ -15,6 +15,27 @@ use super::format::{
 use crate::frame::{seal, unseal};
 use crate::{JournalError, LogState, Recovery};
 
+/// Opens the sled database at `path`, polling for up to `lock_wait` while its file
+/// lock is held (a dropped handle's sled threads finishing, or another process);
+/// blocking. Also what tests use to damage a closed journal.
+pub(crate) fn open_db(
+    path: &Path,
+    location: &str,
+    lock_wait: Duration,
+) -> Result<sled::Db, JournalError> {
+    let deadline = Instant::now() + lock_wait;
+    loop {
+        let config = sled::Config::new().path(path).mode(sled::Mode::LowSpace).flush_every_ms(None);
+        match config.open().map_err(|e| sled_err(location, e)) {
+            Ok(db) => return Ok(db),
+            Err(JournalError::Fenced { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// How long `open` waits for sled's file lock.
 const LOCK_WAIT: Duration = Duration::from_secs(3);
 
@@ -26,17 +47,7 @@ pub(super) type Opened = (sled::Db, sled::Tree, sled::Tree, LogState, Recovery);
 /// is either a dropped handle of ours whose sled threads are still finishing (milliseconds)
 /// or another process: poll for up to [`LOCK_WAIT`] before calling it fenced.
 pub(super) fn open_blocking(path: &Path, location: &str) -> Result<Opened, JournalError> {
-    let deadline = Instant::now() + LOCK_WAIT;
-    let db = loop {
-        let config = sled::Config::new().path(path).mode(sled::Mode::LowSpace).flush_every_ms(None);
-        match config.open().map_err(|e| sled_err(location, e)) {
-            Ok(db) => break db,
-            Err(JournalError::Fenced { .. }) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return Err(e),
-        }
-    };
+    let db = open_db(path, location, LOCK_WAIT)?;
     let log = db.open_tree("log").map_err(|e| sled_err(location, e))?;
     let meta = db.open_tree("meta").map_err(|e| sled_err(location, e))?;
     let (state, recovery) = recover(location, &log, &meta)?;

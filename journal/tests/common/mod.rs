@@ -123,23 +123,14 @@ impl Backend {
         store.put(path, PutPayload::from(bytes)).await.unwrap();
     }
 
-    /// Edits the sled log directly. The journal was dropped, but sled's file lock
-    /// goes with its last background holder (a flush thread), so wait for it as
-    /// the journal's own open does (`recover.rs`, `LOCK_WAIT`).
+    /// Edits the sled log directly, once the dropped journal's sled threads have
+    /// let go of its file lock (generous for a loaded machine).
     fn with_sled_log(&self, edit: impl FnOnce(&sled::Tree)) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let db = loop {
-            match sled::Config::new().path(self.sled_dir()).open() {
-                Ok(db) => break db,
-                Err(sled::Error::Io(e))
-                    if e.to_string().contains("could not acquire lock")
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                Err(e) => panic!("opening the sled journal to damage it: {e}"),
-            }
-        };
+        let db = sluice_journal::testing::open_sled_db(
+            self.sled_dir(),
+            std::time::Duration::from_secs(30),
+        )
+        .expect("opening the closed sled journal to damage it");
         edit(&db.open_tree("log").unwrap());
         db.flush().unwrap();
     }
