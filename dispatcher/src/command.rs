@@ -55,10 +55,12 @@ pub enum Command {
         worker_uid: u64,
         functions: Vec<String>,
     },
-    /// Tasks that reached end of sequence on `worker_address`. Unknown ids are
-    /// ignored (one stale id must not block the others' reports).
+    /// Tasks that reached end of sequence on `worker_address`, reported by the
+    /// process `worker_uid` (refused unless it is the registered one). Unknown ids
+    /// are ignored (one stale id must not block the others' reports).
     FinishTasks {
         worker_address: String,
+        worker_uid: u64,
         task_ids: Vec<TaskId>,
     },
     /// Hands out the next split of a task's source, idempotently per

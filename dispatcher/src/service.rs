@@ -284,10 +284,17 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
         let req = req.into_inner();
-        let address = req.address;
-        // A worker declared lost is unknown until it registers again.
-        let known = |s: &State| s.workers.get(&address).is_some_and(|w| !w.lost);
-        if !self.core.read_leader(known).await? {
+        let (address, worker_uid) = (req.address, req.worker_uid);
+        // A worker declared lost is unknown until it registers again; a request
+        // from another process than the registered one is refused (naming both
+        // uids) before it feeds the liveness timer or reports anything.
+        let known = |s: &State| match s.registered_worker(&address, worker_uid) {
+            Ok(w) if w.lost => Ok(false),
+            Ok(_) => Ok(true),
+            Err(StateError::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        };
+        if !self.core.read_leader(known).await?? {
             return Err(StateError::not_found_hint(
                 "worker",
                 address,
@@ -299,6 +306,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         if !req.finished_tasks.is_empty() {
             let cmd = Command::FinishTasks {
                 worker_address: address.clone(),
+                worker_uid,
                 task_ids: req.finished_tasks,
             };
             if let R::TasksFinished { finished_iterations } = self.core.propose(cmd).await? {
@@ -309,7 +317,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         }
         let current: BTreeSet<u64> = req.current_tasks.into_iter().collect();
         let wait = Duration::from_millis(req.wait_for_change_ms.into()).min(self.max_worker_wait());
-        let seen = || self.liveness.worker_seen(&address, req.worker_uid);
+        let seen = || self.liveness.worker_seen(&address, worker_uid);
         let resp = worker_view::long_poll(&self.core, &address, &current, wait, seen).await?;
         Ok(Response::new(resp))
     }

@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use sluice_dataset::{DatasetDef, StaticPolicy};
 
+use crate::error::StateError;
+
 pub type DatasetId = String;
 pub type JobId = u64;
 pub type IterationId = u64;
@@ -336,6 +338,25 @@ impl State {
             }
             _ => true,
         }
+    }
+
+    /// The worker at `address` as registered by the process `worker_uid`: a
+    /// request from another incarnation (a stale process, or someone else using
+    /// the address) is refused, naming both uids. Unknown address: NotFound.
+    pub fn registered_worker(&self, address: &str, worker_uid: u64) -> Result<&Worker, StateError> {
+        let worker = self.workers.get(address).ok_or_else(|| {
+            StateError::not_found_hint("worker", address, "; register the worker again")
+        })?;
+        if worker.worker_uid != worker_uid {
+            return Err(StateError::FailedPrecondition(format!(
+                "worker {address} is registered with worker_uid {}, but this request carries \
+                 worker_uid {worker_uid}: it comes from another process than the registered \
+                 one (a stale incarnation, or another identity); a worker registers \
+                 (RegisterWorker) before it asks for splits or reports tasks",
+                worker.worker_uid
+            )));
+        }
+        Ok(worker)
     }
 
     /// Whether the task was voted out of its coordinated iteration.

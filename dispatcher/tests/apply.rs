@@ -115,10 +115,18 @@ fn iteration_gets_one_task_per_worker_and_finishes_when_all_do() {
     assert_ne!(c1, c2);
     let tasks = s.iterations[&it].tasks.clone();
     assert_eq!(tasks.len(), 2);
-    let fin = Command::FinishTasks { worker_address: "w1:1".into(), task_ids: vec![tasks[0], 999] };
+    let fin = Command::FinishTasks {
+        worker_address: "w1:1".into(),
+        worker_uid: 1,
+        task_ids: vec![tasks[0], 999],
+    };
     assert_eq!(ok(&mut s, fin), Response::TasksFinished { finished_iterations: vec![] });
     assert!(!s.iterations[&it].finished);
-    let fin = Command::FinishTasks { worker_address: "w2:1".into(), task_ids: vec![tasks[1]] };
+    let fin = Command::FinishTasks {
+        worker_address: "w2:1".into(),
+        worker_uid: 2,
+        task_ids: vec![tasks[1]],
+    };
     assert_eq!(ok(&mut s, fin), Response::TasksFinished { finished_iterations: vec![it] });
     assert!(s.iterations[&it].finished);
     ok(&mut s, Command::ReleaseClient { client_id: c1 });
@@ -162,7 +170,9 @@ fn get_split_is_idempotent_per_key_and_never_hands_a_split_twice() {
     let c = get_split(t1, 1, 9, 0, 1);
     assert!(matches!(apply(&mut s, c), Err(StateError::FailedPrecondition(_))));
     assert_eq!(s, before);
-    // A restarted worker (new uid) starts its sequence again and gets new splits only.
+    // A restarted worker (new uid) registers, starts its sequence again and gets
+    // new splits only.
+    worker(&mut s, "w1:1", 42);
     assert_eq!(split(&mut s, t1, 42, 0, 1), SplitAnswer::Split { begin: 0, end: 2 });
 }
 
@@ -257,7 +267,8 @@ fn text_files(n: usize) -> DatasetDef {
 }
 
 fn finish(s: &mut State, address: &str, task_ids: Vec<u64>) -> Vec<u64> {
-    let c = Command::FinishTasks { worker_address: address.into(), task_ids };
+    let worker_uid = s.workers[address].worker_uid;
+    let c = Command::FinishTasks { worker_address: address.into(), worker_uid, task_ids };
     match ok(s, c) {
         Response::TasksFinished { finished_iterations } => finished_iterations,
         r => panic!("{r:?}"),
@@ -401,4 +412,37 @@ fn values_at_their_limit_are_refused_without_changing_state() {
         r => panic!("expected a refusal, got {r:?}"),
     }
     assert_eq!(s, before);
+}
+
+#[test]
+fn only_the_registered_incarnation_of_a_worker_takes_splits_and_reports_tasks() {
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    let ds = register(&mut s, DatasetDef::range(10));
+    let j = job(&mut s, &ds, Mode::Dynamic, None).unwrap();
+    let (it, _) = iteration(&mut s, j, 1);
+    let task = s.iterations[&it].tasks[0];
+    assert_eq!(split(&mut s, task, 1, 0, 0), SplitAnswer::Split { begin: 0, end: 1 });
+    // The worker restarts: the process with uid 2 is now the registered one.
+    worker(&mut s, "w1:1", 2);
+    let before = s.clone();
+    let stale_split = get_split(task, 1, 1, 0, 1);
+    let forged_split = get_split(task, 7, 0, 0, 1);
+    let stale_finish =
+        Command::FinishTasks { worker_address: "w1:1".into(), worker_uid: 1, task_ids: vec![task] };
+    for (cmd, uid) in [(stale_split, 1), (forged_split, 7), (stale_finish, 1)] {
+        let name = cmd.name();
+        let err = apply(&mut s, cmd).unwrap_err();
+        assert!(matches!(err, StateError::FailedPrecondition(_)), "{name}: {err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("registered with worker_uid 2")
+                && msg.contains(&format!("carries worker_uid {uid}")),
+            "{name}: {msg}"
+        );
+        assert_eq!(s, before, "{name} from another incarnation changed the state");
+    }
+    // The registered incarnation is answered (the old one's range was lost).
+    assert_eq!(split(&mut s, task, 2, 0, 0), SplitAnswer::Split { begin: 1, end: 2 });
+    assert_eq!(finish(&mut s, "w1:1", vec![task]), vec![it]);
 }

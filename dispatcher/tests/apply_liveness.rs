@@ -63,7 +63,8 @@ fn gc(s: &mut State, iteration_id: u64) -> bool {
 }
 
 fn finish(s: &mut State, addr: &str, task_ids: Vec<u64>) {
-    ok(s, Command::FinishTasks { worker_address: addr.into(), task_ids });
+    let worker_uid = s.workers[addr].worker_uid;
+    ok(s, Command::FinishTasks { worker_address: addr.into(), worker_uid, task_ids });
 }
 
 #[test]

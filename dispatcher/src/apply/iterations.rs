@@ -139,15 +139,11 @@ pub(super) fn release_client(
 pub(super) fn finish_tasks(
     state: &mut State,
     worker_address: &str,
+    worker_uid: u64,
     task_ids: &[TaskId],
 ) -> Result<Response, StateError> {
-    if !state.workers.contains_key(worker_address) {
-        return Err(StateError::not_found_hint(
-            "worker",
-            worker_address.to_string(),
-            "; register the worker again",
-        ));
-    }
+    // Only the registered process reports its tasks.
+    state.registered_worker(worker_address, worker_uid)?;
     let mut touched = BTreeSet::new();
     for id in task_ids {
         let Some(task) = state.tasks.get_mut(id) else { continue };

@@ -67,8 +67,8 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         Command::RegisterWorker { address, worker_uid, functions } => {
             workers::register_worker(state, address, worker_uid, functions)
         }
-        Command::FinishTasks { worker_address, task_ids } => {
-            iterations::finish_tasks(state, &worker_address, &task_ids)
+        Command::FinishTasks { worker_address, worker_uid, task_ids } => {
+            iterations::finish_tasks(state, &worker_address, worker_uid, &task_ids)
         }
         Command::GetSplit { task_id, worker_uid, sequence, provider, repetition, max_splits } => {
             splits::get_split(

@@ -1,6 +1,8 @@
 //! Dynamic sharding: `GetSplit` hands out the next range of a DYNAMIC iteration's
 //! source, idempotently per (task, worker uid, sequence), so a retried request
-//! whose answer was lost gets the same range again and never a second one.
+//! whose answer was lost gets the same range again and never a second one. Only
+//! the process the task's worker is currently registered as (its `worker_uid`)
+//! is answered: a stale incarnation or another identity is refused.
 
 use crate::command::Response;
 use crate::error::StateError;
@@ -26,6 +28,13 @@ pub(super) fn get_split(
         )));
     }
     let task = state.tasks.get(&task_id).ok_or_else(|| StateError::not_found("task", task_id))?;
+    // Only the process the task's worker is registered as takes its splits.
+    state.registered_worker(&task.worker_address, worker_uid).map_err(|e| match e {
+        StateError::FailedPrecondition(m) => {
+            StateError::FailedPrecondition(format!("task {task_id}: {m}"))
+        }
+        e => e,
+    })?;
     // A task ended by liveness or GC takes nothing more, not even a replay of a
     // range already counted as lost: its worker is told to delete it.
     let collected = state.iterations.get(&task.iteration_id).is_some_and(|i| i.garbage_collected);

@@ -34,7 +34,7 @@ const KINDS: [&str; 12] = [
     "CoordinatedRemoveTask",
 ];
 
-const EVENTS: [&str; 11] = [
+const EVENTS: [&str; 12] = [
     "split granted",
     "split retried",
     "end of splits",
@@ -46,13 +46,20 @@ const EVENTS: [&str; 11] = [
     "iteration collected",
     "tasks promoted",
     "task voted out",
+    "another incarnation refused",
 ];
 
 impl Coverage {
     pub fn count(&mut self, pre: &State, cmd: &Command, answer: &Result<Response, StateError>) {
-        let Ok(r) = answer else {
-            *self.refused.entry(cmd.name()).or_default() += 1;
-            return;
+        let r = match answer {
+            Ok(r) => r,
+            Err(e) => {
+                *self.refused.entry(cmd.name()).or_default() += 1;
+                if let Some(event) = refusal_event(e) {
+                    *self.events.entry(event).or_default() += 1;
+                }
+                return;
+            }
         };
         *self.applied.entry(cmd.name()).or_default() += 1;
         let event = match (cmd, r) {
@@ -100,13 +107,7 @@ impl Coverage {
 
     /// Fails naming what no sequence reached; the counts go to stderr either way
     /// (seen with `--nocapture`), for whoever tunes the generator.
-    /// Fails naming what no sequence reached; the counts go to stderr either way
-    /// (seen with `--nocapture`), for whoever tunes the generator.
     pub fn assert_reached(&self) {
-        eprintln!(
-            "applied {:?}\nrefused {:?}\nevents {:?}",
-            self.applied, self.refused, self.events
-        );
         eprintln!(
             "applied {:?}\nrefused {:?}\nevents {:?}",
             self.applied, self.refused, self.events
@@ -130,5 +131,15 @@ impl Coverage {
             self.refused,
             self.events
         );
+    }
+}
+
+/// The refusals worth reaching, by what they say.
+fn refusal_event(e: &StateError) -> Option<&'static str> {
+    match e {
+        StateError::FailedPrecondition(m) if m.contains("carries worker_uid") => {
+            Some("another incarnation refused")
+        }
+        _ => None,
     }
 }

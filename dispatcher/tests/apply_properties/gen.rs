@@ -267,7 +267,8 @@ impl Gen {
         if self.chance(0.3) {
             task_ids.push(self.id(4000, state.next_task_id));
         }
-        Command::FinishTasks { worker_address, task_ids }
+        let worker_uid = self.uid(state, &worker_address);
+        Command::FinishTasks { worker_address, worker_uid, task_ids }
     }
 }
 

@@ -47,6 +47,7 @@ impl Ledger {
         answer: &Response,
         post: &State,
     ) -> Result<(), String> {
+        only_the_registered_incarnation(pre, cmd)?;
         self.grant(pre, cmd, answer)?;
         answered_ids_are_fresh(pre, cmd, answer)?;
         self.ids(pre, post)
@@ -206,5 +207,27 @@ fn answered_ids_are_fresh(pre: &State, cmd: &Command, answer: &Response) -> Resu
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// (e) A split or a task report is answered only for the process its worker is
+/// registered as: another incarnation's is refused (so never applied).
+fn only_the_registered_incarnation(pre: &State, cmd: &Command) -> Result<(), String> {
+    let (address, uid) = match cmd {
+        Command::GetSplit { task_id, worker_uid, .. } => match pre.tasks.get(task_id) {
+            Some(t) => (t.worker_address.as_str(), *worker_uid),
+            None => return Err(format!("(e) a split applied for unknown task {task_id}")),
+        },
+        Command::FinishTasks { worker_address, worker_uid, .. } => {
+            (worker_address.as_str(), *worker_uid)
+        }
+        _ => return Ok(()),
+    };
+    let registered = pre.workers.get(address).map(|w| w.worker_uid);
+    check!(
+        registered == Some(uid),
+        "(e) {} from worker_uid {uid} applied; {address} is registered as {registered:?}",
+        cmd.name()
+    );
     Ok(())
 }

@@ -9,6 +9,8 @@
 //! - (b) A refused command leaves the state byte for byte unchanged.
 //! - (c) No element of an iteration's source epoch is granted twice.
 //! - (d) Ids (dataset, job, iteration, task, client) are never reused.
+//! - (e) Only the process a worker is registered as (its uid) takes splits and
+//!   reports tasks; another incarnation is refused.
 //! - A batch answers and changes what its commands applied one by one do, and
 //!   refuses a nested batch.
 //!
