@@ -77,8 +77,10 @@ pub enum Command {
     },
     /// Several proposals that arrived together, applied in order, each on its own
     /// (one refused command does not affect the others): group commit above Raft,
-    /// one log entry and one fsync for all of them.
-    Batch(Vec<Command>),
+    /// one log entry and one fsync for all of them. Batches do not nest: a batch
+    /// inside a batch is refused when decoded (a forged entry cannot recurse the
+    /// decoder) and again by `apply`.
+    Batch(#[serde(deserialize_with = "unnested_batch")] Vec<Command>),
     /// Proposed by the leader's worker timer: the worker at `address` with
     /// `worker_uid` stopped heartbeating. A no-op if the worker is unknown, is
     /// already lost, or re-registered meanwhile as another process (another uid).
@@ -104,6 +106,26 @@ pub enum Command {
         task_id: TaskId,
         round: u64,
     },
+}
+
+/// Decodes a batch's commands, refusing a batch among them before decoding it:
+/// the decoder recurses once per level, so an unbounded nesting in a forged
+/// message would overflow the stack. `IN_BATCH` is this thread's "inside a
+/// batch" mark, set for the batch's elements and cleared after (also on error).
+fn unnested_batch<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Command>, D::Error> {
+    use std::cell::Cell;
+    thread_local!(static IN_BATCH: Cell<bool> = const { Cell::new(false) });
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            IN_BATCH.with(|b| b.set(false));
+        }
+    }
+    if IN_BATCH.with(|b| b.replace(true)) {
+        return Err(serde::de::Error::custom("a Batch inside a Batch: batches do not nest"));
+    }
+    let _clear = Clear;
+    Vec::<Command>::deserialize(d)
 }
 
 impl Command {

@@ -15,6 +15,7 @@ impl From<StateError> for Status {
             StateError::InvalidArgument(_) => Status::invalid_argument(msg),
             StateError::AlreadyExists(_) => Status::already_exists(msg),
             StateError::FailedPrecondition(_) => Status::failed_precondition(msg),
+            StateError::ResourceExhausted(_) => Status::resource_exhausted(msg),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::command::{Command, Response};
 use crate::config::DispatcherConfig;
 use crate::counters::Counters;
 use crate::error::{DispatcherError, StateError};
+use crate::raft::codec::{encoded_len, MAX_ENTRY_BYTES};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::PeerNetwork;
 use crate::raft::state_machine::{Shared, StateMachine};
@@ -46,6 +47,8 @@ pub struct Core {
 /// One caller's command and where its answer goes.
 struct Proposal {
     cmd: Command,
+    /// Its encoded length (≤ `MAX_ENTRY_BYTES`, checked by `propose`).
+    bytes: u64,
     reply: oneshot::Sender<Result<Response, ProposeError>>,
 }
 
@@ -64,6 +67,9 @@ const MAX_BATCH: usize = 256;
 const BATCHES_IN_FLIGHT: usize = 4;
 /// Proposals queued before `propose` waits (backpressure).
 const PROPOSAL_QUEUE: usize = 4096;
+/// What a batch adds to its commands' encoded lengths: the variant and the
+/// vector's length.
+const BATCH_OVERHEAD: u64 = 12;
 
 /// Writes one command (or batch) through Raft; shared by the batcher's tasks.
 #[derive(Clone)]
@@ -102,13 +108,30 @@ impl Writer {
 /// and each caller gets its own command's answer.
 async fn batcher(writer: Writer, mut rx: mpsc::Receiver<Proposal>) {
     let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    let mut held: Option<Proposal> = None;
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
-        let Some(first) = rx.recv().await else { return };
+        let first = match held.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        // A batch is one log entry: it stays within the entry cap (a proposal
+        // that would take it over waits for the next batch).
+        let mut bytes = first.bytes;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(p) => batch.push(p),
+                Ok(p) if bytes + p.bytes + BATCH_OVERHEAD > MAX_ENTRY_BYTES => {
+                    held = Some(p);
+                    break;
+                }
+                Ok(p) => {
+                    bytes += p.bytes;
+                    batch.push(p);
+                }
                 Err(_) => break,
             }
         }
@@ -139,6 +162,28 @@ async fn batcher(writer: Writer, mut rx: mpsc::Receiver<Proposal>) {
             }
         });
     }
+}
+
+/// Whether `cmd` may be proposed: not a batch, and within the entry cap. Its
+/// encoded length when it may.
+fn admit(cmd: &Command) -> Result<u64, StateError> {
+    if let Command::Batch(_) = cmd {
+        return Err(StateError::InvalidArgument(
+            "a Batch is made by the dispatcher's batcher and cannot be proposed".into(),
+        ));
+    }
+    let bytes = encoded_len(cmd).map_err(|e| {
+        StateError::InvalidArgument(format!("{}: cannot be encoded: {e}", cmd.name()))
+    })?;
+    if bytes > MAX_ENTRY_BYTES {
+        return Err(StateError::ResourceExhausted(format!(
+            "{} is {bytes} bytes encoded, over the cap of {MAX_ENTRY_BYTES} bytes on one \
+             replicated command (a Raft log entry); make it smaller (e.g. a dataset with \
+             fewer or shorter file names, or several datasets)",
+            cmd.name()
+        )));
+    }
+    Ok(bytes)
 }
 
 impl Core {
@@ -219,14 +264,17 @@ impl Core {
 
     /// Replicates and applies `cmd` (batched with concurrent proposals); answers
     /// once it is committed and applied.
+    ///
+    /// A command over the entry cap (`MAX_ENTRY_BYTES` encoded) is refused here,
+    /// with ResourceExhausted naming its size and the cap: proposed, it would
+    /// make an AppendEntries no peer accepts, retried for ever while nothing
+    /// commits. A `Batch` is the batcher's to make and is refused too.
     pub async fn propose(&self, cmd: Command) -> Result<Response, ProposeError> {
         let name = cmd.name();
         self.counters.proposed(name);
-        let (reply, answer) = oneshot::channel();
-        let stopped = || ProposeError::Unavailable("the dispatcher is stopping".into());
-        let result = match self.proposals.send(Proposal { cmd, reply }).await {
-            Ok(()) => answer.await.unwrap_or_else(|_| Err(stopped())),
-            Err(_) => Err(stopped()),
+        let result = match admit(&cmd) {
+            Ok(bytes) => self.submit(cmd, bytes).await,
+            Err(e) => Err(ProposeError::Rejected(e)),
         };
         if let Err(e) = &result {
             self.counters.failed(name, e);
@@ -235,6 +283,15 @@ impl Core {
             tracing::debug!(command = name, error = %e, "command refused");
         }
         result
+    }
+
+    async fn submit(&self, cmd: Command, bytes: u64) -> Result<Response, ProposeError> {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || ProposeError::Unavailable("the dispatcher is stopping".into());
+        match self.proposals.send(Proposal { cmd, bytes, reply }).await {
+            Ok(()) => answer.await.unwrap_or_else(|_| Err(stopped())),
+            Err(_) => Err(stopped()),
+        }
     }
 
     /// This process's metric counters.

@@ -17,6 +17,10 @@ pub enum StateError {
     AlreadyExists(String),
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A cap of this dispatcher (a count it holds, or the size of one command)
+    /// is reached; the message names the cap and the flag that sets it.
+    #[error("{0}")]
+    ResourceExhausted(String),
 }
 
 impl StateError {

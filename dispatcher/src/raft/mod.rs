@@ -10,7 +10,10 @@
 //!  peers: network::PeerNetwork ──RaftPeer gRPC──► peer_service::PeerService ──► Raft::{append_entries, vote, install_snapshot}
 //! ```
 //! - [`TypeConfig`]: openraft's types for Sluice (`D = Command`, `R = CommandResult`).
-//! - `codec`: the one place that encodes openraft and state types (bincode).
+//! - `codec`: the one place that encodes openraft and state types (bincode),
+//!   with the byte bounds: decoding limited to the input, a log entry at most
+//!   [`MAX_ENTRY_BYTES`] (refused when proposed), a Raft RPC at most
+//!   [`MAX_RAFT_MESSAGE_BYTES`] (an AppendEntries over it is sent in pieces).
 //! - `log_store`: `RaftLogStorage` on the journal.
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
@@ -20,6 +23,7 @@
 #![allow(clippy::result_large_err)]
 
 pub(crate) mod codec;
+pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
 pub(crate) mod group_commit;
 pub mod log_store;
 pub(crate) mod network;

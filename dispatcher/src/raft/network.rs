@@ -6,7 +6,8 @@
 //! without a backoff, as openraft treats its own timeouts.
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -21,7 +22,7 @@ use sluice_proto::v1::raft_peer_client::RaftPeerClient;
 use sluice_proto::MAX_MESSAGE_BYTES;
 use tonic::transport::{Channel, Endpoint};
 
-use super::codec::{decode, encode};
+use super::codec::{decode, encode, encoded_len, MAX_RAFT_MESSAGE_BYTES};
 use super::{NodeId, TypeConfig};
 
 /// Makes one [`PeerClient`] per peer; channels connect lazily and reconnect.
@@ -40,7 +41,12 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         let channel = Endpoint::from_shared(url)
             .map(|e| e.tcp_nodelay(true).connect_lazy())
             .map_err(|e| e.to_string());
-        PeerClient { target, address: addr.clone(), channel }
+        PeerClient {
+            target,
+            address: addr.clone(),
+            channel,
+            max_message_bytes: MAX_RAFT_MESSAGE_BYTES,
+        }
     }
 }
 
@@ -49,6 +55,24 @@ pub struct PeerClient {
     address: String,
     /// Err when the configured address is not a valid URI: every RPC reports it.
     channel: Result<Channel, String>,
+    /// The largest RPC sent (`MAX_RAFT_MESSAGE_BYTES`; smaller in tests).
+    max_message_bytes: u64,
+}
+
+/// How many of `rpc`'s first entries fit in an AppendEntries of `max` bytes (at
+/// least one: every entry is within the entry cap, far below `max`).
+fn entries_that_fit(rpc: &AppendEntriesRequest<TypeConfig>, max: u64) -> u64 {
+    let empty = AppendEntriesRequest::<TypeConfig> { entries: vec![], ..rpc.clone() };
+    let mut total = encoded_len(&empty).unwrap_or(0);
+    let mut n = 0u64;
+    for entry in &rpc.entries {
+        total = total.saturating_add(encoded_len(entry).unwrap_or(u64::MAX));
+        if total > max {
+            break;
+        }
+        n += 1;
+    }
+    n.max(1)
 }
 
 type Rpc<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
@@ -76,6 +100,18 @@ impl PeerClient {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let data = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if data.len() as u64 > self.max_message_bytes {
+            // openraft answers PayloadTooLarge on AppendEntries by resending
+            // fewer entries (`append_entries` below gives the count); any other
+            // RPC this large is a failure to report, not to resend as is.
+            let msg = format!(
+                "{which} to node {} is {} bytes, over the {} byte limit of a Raft message",
+                self.target,
+                data.len(),
+                self.max_message_bytes
+            );
+            return Err(RPCError::Network(NetworkError::new(&std::io::Error::other(msg))));
+        }
         let msg = pb::RaftMessage { data: data.into() };
         let call = async {
             match which {
@@ -119,6 +155,12 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, Rpc<openraft::error::Infallible>> {
+        if rpc.entries.len() > 1 {
+            let fit = entries_that_fit(&rpc, self.max_message_bytes);
+            if fit < rpc.entries.len() as u64 {
+                return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(fit)));
+            }
+        }
         self.call("AppendEntries", &rpc, &option).await
     }
 
@@ -176,6 +218,35 @@ mod tests {
         let err = client.append_entries(heartbeat(), option).await.unwrap_err();
         assert!(matches!(err, RPCError::Network(_)), "{err:?}");
         held.abort();
+    }
+
+    #[tokio::test]
+    async fn an_append_over_the_message_limit_asks_openraft_for_fewer_entries() {
+        use openraft::{Entry, EntryPayload, LogId};
+        let entry = |i: u64| Entry::<TypeConfig> {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
+            payload: EntryPayload::Normal(crate::Command::ReleaseClient { client_id: i }),
+        };
+        let mut rpc = heartbeat();
+        rpc.entries = (1..=10).map(entry).collect();
+        let one = encoded_len(&rpc.entries[0]).unwrap();
+        let header = encoded_len(&heartbeat()).unwrap();
+        // Room for three entries: the hint says three, and nothing is sent
+        // (the address refuses connections: sending would be Unreachable).
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let mut client = client_of(addr).await;
+        client.max_message_bytes = header + 3 * one + one / 2;
+        let option = RPCOption::new(Duration::from_secs(5));
+        match client.append_entries(rpc.clone(), option.clone()).await.unwrap_err() {
+            RPCError::PayloadTooLarge(p) => assert_eq!(p.entries_hint(), 3),
+            e => panic!("{e:?}"),
+        }
+        // Three entries fit: sent (and so Unreachable here).
+        rpc.entries.truncate(3);
+        let err = client.append_entries(rpc, option).await.unwrap_err();
+        assert!(matches!(err, RPCError::Unreachable(_)), "{err:?}");
     }
 
     #[tokio::test]
