@@ -5,9 +5,10 @@
 
 mod common;
 
-use common::Cluster;
-use sluice_client::Client;
+use common::{collect_i64, Cluster};
+use sluice_client::{Client, ProcessingMode, ReadOptions};
 use sluice_dataset::DatasetDef;
+use sluice_dispatcher::{DispatcherConfig, Limits};
 use sluice_proto::v1 as pb;
 use tonic::Code;
 
@@ -71,4 +72,26 @@ async fn a_request_from_another_worker_incarnation_is_refused_and_takes_nothing(
     let finished: Vec<u32> =
         status.jobs.iter().flat_map(|j| &j.iterations).map(|it| it.finished_tasks).collect();
     assert_eq!(finished, vec![0], "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_at_a_cap_answers_resource_exhausted_naming_the_flag() {
+    let limits = Limits { max_datasets: 2, max_jobs: 1, ..Limits::default() };
+    let cluster = Cluster::start_with(1, DispatcherConfig { limits, ..Default::default() }).await;
+    let client = cluster.client();
+    let a = client.register_dataset(&DatasetDef::range(3), Some("a")).await.unwrap();
+    client.register_dataset(&DatasetDef::range(4), Some("b")).await.unwrap();
+    let err = client.register_dataset(&DatasetDef::range(5), None).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::ResourceExhausted), "{err}");
+    assert!(err.to_string().contains("--max-datasets 2"), "{err}");
+    // The datasets held still serve, up to the job cap.
+    let read = ReadOptions::new(ProcessingMode::Off).job_name("only");
+    let got = collect_i64(client.from_dataset_id(&a, read).await.unwrap()).await;
+    assert_eq!(got, vec![0, 1, 2]);
+    let err = match client.from_dataset_id(&a, ReadOptions::new(ProcessingMode::Off)).await {
+        Err(e) => e,
+        Ok(_) => panic!("a second job past --max-jobs 1 was created"),
+    };
+    assert_eq!(err.code(), Some(Code::ResourceExhausted), "{err}");
+    assert!(err.to_string().contains("--max-jobs 1"), "{err}");
 }

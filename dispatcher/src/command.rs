@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use sluice_dataset::DatasetDef;
 
 use crate::error::StateError;
+use crate::limits::Limits;
 use crate::state::{
     ClientId, DatasetId, IterationId, JobId, Mode, SplitAnswer, TargetWorkers, TaskId,
 };
@@ -21,6 +22,8 @@ pub enum Command {
         dataset_id: Option<DatasetId>,
         #[serde(with = "crate::def_serde")]
         def: DatasetDef,
+        /// The dispatcher's caps (`limits.rs`), stamped by the handler.
+        limits: Limits,
     },
     /// `job_name: None` creates an anonymous job. `static_workers` is the
     /// dispatcher's configured `worker_addresses`, stamped by the handler; a new
@@ -37,6 +40,7 @@ pub enum Command {
         /// Coordinated reads: the job reads in rounds of this many consumers
         /// (refused over a pipeline known to end; see `apply/coordinated.rs`).
         num_consumers: Option<u32>,
+        limits: Limits,
     },
     /// Gets or creates (job, repetition) with one task per registered worker, and
     /// adds a client to it.
@@ -44,16 +48,18 @@ pub enum Command {
         job_id: JobId,
         repetition: u64,
         elements_per_split: u64,
+        limits: Limits,
     },
     ReleaseClient {
         client_id: ClientId,
     },
     /// Registers (or re-registers) a worker and gives it a task in every unfinished
-    /// iteration it has none in.
+    /// iteration it has none in (up to `limits.max_tasks_per_worker`).
     RegisterWorker {
         address: String,
         worker_uid: u64,
         functions: Vec<String>,
+        limits: Limits,
     },
     /// Tasks that reached end of sequence on `worker_address`, reported by the
     /// process `worker_uid` (refused unless it is the registered one). Unknown ids

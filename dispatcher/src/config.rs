@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::DispatcherError;
+use crate::limits::Limits;
 
 #[derive(Clone, Debug)]
 pub struct DispatcherConfig {
@@ -68,6 +69,9 @@ pub struct DispatcherConfig {
     /// Also collect DYNAMIC iterations. Off by default (tf.data): a collected
     /// iteration cannot be rejoined, and a new one hands out every split again.
     pub gc_dynamic_jobs: bool,
+    /// Caps on what callers can make this dispatcher hold (`limits.rs`):
+    /// beyond one, a request gets ResourceExhausted naming it and its flag.
+    pub limits: Limits,
 }
 
 impl Default for DispatcherConfig {
@@ -88,6 +92,7 @@ impl Default for DispatcherConfig {
             job_gc_timeout: Duration::from_secs(300),
             gc_dynamic_jobs: false,
             max_client_wait: Duration::from_secs(1),
+            limits: Limits::default(),
         }
     }
 }
@@ -110,6 +115,9 @@ impl DispatcherConfig {
         let bad = |m: String| Err(DispatcherError::Config(m));
         if self.elements_per_split == 0 {
             return bad("elements_per_split must be at least 1".into());
+        }
+        if let Err(e) = self.limits.validate() {
+            return bad(e);
         }
         if self.snapshot_every == 0 {
             return bad("snapshot_every must be at least 1".into());

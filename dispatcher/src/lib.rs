@@ -38,6 +38,8 @@
 //!   served at `GET /metrics` (`run_with_metrics`) with `counters`, this
 //!   process's counters (commands proposed and failed, GetSplit requests), which
 //!   `Core` and the handlers increment.
+//! - [`limits`]: the caps on what callers can make one dispatcher hold
+//!   (stamped into commands, enforced by `apply`).
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 
 pub mod apply;
@@ -51,6 +53,7 @@ pub mod core;
 mod counters;
 mod def_serde;
 pub mod error;
+pub mod limits;
 mod liveness;
 mod long_poll;
 mod metrics;
@@ -66,5 +69,6 @@ pub use command::{Command, Response};
 pub use config::{parse_peers, DispatcherConfig};
 pub use core::Core;
 pub use error::{DispatcherError, ProposeError, StateError};
+pub use limits::Limits;
 pub use server::{run, run_with_metrics, spawn, DispatcherHandle};
 pub use state::{Mode, State, TargetWorkers};

@@ -211,6 +211,7 @@ impl Collector for StateCollector {
 mod tests {
     use super::*;
     use crate::command::Command;
+    use crate::limits::Limits;
     use crate::state::Mode;
     use sluice_dataset::DatasetDef;
 
@@ -224,14 +225,27 @@ mod tests {
         assert_eq!(StateGauges::of(&s), StateGauges::default());
         apply(
             &mut s,
-            Command::RegisterWorker { address: "w1".into(), worker_uid: 1, functions: vec![] },
+            Command::RegisterWorker {
+                address: "w1".into(),
+                worker_uid: 1,
+                functions: vec![],
+                limits: Limits::default(),
+            },
         );
         apply(
             &mut s,
-            Command::RegisterWorker { address: "w2".into(), worker_uid: 2, functions: vec![] },
+            Command::RegisterWorker {
+                address: "w2".into(),
+                worker_uid: 2,
+                functions: vec![],
+                limits: Limits::default(),
+            },
         );
         let def = DatasetDef::range(100);
-        apply(&mut s, Command::RegisterDataset { dataset_id: None, def });
+        apply(
+            &mut s,
+            Command::RegisterDataset { dataset_id: None, def, limits: Limits::default() },
+        );
         let dataset_id = s.datasets.keys().next().unwrap().clone();
         apply(
             &mut s,
@@ -243,12 +257,18 @@ mod tests {
                 static_workers: vec![],
                 cross_trainer_cache: false,
                 num_consumers: None,
+                limits: Limits::default(),
             },
         );
         let job_id = *s.jobs.keys().next().unwrap();
         apply(
             &mut s,
-            Command::GetOrCreateIteration { job_id, repetition: 0, elements_per_split: 10 },
+            Command::GetOrCreateIteration {
+                job_id,
+                repetition: 0,
+                elements_per_split: 10,
+                limits: Limits::default(),
+            },
         );
         let g = StateGauges::of(&s);
         assert_eq!((g.workers_registered, g.iterations_active, g.clients_active), (2, 1, 1));

@@ -129,7 +129,11 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         // split order and every static shard) is part of the replicated state.
         let def = resolve_files(def).await?;
         let dataset_id: Option<DatasetId> = Some(req.dataset_id).filter(|id| !id.is_empty());
-        match self.core.propose(Command::RegisterDataset { dataset_id, def }).await? {
+        match self
+            .core
+            .propose(Command::RegisterDataset { dataset_id, def, limits: self.config.limits })
+            .await?
+        {
             R::DatasetRegistered { dataset_id } => {
                 info!(%dataset_id, "dataset registered");
                 Ok(Response::new(pb::RegisterDatasetResponse { dataset_id }))
@@ -181,6 +185,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             static_workers,
             cross_trainer_cache: req.use_cross_trainer_cache,
             num_consumers: req.num_consumers,
+            limits: self.config.limits,
         };
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name } => {
@@ -200,6 +205,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             job_id: req.job_id,
             repetition: req.repetition,
             elements_per_split: self.config.elements_per_split,
+            limits: self.config.limits,
         };
         match self.core.propose(cmd).await? {
             R::Iteration { iteration_id, client_id } => {
@@ -267,6 +273,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             address: req.address,
             worker_uid: req.worker_uid,
             functions: req.functions,
+            limits: self.config.limits,
         };
         match self.core.propose(cmd).await? {
             R::WorkerRegistered { tasks } => {

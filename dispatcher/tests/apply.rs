@@ -2,7 +2,7 @@
 
 use sluice_dataset::DatasetDef;
 use sluice_dispatcher::state::{SplitAnswer, SplitCursor};
-use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
+use sluice_dispatcher::{apply, Command, Limits, Mode, Response, State, StateError, TargetWorkers};
 
 mod common;
 use common::{iteration, ok, register, worker};
@@ -27,6 +27,7 @@ fn job_with(
         static_workers: static_workers.iter().map(|a| a.to_string()).collect(),
         cross_trainer_cache: false,
         num_consumers: None,
+        limits: Limits::default(),
     };
     apply(s, c).map(|r| match r {
         Response::Job { job_id, .. } => job_id,
@@ -63,18 +64,28 @@ fn dataset_ids_are_fresh_and_explicit_ids_are_idempotent() {
     let a = register(&mut s, DatasetDef::range(3));
     let b = register(&mut s, DatasetDef::range(3));
     assert_ne!(a, b, "anonymous registrations are never de-duplicated");
-    let c = Command::RegisterDataset { dataset_id: Some("mine".into()), def: DatasetDef::range(5) };
+    let c = Command::RegisterDataset {
+        dataset_id: Some("mine".into()),
+        def: DatasetDef::range(5),
+        limits: Limits::default(),
+    };
     assert_eq!(ok(&mut s, c.clone()), Response::DatasetRegistered { dataset_id: "mine".into() });
     assert_eq!(ok(&mut s, c), Response::DatasetRegistered { dataset_id: "mine".into() });
-    let clash =
-        Command::RegisterDataset { dataset_id: Some("mine".into()), def: DatasetDef::range(6) };
+    let clash = Command::RegisterDataset {
+        dataset_id: Some("mine".into()),
+        def: DatasetDef::range(6),
+        limits: Limits::default(),
+    };
     let before = s.clone();
     assert!(matches!(apply(&mut s, clash), Err(StateError::AlreadyExists(_))));
     assert_eq!(s, before, "a refused command changes nothing");
     // A numeric explicit id pushes the automatic counter past it.
     let next: u64 = b.parse::<u64>().unwrap() + 1;
-    let c =
-        Command::RegisterDataset { dataset_id: Some(next.to_string()), def: DatasetDef::range(1) };
+    let c = Command::RegisterDataset {
+        dataset_id: Some(next.to_string()),
+        def: DatasetDef::range(1),
+        limits: Limits::default(),
+    };
     ok(&mut s, c);
     let d = register(&mut s, DatasetDef::range(3));
     assert_ne!(d, next.to_string());
@@ -196,7 +207,8 @@ fn commands_and_state_round_trip_through_the_log_codec() {
         .filter("identity")
         .shuffle(4, 2)
         .repeat_forever();
-    let cmd = Command::RegisterDataset { dataset_id: Some("d".into()), def };
+    let cmd =
+        Command::RegisterDataset { dataset_id: Some("d".into()), def, limits: Limits::default() };
     let bytes = bincode::serialize(&cmd).unwrap();
     assert_eq!(bincode::deserialize::<Command>(&bytes).unwrap(), cmd);
     let mut s = State::default();
@@ -228,7 +240,11 @@ fn a_grant_of_several_splits_is_one_range_and_replays_the_same() {
 fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
     let mut s = State::default();
     let batch = Command::Batch(vec![
-        Command::RegisterDataset { dataset_id: Some("a".into()), def: DatasetDef::range(3) },
+        Command::RegisterDataset {
+            dataset_id: Some("a".into()),
+            def: DatasetDef::range(3),
+            limits: Limits::default(),
+        },
         Command::GetOrCreateJob {
             dataset_id: "missing".into(),
             mode: Mode::Off,
@@ -237,6 +253,7 @@ fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
             static_workers: vec![],
             cross_trainer_cache: false,
             num_consumers: None,
+            limits: Limits::default(),
         },
         Command::GetOrCreateJob {
             dataset_id: "a".into(),
@@ -246,6 +263,7 @@ fn a_batch_applies_each_command_in_order_and_a_refusal_touches_no_other() {
             static_workers: vec![],
             cross_trainer_cache: false,
             num_consumers: None,
+            limits: Limits::default(),
         },
         Command::Batch(vec![]),
     ]);
@@ -369,15 +387,21 @@ fn values_at_their_limit_are_refused_without_changing_state() {
     let c = Command::RegisterDataset {
         dataset_id: Some(u64::MAX.to_string()),
         def: DatasetDef::range(1),
+        limits: Limits::default(),
     };
     ok(&mut s, c);
     let c = Command::RegisterDataset {
         dataset_id: Some((u64::MAX - 1).to_string()),
         def: DatasetDef::range(1),
+        limits: Limits::default(),
     };
     ok(&mut s, c);
     let before = s.clone();
-    let c = Command::RegisterDataset { dataset_id: None, def: DatasetDef::range(2) };
+    let c = Command::RegisterDataset {
+        dataset_id: None,
+        def: DatasetDef::range(2),
+        limits: Limits::default(),
+    };
     match apply(&mut s, c) {
         Err(StateError::FailedPrecondition(m)) => {
             assert!(m.contains("no automatic dataset id"), "{m}")
@@ -445,4 +469,90 @@ fn only_the_registered_incarnation_of_a_worker_takes_splits_and_reports_tasks() 
     // The registered incarnation is answered (the old one's range was lost).
     assert_eq!(split(&mut s, task, 2, 0, 0), SplitAnswer::Split { begin: 1, end: 2 });
     assert_eq!(finish(&mut s, "w1:1", vec![task]), vec![it]);
+}
+
+/// Applies `c`, which must be refused at a cap naming `flag`, changing nothing.
+fn refused_at_cap(s: &mut State, c: Command, flag: &str) {
+    let before = s.clone();
+    let name = c.name();
+    match apply(s, c) {
+        Err(StateError::ResourceExhausted(m)) => assert!(m.contains(flag), "{name}: {m}"),
+        r => panic!("{name}: expected a refusal at {flag}, got {r:?}"),
+    }
+    assert_eq!(*s, before, "{name} refused at {flag} changed the state");
+}
+
+#[test]
+fn each_cap_refuses_with_resource_exhausted_naming_its_flag_and_changes_nothing() {
+    let one = Limits {
+        max_datasets: 1,
+        max_jobs: 1,
+        max_iterations: 1,
+        max_clients: 2,
+        max_tasks_per_worker: 1,
+        max_num_consumers: 2,
+    };
+    let mut s = State::default();
+    let dataset = |id: &str| Command::RegisterDataset {
+        dataset_id: Some(id.into()),
+        def: DatasetDef::range(5).repeat_forever(),
+        limits: one,
+    };
+    ok(&mut s, dataset("a"));
+    refused_at_cap(&mut s, dataset("b"), "--max-datasets 1");
+    ok(&mut s, dataset("a")); // the same registration again is no new dataset
+    let job = |name: Option<&str>, num_consumers| Command::GetOrCreateJob {
+        dataset_id: "a".into(),
+        mode: Mode::Off,
+        job_name: name.map(String::from),
+        target_workers: TargetWorkers::Auto,
+        static_workers: vec![],
+        cross_trainer_cache: false,
+        num_consumers,
+        limits: one,
+    };
+    ok(&mut s, job(Some("j"), None));
+    refused_at_cap(&mut s, job(None, None), "--max-jobs 1");
+    ok(&mut s, job(Some("j"), None)); // joining the job is no new job
+    refused_at_cap(&mut s, job(Some("k"), Some(3)), "--max-num-consumers 2");
+    let j = s.jobs_by_name["j"];
+    worker(&mut s, "w1:1", 1);
+    let iteration = |repetition, limits| Command::GetOrCreateIteration {
+        job_id: j,
+        repetition,
+        elements_per_split: 1,
+        limits,
+    };
+    ok(&mut s, iteration(0, one));
+    refused_at_cap(&mut s, iteration(1, one), "--max-iterations 1");
+    ok(&mut s, iteration(0, one)); // a second consumer of the same iteration
+    refused_at_cap(&mut s, iteration(0, one), "--max-clients 2");
+    // w1 runs its one task: a new iteration (room for it) is refused for it.
+    let roomy = Limits { max_iterations: 10, max_clients: 10, ..one };
+    refused_at_cap(&mut s, iteration(1, roomy), "--max-tasks-per-worker 1");
+    let err = apply(&mut s, iteration(1, roomy)).unwrap_err().to_string();
+    assert!(err.contains("worker w1:1 runs 1 unfinished tasks"), "{err}");
+}
+
+#[test]
+fn a_worker_registering_during_more_iterations_than_its_cap_gets_tasks_up_to_it() {
+    let mut s = State::default();
+    let ds = register(&mut s, DatasetDef::range(5));
+    let its: Vec<u64> = (0..3)
+        .map(|_| {
+            let j = job(&mut s, &ds, Mode::Off, None).unwrap();
+            iteration(&mut s, j, 1).0
+        })
+        .collect();
+    let limits = Limits { max_tasks_per_worker: 2, ..Limits::default() };
+    let c = Command::RegisterWorker {
+        address: "w1:1".into(),
+        worker_uid: 1,
+        functions: vec![],
+        limits,
+    };
+    let Response::WorkerRegistered { tasks } = ok(&mut s, c) else { panic!() };
+    assert_eq!(tasks.len(), 2);
+    let with_task: Vec<u64> = tasks.iter().map(|t| s.tasks[t].iteration_id).collect();
+    assert_eq!(with_task, its[..2], "the oldest iterations first");
 }

@@ -3,14 +3,17 @@
 
 use sluice_dataset::DatasetDef;
 use sluice_dispatcher::state::{LostSplit, SplitAnswer};
-use sluice_dispatcher::{apply, Command, Mode, Response, State, TargetWorkers};
+use sluice_dispatcher::{apply, Command, Limits, Mode, Response, State, TargetWorkers};
 
 mod common;
 use common::{iteration, ok, worker};
 
 /// A dataset of `n` elements and a named job over it in `mode`.
 fn job(s: &mut State, n: u64, mode: Mode) -> u64 {
-    let dataset_id = match ok(s, Command::RegisterDataset { dataset_id: None, def: range(n) }) {
+    let dataset_id = match ok(
+        s,
+        Command::RegisterDataset { dataset_id: None, def: range(n), limits: Limits::default() },
+    ) {
         Response::DatasetRegistered { dataset_id } => dataset_id,
         r => panic!("{r:?}"),
     };
@@ -22,6 +25,7 @@ fn job(s: &mut State, n: u64, mode: Mode) -> u64 {
         static_workers: vec![],
         cross_trainer_cache: false,
         num_consumers: None,
+        limits: Limits::default(),
     };
     match ok(s, c) {
         Response::Job { job_id, .. } => job_id,
@@ -212,8 +216,17 @@ fn a_finished_iteration_is_never_collected_and_an_unknown_one_is_not_found() {
 fn liveness_commands_replay_to_the_same_state_and_survive_the_log_codec() {
     let cmds = || {
         vec![
-            Command::RegisterWorker { address: "w:1".into(), worker_uid: 1, functions: vec![] },
-            Command::RegisterDataset { dataset_id: None, def: range(20) },
+            Command::RegisterWorker {
+                address: "w:1".into(),
+                worker_uid: 1,
+                functions: vec![],
+                limits: Limits::default(),
+            },
+            Command::RegisterDataset {
+                dataset_id: None,
+                def: range(20),
+                limits: Limits::default(),
+            },
             Command::GetOrCreateJob {
                 dataset_id: "1000".into(),
                 mode: Mode::Dynamic,
@@ -222,8 +235,14 @@ fn liveness_commands_replay_to_the_same_state_and_survive_the_log_codec() {
                 static_workers: vec![],
                 cross_trainer_cache: false,
                 num_consumers: None,
+                limits: Limits::default(),
             },
-            Command::GetOrCreateIteration { job_id: 5000, repetition: 0, elements_per_split: 2 },
+            Command::GetOrCreateIteration {
+                job_id: 5000,
+                repetition: 0,
+                elements_per_split: 2,
+                limits: Limits::default(),
+            },
             Command::GetSplit {
                 task_id: 4000,
                 worker_uid: 1,

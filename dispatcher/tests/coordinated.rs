@@ -1,7 +1,7 @@
 //! Pure tests of the replicated half of coordinated reads: no network, no clock.
 
 use sluice_dataset::{Arg, DatasetDef};
-use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
+use sluice_dispatcher::{apply, Command, Limits, Mode, Response, State, StateError, TargetWorkers};
 
 mod common;
 use common::{iteration, off_job, ok, register, worker};
@@ -50,6 +50,7 @@ fn num_consumers_is_part_of_a_named_jobs_identity() {
         static_workers: vec![],
         cross_trainer_cache: false,
         num_consumers: None,
+        limits: Limits::default(),
     };
     let m = message(apply(&mut s, plain).unwrap_err());
     assert!(m.contains("num_consumers=2") && m.contains("num_consumers=None"), "{m}");
@@ -116,6 +117,7 @@ fn a_voted_out_task_is_dropped_by_its_worker_and_a_returning_worker_joins_again(
         static_workers: vec![],
         cross_trainer_cache: false,
         num_consumers: None,
+        limits: Limits::default(),
     };
     let Response::Job { job_id, .. } = ok(&mut s, c) else { panic!() };
     let plain_it = iteration(&mut s, job_id, 1).0;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use openraft::ServerState;
 use sluice_dataset::DatasetDef;
 use sluice_dispatcher::raft::MAX_ENTRY_BYTES;
-use sluice_dispatcher::{Command, Core, DispatcherConfig, ProposeError, Response, StateError};
+use sluice_dispatcher::{
+    Command, Core, DispatcherConfig, Limits, ProposeError, Response, StateError,
+};
 
 async fn leader() -> Core {
     let core = Core::start(&DispatcherConfig::default(), "127.0.0.1:1").await.unwrap();
@@ -30,6 +32,7 @@ async fn a_command_over_the_entry_cap_is_refused_when_proposed_and_never_logged(
     let small = |id: &str| Command::RegisterDataset {
         dataset_id: Some(id.into()),
         def: DatasetDef::range(3),
+        limits: Limits::default(),
     };
     core.propose(small("before")).await.unwrap();
     let logged = last_log_index(&core);
@@ -39,6 +42,7 @@ async fn a_command_over_the_entry_cap_is_refused_when_proposed_and_never_logged(
     let big = Command::RegisterDataset {
         dataset_id: Some("big".into()),
         def: DatasetDef::text_lines(files),
+        limits: Limits::default(),
     };
     let size = bincode::serialized_size(&big).unwrap();
     assert!(size > MAX_ENTRY_BYTES && size < sluice_proto::MAX_MESSAGE_BYTES as u64);

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chaos;
+pub mod limits;
 pub mod local;
 pub mod read;
 pub mod register;

@@ -74,6 +74,8 @@ pub struct DispatcherArgs {
     /// "Metrics").
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    #[command(flatten)]
+    pub limits: super::limits::LimitsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -164,7 +166,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         Some(p) => sluice_dispatcher::parse_peers(p)?,
         None => Default::default(),
     };
-    let config = DispatcherConfig {
+    let mut config = DispatcherConfig {
         elements_per_split: a.elements_per_split,
         node_id: a.node_id,
         peers,
@@ -183,6 +185,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         election_timeout_max: Duration::from_millis(a.election_timeout_ms.1),
         ..DispatcherConfig::default()
     };
+    a.limits.apply(&mut config);
     config.validate()?;
     if config.work_dir.is_none() {
         tracing::warn!(

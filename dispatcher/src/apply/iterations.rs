@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use crate::command::Response;
 use crate::error::StateError;
+use crate::limits::Limits;
 use crate::state::{
     ClientId, CoordinatedIteration, Iteration, IterationId, JobId, Mode, SplitCursor, State, Task,
     TaskId,
@@ -20,6 +21,7 @@ pub(super) fn get_or_create_iteration(
     job_id: JobId,
     repetition: u64,
     elements_per_split: u64,
+    limits: &Limits,
 ) -> Result<Response, StateError> {
     let job = state.jobs.get(&job_id).ok_or_else(|| StateError::not_found("job", job_id))?;
     if elements_per_split == 0 {
@@ -31,11 +33,16 @@ pub(super) fn get_or_create_iteration(
         .iterations
         .get(&repetition)
         .filter(|id| state.iterations.get(id).is_some_and(|it| !it.garbage_collected));
+    Limits::check(state.clients.len(), limits.max_clients, "consumers (clients)", "--max-clients")?;
     let iteration_id = match existing {
         Some(id) => *id,
         None => {
-            let iteration_id = state.next_iteration_id;
-            state.next_iteration_id += 1;
+            Limits::check(
+                state.iterations.len(),
+                limits.max_iterations,
+                "iterations",
+                "--max-iterations",
+            )?;
             let cursors = match job.mode {
                 Mode::Dynamic => vec![SplitCursor::default()],
                 _ => vec![],
@@ -51,6 +58,20 @@ pub(super) fn get_or_create_iteration(
             } else {
                 state.workers.keys().cloned().collect()
             };
+            // Every worker gets a task: one at its cap refuses the iteration.
+            for address in &workers {
+                let held = state.workers.get(address).map_or(0, |w| w.active_tasks.len());
+                if held as u64 >= limits.max_tasks_per_worker {
+                    return Err(StateError::ResourceExhausted(format!(
+                        "worker {address} runs {held} unfinished tasks, its cap \
+                         (--max-tasks-per-worker {}); wait for iterations to finish or be \
+                         collected, add workers, or raise the cap on every dispatcher",
+                        limits.max_tasks_per_worker
+                    )));
+                }
+            }
+            let iteration_id = state.next_iteration_id;
+            state.next_iteration_id += 1;
             let coordinated = job
                 .num_consumers
                 .map(|num_consumers| CoordinatedIteration { num_consumers, ..Default::default() });

@@ -12,12 +12,14 @@ use sluice_dataset::DatasetDef;
 use crate::cache_check;
 use crate::command::Response;
 use crate::error::StateError;
+use crate::limits::Limits;
 use crate::state::{Dataset, DatasetId, Job, Mode, State, TargetWorkers};
 
 pub(super) fn register_dataset(
     state: &mut State,
     dataset_id: Option<DatasetId>,
     def: DatasetDef,
+    limits: &Limits,
 ) -> Result<Response, StateError> {
     if let Some(id) = &dataset_id {
         if id.is_empty() {
@@ -33,6 +35,7 @@ pub(super) fn register_dataset(
             )));
         }
     }
+    Limits::check(state.datasets.len(), limits.max_datasets, "datasets", "--max-datasets")?;
     let id = match dataset_id {
         Some(id) => id,
         None => {
@@ -74,6 +77,7 @@ pub(super) fn get_or_create_job(
     state: &mut State,
     job: NewJob,
     static_workers: Vec<String>,
+    limits: &Limits,
 ) -> Result<Response, StateError> {
     let NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache } = job;
     let Some(dataset) = state.datasets.get(&dataset_id) else {
@@ -113,6 +117,7 @@ pub(super) fn get_or_create_job(
             return Ok(Response::Job { job_id: job.id, job_name: name.clone() });
         }
     }
+    Limits::check(state.jobs.len(), limits.max_jobs, "jobs", "--max-jobs")?;
     check_sharding(&dataset.def, &dataset_id, mode, &static_workers)?;
     if cross_trainer_cache {
         cache_check::check(&dataset.def, &dataset_id, job_name.as_deref())?;

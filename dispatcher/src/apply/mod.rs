@@ -39,8 +39,8 @@ use jobs::NewJob;
 
 pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
     match cmd {
-        Command::RegisterDataset { dataset_id, def } => {
-            jobs::register_dataset(state, dataset_id, def)
+        Command::RegisterDataset { dataset_id, def, limits } => {
+            jobs::register_dataset(state, dataset_id, def, &limits)
         }
         Command::GetOrCreateJob {
             dataset_id,
@@ -50,22 +50,29 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
             static_workers,
             cross_trainer_cache,
             num_consumers,
+            limits,
         } => {
             let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
             match num_consumers {
-                Some(n) => coordinated::get_or_create_job(state, job, static_workers, n),
+                Some(n) => coordinated::get_or_create_job(state, job, static_workers, n, &limits),
                 None => {
                     coordinated::refuse_plain_join(state, job.job_name.as_deref())?;
-                    jobs::get_or_create_job(state, job, static_workers)
+                    jobs::get_or_create_job(state, job, static_workers, &limits)
                 }
             }
         }
-        Command::GetOrCreateIteration { job_id, repetition, elements_per_split } => {
-            iterations::get_or_create_iteration(state, job_id, repetition, elements_per_split)
+        Command::GetOrCreateIteration { job_id, repetition, elements_per_split, limits } => {
+            iterations::get_or_create_iteration(
+                state,
+                job_id,
+                repetition,
+                elements_per_split,
+                &limits,
+            )
         }
         Command::ReleaseClient { client_id } => iterations::release_client(state, client_id),
-        Command::RegisterWorker { address, worker_uid, functions } => {
-            workers::register_worker(state, address, worker_uid, functions)
+        Command::RegisterWorker { address, worker_uid, functions, limits } => {
+            workers::register_worker(state, address, worker_uid, functions, &limits)
         }
         Command::FinishTasks { worker_address, worker_uid, task_ids } => {
             iterations::finish_tasks(state, &worker_address, worker_uid, &task_ids)

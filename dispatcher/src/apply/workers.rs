@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use super::{coordinated, iterations, liveness};
 use crate::command::Response;
 use crate::error::StateError;
+use crate::limits::Limits;
 use crate::state::{IterationId, JobId, State, Worker};
 
 pub(super) fn register_worker(
@@ -16,6 +17,7 @@ pub(super) fn register_worker(
     address: String,
     worker_uid: u64,
     functions: Vec<String>,
+    limits: &Limits,
 ) -> Result<Response, StateError> {
     if address.is_empty() {
         return Err(StateError::InvalidArgument("worker address must not be empty".into()));
@@ -41,12 +43,19 @@ pub(super) fn register_worker(
         .filter(|t| t.worker_address == address && !t.lost && !state.is_removed(t))
         .map(|t| t.iteration_id)
         .collect();
+    // Up to its cap of unfinished tasks, oldest iterations first (a worker at
+    // its cap takes no part in the rest; `GetOrCreateIteration` refuses new
+    // iterations while a worker is at its cap, so this happens only to a worker
+    // that registers while more iterations than the cap are running).
+    let room =
+        limits.max_tasks_per_worker.saturating_sub(state.worker_tasks(&address).len() as u64);
     let missing: Vec<(JobId, IterationId)> = state
         .iterations
         .values()
         .filter(|it| it.is_live() && !has_task.contains(&it.id))
         .filter(|it| state.takes_part(it.id, &address))
         .map(|it| (it.job_id, it.id))
+        .take(usize::try_from(room).unwrap_or(usize::MAX))
         .collect();
     for (job_id, iteration_id) in missing {
         let task_id = iterations::new_task(state, job_id, iteration_id, &address);

@@ -7,6 +7,7 @@ use sluice_dataset::DatasetDef;
 
 use super::*;
 use crate::command::Command;
+use crate::limits::Limits;
 use crate::raft::TypeConfig;
 use crate::state::State;
 
@@ -28,7 +29,11 @@ fn append(entries: Vec<Entry<TypeConfig>>) -> AppendEntriesRequest<TypeConfig> {
 
 #[test]
 fn the_bytes_are_those_of_bincode_serialize() {
-    let cmd = Command::RegisterDataset { dataset_id: Some("d".into()), def: DatasetDef::range(3) };
+    let cmd = Command::RegisterDataset {
+        dataset_id: Some("d".into()),
+        def: DatasetDef::range(3),
+        limits: Limits::default(),
+    };
     let batch = Command::Batch(vec![cmd.clone(), Command::ReleaseClient { client_id: 7 }]);
     let rpc = append(vec![entry(1, cmd.clone()), entry(2, batch.clone())]);
     assert_eq!(encode(&cmd).unwrap(), bincode::serialize(&cmd).unwrap());

@@ -34,7 +34,7 @@ const KINDS: [&str; 12] = [
     "CoordinatedRemoveTask",
 ];
 
-const EVENTS: [&str; 12] = [
+const EVENTS: [&str; 13] = [
     "split granted",
     "split retried",
     "end of splits",
@@ -47,6 +47,7 @@ const EVENTS: [&str; 12] = [
     "tasks promoted",
     "task voted out",
     "another incarnation refused",
+    "refused at a cap",
 ];
 
 impl Coverage {
@@ -140,6 +141,7 @@ fn refusal_event(e: &StateError) -> Option<&'static str> {
         StateError::FailedPrecondition(m) if m.contains("carries worker_uid") => {
             Some("another incarnation refused")
         }
+        StateError::ResourceExhausted(_) => Some("refused at a cap"),
         _ => None,
     }
 }

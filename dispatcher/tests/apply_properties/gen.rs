@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sluice_dataset::{DatasetDef, ShardArg};
 use sluice_dispatcher::state::{Iteration, Task};
-use sluice_dispatcher::{Command, Mode, State, TargetWorkers};
+use sluice_dispatcher::{Command, Limits, Mode, State, TargetWorkers};
 
 /// Worker addresses; the empty one is refused.
 const ADDRESSES: [&str; 4] = ["w1:1", "w2:1", "w3:1", ""];
@@ -99,6 +99,23 @@ impl Gen {
         }
     }
 
+    /// Mostly the default caps; now and then small ones that the sequence's
+    /// counts reach, so commands keep being refused at a cap.
+    fn limits(&mut self) -> Limits {
+        if self.chance(0.7) {
+            return Limits::default();
+        }
+        let mut small = || self.rng.gen_range(1..=6);
+        Limits {
+            max_datasets: small(),
+            max_jobs: small(),
+            max_iterations: small(),
+            max_clients: small(),
+            max_tasks_per_worker: small(),
+            max_num_consumers: small() as u32,
+        }
+    }
+
     pub fn command(&mut self, state: &State) -> Command {
         match self.below(100) {
             0..=5 => Command::Batch((0..self.below(4)).map(|_| self.batched(state)).collect()),
@@ -172,7 +189,12 @@ impl Gen {
             _ => {
                 let address = self.address();
                 let worker_uid = self.rng.gen_range(1..=4);
-                Command::RegisterWorker { address, worker_uid, functions: vec![] }
+                Command::RegisterWorker {
+                    address,
+                    worker_uid,
+                    functions: vec![],
+                    limits: self.limits(),
+                }
             }
         }
     }
@@ -184,7 +206,7 @@ impl Gen {
             2 => Some(String::new()),
             _ => None,
         };
-        Command::RegisterDataset { dataset_id, def: def(self.below(5)) }
+        Command::RegisterDataset { dataset_id, def: def(self.below(5)), limits: self.limits() }
     }
 
     fn job(&mut self, state: &State) -> Command {
@@ -210,6 +232,7 @@ impl Gen {
             static_workers,
             cross_trainer_cache: self.chance(0.05),
             num_consumers,
+            limits: self.limits(),
         }
     }
 
@@ -223,6 +246,7 @@ impl Gen {
             job_id,
             repetition: self.rng.gen_range(0..3),
             elements_per_split: if self.chance(0.1) { 0 } else { self.rng.gen_range(1..4) },
+            limits: self.limits(),
         }
     }
 

@@ -48,6 +48,7 @@ impl Ledger {
         post: &State,
     ) -> Result<(), String> {
         only_the_registered_incarnation(pre, cmd)?;
+        within_caps(cmd, pre, post)?;
         self.grant(pre, cmd, answer)?;
         answered_ids_are_fresh(pre, cmd, answer)?;
         self.ids(pre, post)
@@ -229,5 +230,47 @@ fn only_the_registered_incarnation(pre: &State, cmd: &Command) -> Result<(), Str
         "(e) {} from worker_uid {uid} applied; {address} is registered as {registered:?}",
         cmd.name()
     );
+    Ok(())
+}
+
+/// (f) An applied command that carries caps took no count past them: a count
+/// it raised is at most its cap (a count already over a cap, left by an earlier
+/// command with higher caps, may stay; it may not grow).
+fn within_caps(cmd: &Command, pre: &State, post: &State) -> Result<(), String> {
+    let limits = match cmd {
+        Command::RegisterDataset { limits, .. }
+        | Command::GetOrCreateJob { limits, .. }
+        | Command::GetOrCreateIteration { limits, .. }
+        | Command::RegisterWorker { limits, .. } => limits,
+        _ => return Ok(()),
+    };
+    let tasks = |s: &State| -> Vec<(String, usize)> {
+        s.workers.values().map(|w| (w.address.clone(), w.active_tasks.len())).collect()
+    };
+    let pre_tasks: std::collections::BTreeMap<String, usize> = tasks(pre).into_iter().collect();
+    let mut counts = vec![
+        ("datasets", pre.datasets.len(), post.datasets.len(), limits.max_datasets),
+        ("jobs", pre.jobs.len(), post.jobs.len(), limits.max_jobs),
+        ("iterations", pre.iterations.len(), post.iterations.len(), limits.max_iterations),
+        ("clients", pre.clients.len(), post.clients.len(), limits.max_clients),
+    ];
+    for (address, n) in tasks(post) {
+        let before = pre_tasks.get(&address).copied().unwrap_or(0);
+        counts.push(("tasks of a worker", before, n, limits.max_tasks_per_worker));
+    }
+    for (what, before, after, cap) in counts {
+        check!(
+            after <= before || after as u64 <= cap,
+            "(f) {} raised {what} from {before} to {after}, over its cap {cap}",
+            cmd.name()
+        );
+    }
+    if let Command::GetOrCreateJob { num_consumers: Some(n), .. } = cmd {
+        check!(
+            *n <= limits.max_num_consumers,
+            "(f) a job with num_consumers={n} over the cap {} was applied",
+            limits.max_num_consumers
+        );
+    }
     Ok(())
 }

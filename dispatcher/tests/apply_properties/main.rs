@@ -11,6 +11,7 @@
 //! - (d) Ids (dataset, job, iteration, task, client) are never reused.
 //! - (e) Only the process a worker is registered as (its uid) takes splits and
 //!   reports tasks; another incarnation is refused.
+//! - (f) No command takes a count past the cap it carries (`Limits`).
 //! - A batch answers and changes what its commands applied one by one do, and
 //!   refuses a nested batch.
 //!

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use sluice_dataset::DatasetDef;
-use sluice_dispatcher::{apply, Command, Mode, Response, State, StateError, TargetWorkers};
+use sluice_dispatcher::{apply, Command, Limits, Mode, Response, State, StateError, TargetWorkers};
 
 pub fn ok(s: &mut State, c: Command) -> Response {
     apply(s, c).expect("command applies")
@@ -12,7 +12,7 @@ pub fn ok(s: &mut State, c: Command) -> Response {
 
 /// Registers `def` under a derived id; returns the id.
 pub fn register(s: &mut State, def: DatasetDef) -> String {
-    match ok(s, Command::RegisterDataset { dataset_id: None, def }) {
+    match ok(s, Command::RegisterDataset { dataset_id: None, def, limits: Limits::default() }) {
         Response::DatasetRegistered { dataset_id } => dataset_id,
         r => panic!("{r:?}"),
     }
@@ -20,7 +20,12 @@ pub fn register(s: &mut State, def: DatasetDef) -> String {
 
 /// Gets or creates repetition 0 of `job_id`; returns (iteration id, client id).
 pub fn iteration(s: &mut State, job_id: u64, elements_per_split: u64) -> (u64, u64) {
-    let c = Command::GetOrCreateIteration { job_id, repetition: 0, elements_per_split };
+    let c = Command::GetOrCreateIteration {
+        job_id,
+        repetition: 0,
+        elements_per_split,
+        limits: Limits::default(),
+    };
     match ok(s, c) {
         Response::Iteration { iteration_id, client_id } => (iteration_id, client_id),
         r => panic!("{r:?}"),
@@ -29,7 +34,12 @@ pub fn iteration(s: &mut State, job_id: u64, elements_per_split: u64) -> (u64, u
 
 /// Registers a worker; returns its unfinished tasks.
 pub fn worker(s: &mut State, addr: &str, uid: u64) -> Vec<u64> {
-    let c = Command::RegisterWorker { address: addr.into(), worker_uid: uid, functions: vec![] };
+    let c = Command::RegisterWorker {
+        address: addr.into(),
+        worker_uid: uid,
+        functions: vec![],
+        limits: Limits::default(),
+    };
     match ok(s, c) {
         Response::WorkerRegistered { tasks } => tasks,
         r => panic!("{r:?}"),
@@ -53,6 +63,7 @@ pub fn off_job(
         static_workers: vec![],
         cross_trainer_cache,
         num_consumers,
+        limits: Limits::default(),
     };
     apply(s, c).map(|r| match r {
         Response::Job { job_id, .. } => job_id,

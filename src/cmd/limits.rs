@@ -1,0 +1,42 @@
+//! The `sluice dispatcher` flags that bound what callers can make a dispatcher
+//! hold (docs/security.md, "Limits on what one client can make the service
+//! hold"), kept out of `serve.rs` so they read as one set.
+
+use clap::Args;
+use sluice_dispatcher::{DispatcherConfig, Limits};
+
+#[derive(Args, Debug)]
+pub struct LimitsArgs {
+    /// Most datasets one dispatcher holds (registered datasets are kept).
+    #[arg(long, default_value_t = Limits::default().max_datasets)]
+    pub max_datasets: u64,
+    /// Most jobs one dispatcher holds.
+    #[arg(long, default_value_t = Limits::default().max_jobs)]
+    pub max_jobs: u64,
+    /// Most iterations one dispatcher holds (finished ones count until collected).
+    #[arg(long, default_value_t = Limits::default().max_iterations)]
+    pub max_iterations: u64,
+    /// Most consumers (client ids) reading at once.
+    #[arg(long, default_value_t = Limits::default().max_clients)]
+    pub max_clients: u64,
+    /// Most unfinished tasks one worker runs.
+    #[arg(long, default_value_t = Limits::default().max_tasks_per_worker)]
+    pub max_tasks_per_worker: u64,
+    /// Most consumers of one coordinated read (num_consumers).
+    #[arg(long, default_value_t = Limits::default().max_num_consumers)]
+    pub max_num_consumers: u32,
+}
+
+impl LimitsArgs {
+    /// Sets these flags' fields of `config`.
+    pub fn apply(&self, config: &mut DispatcherConfig) {
+        config.limits = Limits {
+            max_datasets: self.max_datasets,
+            max_jobs: self.max_jobs,
+            max_iterations: self.max_iterations,
+            max_clients: self.max_clients,
+            max_tasks_per_worker: self.max_tasks_per_worker,
+            max_num_consumers: self.max_num_consumers,
+        };
+    }
+}
