@@ -9,6 +9,7 @@ use common::{collect_i64, Cluster};
 use sluice_client::{Client, ProcessingMode, ReadOptions};
 use sluice_dataset::DatasetDef;
 use sluice_dispatcher::{DispatcherConfig, Limits};
+use sluice_proto::limits::ServerLimits;
 use sluice_proto::v1 as pb;
 use tonic::Code;
 
@@ -94,4 +95,92 @@ async fn a_dispatcher_at_a_cap_answers_resource_exhausted_naming_the_flag() {
     };
     assert_eq!(err.code(), Some(Code::ResourceExhausted), "{err}");
     assert!(err.to_string().contains("--max-jobs 1"), "{err}");
+}
+
+/// An HTTP/2 frame: (type, flags, stream id, payload).
+type Frame = (u8, u8, u32, Vec<u8>);
+
+async fn write_frame(tcp: &mut tokio::net::TcpStream, (kind, flags, stream, payload): Frame) {
+    use tokio::io::AsyncWriteExt;
+    let len = payload.len() as u32;
+    let mut frame = len.to_be_bytes()[1..].to_vec();
+    frame.extend_from_slice(&[kind, flags]);
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(&payload);
+    tcp.write_all(&frame).await.unwrap();
+}
+
+async fn read_frame(tcp: &mut tokio::net::TcpStream) -> Frame {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; 9];
+    tcp.read_exact(&mut head).await.unwrap();
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0; len];
+    tcp.read_exact(&mut payload).await.unwrap();
+    (head[3], head[4], stream, payload)
+}
+
+/// A GetStatus request's HEADERS block (HPACK, no Huffman, nothing indexed).
+fn get_status_headers() -> Vec<u8> {
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http (static table)
+    let mut literal = |name: &str, value: &str| {
+        block.push(0x00);
+        block.push(name.len() as u8);
+        block.extend_from_slice(name.as_bytes());
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    };
+    literal(":path", "/sluice.v1.Dispatcher/GetStatus");
+    literal(":authority", "dispatcher");
+    literal("content-type", "application/grpc");
+    literal("te", "trailers");
+    block
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_over_the_per_connection_cap_is_refused() {
+    const HEADERS: u8 = 0x1;
+    const RST_STREAM: u8 = 0x3;
+    const SETTINGS: u8 = 0x4;
+    const REFUSED_STREAM: u32 = 0x7;
+    let server = ServerLimits { max_concurrent_streams: 3, ..ServerLimits::default() };
+    let cluster = Cluster::start_with(0, DispatcherConfig { server, ..Default::default() }).await;
+    // A hand-written HTTP/2 client, which (unlike a real one) ignores the cap.
+    let mut tcp = tokio::net::TcpStream::connect(&cluster.dispatcher_address).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    }
+    write_frame(&mut tcp, (SETTINGS, 0, 0, vec![])).await;
+    let deadline = common::DEADLINE;
+    tokio::time::timeout(deadline, async {
+        // The server's SETTINGS carry the cap; once acknowledged it applies.
+        loop {
+            let (kind, flags, _, payload) = read_frame(&mut tcp).await;
+            if kind == SETTINGS && flags & 1 == 0 {
+                let max_streams = payload
+                    .chunks(6)
+                    .find(|s| s[..2] == [0, 3])
+                    .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
+                assert_eq!(max_streams, Some(3), "SETTINGS_MAX_CONCURRENT_STREAMS");
+                write_frame(&mut tcp, (SETTINGS, 1, 0, vec![])).await;
+                break;
+            }
+        }
+        // Four requests whose bodies never end: each holds its stream open.
+        for stream in [1, 3, 5, 7] {
+            write_frame(&mut tcp, (HEADERS, 0x4, stream, get_status_headers())).await;
+        }
+        loop {
+            let (kind, _, stream, payload) = read_frame(&mut tcp).await;
+            if kind == RST_STREAM {
+                let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                assert_eq!((stream, code), (7, REFUSED_STREAM), "only the fourth is refused");
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the fourth stream refused within the deadline");
 }

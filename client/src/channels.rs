@@ -40,8 +40,9 @@ pub(crate) fn worker_channel(address: &str, policy: &RetryPolicy) -> Result<Chan
 fn endpoint(address: &str, policy: &RetryPolicy) -> Result<Endpoint, ClientError> {
     let url =
         if address.contains("://") { address.to_string() } else { format!("http://{address}") };
-    Ok(Endpoint::from_shared(url)
-        .map_err(|e| ClientError::InvalidArgument(format!("bad address `{address}`: {e}")))?
+    let endpoint = Endpoint::from_shared(url)
+        .map_err(|e| ClientError::InvalidArgument(format!("bad address `{address}`: {e}")))?;
+    Ok(sluice_proto::limits::client_endpoint(endpoint)
         .connect_timeout(policy.attempt_timeout)
         .tcp_nodelay(true))
 }

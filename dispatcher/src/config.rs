@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::DispatcherError;
 use crate::limits::Limits;
+use sluice_proto::limits::ServerLimits;
 
 #[derive(Clone, Debug)]
 pub struct DispatcherConfig {
@@ -72,6 +73,10 @@ pub struct DispatcherConfig {
     /// Caps on what callers can make this dispatcher hold (`limits.rs`):
     /// beyond one, a request gets ResourceExhausted naming it and its flag.
     pub limits: Limits,
+    /// Bounds of the gRPC server (streams per connection, request timeout,
+    /// keepalives); see [`DispatcherConfig::server_limits`] for the timeout
+    /// actually applied.
+    pub server: ServerLimits,
 }
 
 impl Default for DispatcherConfig {
@@ -93,6 +98,7 @@ impl Default for DispatcherConfig {
             gc_dynamic_jobs: false,
             max_client_wait: Duration::from_secs(1),
             limits: Limits::default(),
+            server: ServerLimits::default(),
         }
     }
 }
@@ -116,7 +122,7 @@ impl DispatcherConfig {
         if self.elements_per_split == 0 {
             return bad("elements_per_split must be at least 1".into());
         }
-        if let Err(e) = self.limits.validate() {
+        if let Err(e) = self.limits.validate().and_then(|()| self.server.validate()) {
             return bad(e);
         }
         if self.snapshot_every == 0 {
@@ -167,6 +173,16 @@ impl DispatcherConfig {
             Some(u) if u.contains("://") && !u.starts_with("memory://") => 1_000,
             _ => 10_000,
         }
+    }
+
+    /// The server bounds as applied: the request timeout is at least the
+    /// longest a handler holds a request on purpose (a long poll, up to
+    /// `max_client_wait`; a leader read's catch-up or a removal vote, a few
+    /// seconds) plus 10 s, so no long poll is cut by it.
+    pub fn server_limits(&self) -> ServerLimits {
+        let held = self.max_client_wait.max(Duration::from_secs(5));
+        let floor = held.saturating_add(Duration::from_secs(10));
+        ServerLimits { request_timeout: self.server.request_timeout.max(floor), ..self.server }
     }
 
     /// Where node `node_id` journals, from `work_dir`.

@@ -88,7 +88,9 @@ pub async fn run_with_metrics(
     // it. Without it every small answer (a heartbeat, a Raft append's ack) can sit
     // ~40 ms in Nagle's buffer waiting for a delayed ACK.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let served = tonic::transport::Server::builder()
+    let served = config
+        .server_limits()
+        .apply(tonic::transport::Server::builder())
         .add_service(
             DispatcherServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

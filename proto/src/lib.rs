@@ -8,6 +8,9 @@
 //! - [`MAX_MESSAGE_BYTES`]: the one bound on a gRPC message that every server and
 //!   client in Sluice applies, so a bad peer cannot make another allocate without limit.
 //!
+//! - [`limits`]: the connection and request bounds every server and client
+//!   applies (streams per connection, request timeout, keepalives).
+//!
 //! Domain types are not defined here: each crate converts wire types at its edge.
 
 /// Generated code for package `sluice.v1`.
@@ -17,6 +20,7 @@ pub mod v1 {
 }
 
 pub mod contract;
+pub mod limits;
 
 /// Largest encoded gRPC message any Sluice endpoint sends or accepts (64 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;

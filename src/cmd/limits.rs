@@ -4,6 +4,7 @@
 
 use clap::Args;
 use sluice_dispatcher::{DispatcherConfig, Limits};
+use sluice_proto::limits::ServerLimits;
 
 #[derive(Args, Debug)]
 pub struct LimitsArgs {
@@ -38,5 +39,36 @@ impl LimitsArgs {
             max_tasks_per_worker: self.max_tasks_per_worker,
             max_num_consumers: self.max_num_consumers,
         };
+    }
+}
+
+/// The gRPC server bounds both `sluice dispatcher` and `sluice worker` take.
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// HTTP/2 streams one client connection may have open at once; a client
+    /// over it waits for one to close.
+    #[arg(long, default_value_t = ServerLimits::default().max_concurrent_streams)]
+    pub max_concurrent_streams: u32,
+    /// The longest a request may take until its answer starts (an element
+    /// stream, once open, is not cut by it; a dispatcher keeps it above its
+    /// longest long poll).
+    #[arg(long, default_value_t = ServerLimits::default().request_timeout.as_secs_f64())]
+    pub request_timeout_secs: f64,
+}
+
+impl ServerArgs {
+    pub fn limits(&self) -> anyhow::Result<ServerLimits> {
+        let request_timeout = std::time::Duration::try_from_secs_f64(self.request_timeout_secs)
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "--request-timeout-secs {}: give a number of seconds > 0",
+                    self.request_timeout_secs
+                )
+            })?;
+        Ok(ServerLimits {
+            max_concurrent_streams: self.max_concurrent_streams,
+            request_timeout,
+            ..ServerLimits::default()
+        })
     }
 }

@@ -76,6 +76,8 @@ pub struct DispatcherArgs {
     pub metrics_addr: Option<String>,
     #[command(flatten)]
     pub limits: super::limits::LimitsArgs,
+    #[command(flatten)]
+    pub server: super::limits::ServerArgs,
 }
 
 #[derive(Args, Debug)]
@@ -115,6 +117,8 @@ pub struct WorkerArgs {
     /// "Metrics").
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    #[command(flatten)]
+    pub server: super::limits::ServerArgs,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -186,6 +190,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         ..DispatcherConfig::default()
     };
     a.limits.apply(&mut config);
+    config.server = a.server.limits()?;
     config.validate()?;
     if config.work_dir.is_none() {
         tracing::warn!(
@@ -226,6 +231,7 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     config.drain_timeout = std::time::Duration::from_secs(a.drain_timeout_secs);
     config.exit_when_idle =
         a.exit_when_idle.then(|| std::time::Duration::from_secs(a.idle_grace_secs));
+    config.server = a.server.limits()?;
     config.validate()?;
     let stop = stop_signal()?;
     let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;

@@ -1,6 +1,7 @@
 //! The worker's configuration: a plain struct, checked by [`WorkerConfig::validate`].
 //! The `sluice` binary fills it from flags; tests use [`WorkerConfig::for_tests`].
 
+use sluice_proto::limits::ServerLimits;
 use std::time::Duration;
 
 use sluice_client::RetryPolicy;
@@ -40,6 +41,11 @@ pub struct WorkerConfig {
     /// Exit once no task has been unfinished for this long, after at least one
     /// task ran (`sluice worker --exit-when-idle`). `None`: serve until stopped.
     pub exit_when_idle: Option<Duration>,
+    /// Bounds of the worker's gRPC server: streams per connection, request
+    /// timeout (until a response starts: an element stream, once open, is
+    /// bounded by the HTTP/2 keepalive instead), keepalives
+    /// (`sluice worker --max-concurrent-streams --request-timeout-secs`).
+    pub server: ServerLimits,
 }
 
 /// 256 MiB per cache task. tf.data defaults to 10 GiB, sized for dedicated
@@ -63,6 +69,7 @@ impl Default for WorkerConfig {
             cross_trainer_cache_bytes: DEFAULT_CROSS_TRAINER_CACHE_BYTES,
             drain_timeout: Duration::ZERO,
             exit_when_idle: None,
+            server: ServerLimits::default(),
         }
     }
 }
@@ -83,6 +90,9 @@ impl WorkerConfig {
 
     pub fn validate(&self) -> Result<(), WorkerError> {
         let bad = |m: &str| Err(WorkerError::Config(m.to_string()));
+        if let Err(e) = self.server.validate() {
+            return bad(&e);
+        }
         if self.dispatcher_addresses.is_empty() {
             return bad("dispatcher_addresses: at least one dispatcher address is needed");
         }

@@ -193,7 +193,10 @@ async fn serve(
     };
     // `serve_with_incoming*` ignores the builder's tcp_nodelay; the incoming sets it.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let server = Server::builder()
+    let server = worker
+        .config
+        .server
+        .apply(Server::builder())
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .add_service(service)

@@ -39,7 +39,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         let addr = self.dial.get(&target).unwrap_or(&node.addr);
         let url = format!("http://{addr}");
         let channel = Endpoint::from_shared(url)
-            .map(|e| e.tcp_nodelay(true).connect_lazy())
+            .map(|e| sluice_proto::limits::client_endpoint(e).tcp_nodelay(true).connect_lazy())
             .map_err(|e| e.to_string());
         PeerClient {
             target,
