@@ -184,3 +184,22 @@ async fn a_stream_over_the_per_connection_cap_is_refused() {
     .await
     .expect("the fourth stream refused within the deadline");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_is_forgotten_after_its_ttl_and_its_name_serves_again() {
+    let finished_job_ttl = std::time::Duration::from_millis(200);
+    let config = DispatcherConfig { finished_job_ttl, ..Default::default() };
+    let cluster = Cluster::start_with(1, config).await;
+    let client = cluster.client();
+    let read = || ReadOptions::new(ProcessingMode::Off).job_name("once");
+    let got = collect_i64(client.distribute(&DatasetDef::range(3), read()).await.unwrap()).await;
+    assert_eq!(got, vec![0, 1, 2]);
+    common::wait_until("the finished job forgotten", || {
+        let client = client.clone();
+        async move { client.status().await.is_ok_and(|s| s.jobs.is_empty()) }
+    })
+    .await;
+    // The name makes a new job, which reads the data again.
+    let got = collect_i64(client.distribute(&DatasetDef::range(3), read()).await.unwrap()).await;
+    assert_eq!(got, vec![0, 1, 2]);
+}

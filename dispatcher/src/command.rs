@@ -112,6 +112,13 @@ pub enum Command {
         task_id: TaskId,
         round: u64,
     },
+    /// Proposed by the leader's timer: the iteration stopped handing out work
+    /// and has had no consumer for `finished_job_ttl`. Drops it, its tasks and
+    /// clients, and its job if it was the job's last (`apply/forget.rs`). A
+    /// no-op if it is live or has a consumer again.
+    ForgetIteration {
+        iteration_id: IterationId,
+    },
 }
 
 /// Decodes a batch's commands, refusing a batch among them before decoding it:
@@ -150,6 +157,7 @@ impl Command {
             Command::GcIteration { .. } => "GcIteration",
             Command::CoordinatedPromoteTasks { .. } => "CoordinatedPromoteTasks",
             Command::CoordinatedRemoveTask { .. } => "CoordinatedRemoveTask",
+            Command::ForgetIteration { .. } => "ForgetIteration",
         }
     }
 }
@@ -192,4 +200,10 @@ pub enum Response {
         task_ids: Vec<TaskId>,
     },
     CoordinatedRemoved,
+    /// `changed` is false when the iteration was kept (live, read, or already
+    /// forgotten); `job_forgotten` when its job went with it.
+    IterationForgotten {
+        changed: bool,
+        job_forgotten: bool,
+    },
 }

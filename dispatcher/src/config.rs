@@ -67,6 +67,11 @@ pub struct DispatcherConfig {
     /// consumer costs one call a second; the end of an iteration reaches it as
     /// soon as it is applied. Zero: answer at once (consumers poll).
     pub max_client_wait: Duration,
+    /// A finished (or garbage-collected) iteration with no consumer this long
+    /// is forgotten: dropped from the state with its tasks, and its job with
+    /// it when it was the job's last (`apply/forget.rs`), so the state and its
+    /// snapshots hold what is in use. Default 1 h. Zero keeps them for ever.
+    pub finished_job_ttl: Duration,
     /// Also collect DYNAMIC iterations. Off by default (tf.data): a collected
     /// iteration cannot be rejoined, and a new one hands out every split again.
     pub gc_dynamic_jobs: bool,
@@ -96,6 +101,7 @@ impl Default for DispatcherConfig {
             client_timeout: Duration::from_secs(60),
             job_gc_timeout: Duration::from_secs(300),
             gc_dynamic_jobs: false,
+            finished_job_ttl: Duration::from_secs(3600),
             max_client_wait: Duration::from_secs(1),
             limits: Limits::default(),
             server: ServerLimits::default(),
@@ -108,7 +114,7 @@ impl DispatcherConfig {
     /// enabled timeout, between 20 ms and 1 s (so a timeout fires at most that
     /// much late).
     pub fn liveness_check_interval(&self) -> Duration {
-        [self.worker_timeout, self.client_timeout, self.job_gc_timeout]
+        [self.worker_timeout, self.client_timeout, self.job_gc_timeout, self.finished_job_ttl]
             .into_iter()
             .filter(|t| !t.is_zero())
             .min()

@@ -9,6 +9,7 @@
 //!     WorkerLost { address, worker_uid }   worker silent  > worker_timeout
 //!     ReleaseClient { client_id }          consumer silent > client_timeout
 //!     GcIteration { iteration_id }         no consumer    > job_gc_timeout
+//!     ForgetIteration { iteration_id }     done, no consumer > finished_job_ttl
 //! ```
 //!
 //! Soft state, by design: the instants live only in the leader's memory and are
@@ -53,6 +54,8 @@ struct Timers {
     clients: HashMap<ClientId, Instant>,
     /// Since when each live, GC-eligible iteration has had no consumer.
     idle: HashMap<IterationId, Instant>,
+    /// Since when each finished or collected iteration has had no consumer.
+    done: HashMap<IterationId, Instant>,
 }
 
 /// What one tick needs from the state, read on the leader.
@@ -60,6 +63,7 @@ struct View {
     workers: Vec<(String, u64)>,
     clients: Vec<ClientId>,
     idle: Vec<IterationId>,
+    done: Vec<IterationId>,
 }
 
 impl View {
@@ -79,6 +83,12 @@ impl View {
                 .filter(|it| {
                     gc_dynamic || s.jobs.get(&it.job_id).is_none_or(|j| j.mode != Mode::Dynamic)
                 })
+                .map(|it| it.id)
+                .collect(),
+            done: s
+                .iterations
+                .values()
+                .filter(|it| !it.is_live() && it.clients.is_empty())
                 .map(|it| it.id)
                 .collect(),
         }
@@ -108,6 +118,7 @@ impl Liveness {
         let mut t = self.timers();
         t.epoch = None;
         t.idle.clear();
+        t.done.clear();
     }
 
     /// The commands due now, given the state's view. Starts a leading epoch if
@@ -119,6 +130,7 @@ impl Liveness {
             _ => {
                 t.epoch = Some((term, now));
                 t.idle.clear();
+                t.done.clear();
                 now
             }
         };
@@ -145,6 +157,14 @@ impl Liveness {
             let since = *t.idle.entry(iteration_id).or_insert(now);
             if late(Some(since), config.job_gc_timeout) {
                 due.push(Command::GcIteration { iteration_id });
+            }
+        }
+        let done: HashSet<IterationId> = view.done.iter().copied().collect();
+        t.done.retain(|i, _| done.contains(i));
+        for iteration_id in view.done {
+            let since = *t.done.entry(iteration_id).or_insert(now);
+            if late(Some(since), config.finished_job_ttl) {
+                due.push(Command::ForgetIteration { iteration_id });
             }
         }
         due.truncate(MAX_PROPOSALS_PER_TICK);
@@ -176,6 +196,9 @@ impl Liveness {
                 }
                 Ok(Response::IterationCollected { changed: true }) => {
                     tracing::info!(command = %what, "iteration garbage-collected")
+                }
+                Ok(Response::IterationForgotten { changed: true, job_forgotten }) => {
+                    tracing::info!(command = %what, job_forgotten, "finished iteration forgotten after the finished-job TTL")
                 }
                 Ok(Response::ClientReleased) => {
                     tracing::info!(command = %what, "consumer released: no heartbeat within the client timeout")
@@ -221,12 +244,18 @@ mod tests {
             worker_timeout: Duration::from_secs(1),
             client_timeout: Duration::from_secs(2),
             job_gc_timeout: Duration::from_secs(3),
+            finished_job_ttl: Duration::from_secs(5),
             ..DispatcherConfig::default()
         }
     }
 
     fn view() -> View {
-        View { workers: vec![("w:1".into(), 7)], clients: vec![3000], idle: vec![2000] }
+        View {
+            workers: vec![("w:1".into(), 7)],
+            clients: vec![3000],
+            idle: vec![2000],
+            done: vec![2001],
+        }
     }
 
     fn names(cmds: &[Command]) -> Vec<&'static str> {
@@ -252,6 +281,8 @@ mod tests {
         assert!(l.due(&config(), 3, view(), much_later).is_empty());
         let all = l.due(&config(), 3, view(), much_later + Duration::from_secs(4));
         assert_eq!(names(&all), ["WorkerLost", "ReleaseClient", "GcIteration"]);
+        let all = l.due(&config(), 3, view(), much_later + Duration::from_secs(6));
+        assert_eq!(names(&all), ["WorkerLost", "ReleaseClient", "GcIteration", "ForgetIteration"]);
     }
 
     #[test]
@@ -276,6 +307,7 @@ mod tests {
             worker_timeout: Duration::ZERO,
             client_timeout: Duration::ZERO,
             job_gc_timeout: Duration::ZERO,
+            finished_job_ttl: Duration::ZERO,
             ..DispatcherConfig::default()
         };
         assert!(l.due(&off, 1, view(), t0).is_empty());

@@ -245,8 +245,9 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             StateError::not_found_hint(
                 "iteration client",
                 client_id.to_string(),
-                "; it was released, or the dispatcher restarted without a work_dir \
-                       (in-memory state is lost on restart)",
+                "; it was released, its iteration finished and was collected after the \
+                 finished-job TTL (--finished-job-ttl-secs), or the dispatcher restarted \
+                 without a work_dir (in-memory state is lost on restart)",
             )
             .into()
         })

@@ -556,3 +556,55 @@ fn a_worker_registering_during_more_iterations_than_its_cap_gets_tasks_up_to_it(
     let with_task: Vec<u64> = tasks.iter().map(|t| s.tasks[t].iteration_id).collect();
     assert_eq!(with_task, its[..2], "the oldest iterations first");
 }
+
+/// Entries the state holds (what a snapshot carries, besides the counters).
+fn entries(s: &State) -> usize {
+    s.jobs.len() + s.jobs_by_name.len() + s.iterations.len() + s.tasks.len() + s.clients.len()
+}
+
+#[test]
+fn a_finished_iteration_without_consumers_is_forgotten_with_its_tasks_and_last_job() {
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    worker(&mut s, "w2:1", 2);
+    let ds = register(&mut s, DatasetDef::range(4));
+    let j = job(&mut s, &ds, Mode::Dynamic, Some("train")).unwrap();
+    let held_before = entries(&s);
+    let (it, client) = iteration(&mut s, j, 1);
+    let tasks = s.iterations[&it].tasks.clone();
+    split(&mut s, tasks[0], 1, 0, 0);
+    let forget = Command::ForgetIteration { iteration_id: it };
+    let kept = Response::IterationForgotten { changed: false, job_forgotten: false };
+    // Live: kept.
+    assert_eq!(ok(&mut s, forget.clone()), kept);
+    finish(&mut s, "w1:1", vec![tasks[0]]);
+    finish(&mut s, "w2:1", vec![tasks[1]]);
+    assert!(s.iterations[&it].finished);
+    // Finished, but a consumer still reads it: kept.
+    assert_eq!(ok(&mut s, forget.clone()), kept);
+    ok(&mut s, Command::ReleaseClient { client_id: client });
+    let held = entries(&s);
+    let r = ok(&mut s, forget.clone());
+    assert_eq!(r, Response::IterationForgotten { changed: true, job_forgotten: true });
+    assert!(entries(&s) < held, "{} entries after, {held} before", entries(&s));
+    assert_eq!(entries(&s), held_before - 2, "the job and its name went too");
+    assert!(!s.tasks.contains_key(&tasks[0]) && !s.jobs.contains_key(&j));
+    assert_eq!(ok(&mut s, forget), kept, "forgetting again changes nothing");
+    // A reader of the forgotten job is told, and the name makes a new job.
+    let again = Command::GetOrCreateIteration {
+        job_id: j,
+        repetition: 0,
+        elements_per_split: 1,
+        limits: Limits::default(),
+    };
+    let err = apply(&mut s, again).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("job `{j}` not found")) && err.contains("--finished-job-ttl-secs")
+    );
+    let j2 = job(&mut s, &ds, Mode::Dynamic, Some("train")).unwrap();
+    assert!(j2 > j, "ids are never reused");
+    // The forgotten tasks' split ranges are not handed out again to a new
+    // iteration's stale request: the task is unknown.
+    let err = apply(&mut s, get_split(tasks[0], 1, 1, 0, 1)).unwrap_err();
+    assert!(matches!(err, StateError::NotFound { .. }), "{err:?}");
+}

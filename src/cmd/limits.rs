@@ -26,11 +26,23 @@ pub struct LimitsArgs {
     /// Most consumers of one coordinated read (num_consumers).
     #[arg(long, default_value_t = Limits::default().max_num_consumers)]
     pub max_num_consumers: u32,
+    /// Forget a finished (or garbage-collected) iteration, its tasks, and its
+    /// job when it was the last, after this many seconds without a consumer
+    /// (0 = keep them for ever).
+    #[arg(long, default_value_t = DispatcherConfig::default().finished_job_ttl.as_secs_f64())]
+    pub finished_job_ttl_secs: f64,
 }
 
 impl LimitsArgs {
     /// Sets these flags' fields of `config`.
-    pub fn apply(&self, config: &mut DispatcherConfig) {
+    pub fn apply(&self, config: &mut DispatcherConfig) -> anyhow::Result<()> {
+        config.finished_job_ttl =
+            std::time::Duration::try_from_secs_f64(self.finished_job_ttl_secs).map_err(|_| {
+                anyhow::anyhow!(
+                    "--finished-job-ttl-secs {}: give a number of seconds >= 0",
+                    self.finished_job_ttl_secs
+                )
+            })?;
         config.limits = Limits {
             max_datasets: self.max_datasets,
             max_jobs: self.max_jobs,
@@ -39,6 +51,7 @@ impl LimitsArgs {
             max_tasks_per_worker: self.max_tasks_per_worker,
             max_num_consumers: self.max_num_consumers,
         };
+        Ok(())
     }
 }
 

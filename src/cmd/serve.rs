@@ -189,7 +189,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         election_timeout_max: Duration::from_millis(a.election_timeout_ms.1),
         ..DispatcherConfig::default()
     };
-    a.limits.apply(&mut config);
+    a.limits.apply(&mut config)?;
     config.server = a.server.limits()?;
     config.validate()?;
     if config.work_dir.is_none() {

@@ -23,7 +23,14 @@ pub(super) fn get_or_create_iteration(
     elements_per_split: u64,
     limits: &Limits,
 ) -> Result<Response, StateError> {
-    let job = state.jobs.get(&job_id).ok_or_else(|| StateError::not_found("job", job_id))?;
+    let job = state.jobs.get(&job_id).ok_or_else(|| {
+        StateError::not_found_hint(
+            "job",
+            job_id,
+            "; a job whose iterations all finished is collected after the finished-job TTL \
+             (--finished-job-ttl-secs): get or create the job again",
+        )
+    })?;
     if elements_per_split == 0 {
         return Err(StateError::InvalidArgument("elements_per_split must be > 0".into()));
     }

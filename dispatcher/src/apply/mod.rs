@@ -16,6 +16,7 @@
 //!         │                               liveness::record_restart_loss
 //!         ├─ GetSplit ─► splits
 //!         ├─ WorkerLost, GcIteration ─► liveness
+//!         ├─ ForgetIteration ─► forget
 //!         └─ Batch ─► apply, once per command
 //! ```
 //!
@@ -24,6 +25,7 @@
 //! `State::is_removed`, `Job::shard_of`, …) are methods of `State` in `state.rs`.
 
 mod coordinated;
+mod forget;
 mod iterations;
 mod jobs;
 mod liveness;
@@ -102,5 +104,6 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         Command::CoordinatedRemoveTask { task_id, round } => {
             coordinated::remove_task(state, task_id, round)
         }
+        Command::ForgetIteration { iteration_id } => forget::forget_iteration(state, iteration_id),
     }
 }

@@ -17,9 +17,9 @@ pub struct Coverage {
 
 /// Kinds that are never refused: a leader's WorkerLost is a no-op at worst, and
 /// a batch answers for each of its commands.
-const NEVER_REFUSED: [&str; 2] = ["WorkerLost", "Batch"];
+const NEVER_REFUSED: [&str; 3] = ["WorkerLost", "Batch", "ForgetIteration"];
 
-const KINDS: [&str; 12] = [
+const KINDS: [&str; 13] = [
     "RegisterDataset",
     "GetOrCreateJob",
     "GetOrCreateIteration",
@@ -32,9 +32,10 @@ const KINDS: [&str; 12] = [
     "GcIteration",
     "CoordinatedPromoteTasks",
     "CoordinatedRemoveTask",
+    "ForgetIteration",
 ];
 
-const EVENTS: [&str; 13] = [
+const EVENTS: [&str; 15] = [
     "split granted",
     "split retried",
     "end of splits",
@@ -48,6 +49,8 @@ const EVENTS: [&str; 13] = [
     "task voted out",
     "another incarnation refused",
     "refused at a cap",
+    "iteration forgotten",
+    "job forgotten",
 ];
 
 impl Coverage {
@@ -95,6 +98,8 @@ impl Coverage {
                 Some("tasks promoted")
             }
             (_, Response::CoordinatedRemoved) => Some("task voted out"),
+            (_, Response::IterationForgotten { job_forgotten: true, .. }) => Some("job forgotten"),
+            (_, Response::IterationForgotten { changed: true, .. }) => Some("iteration forgotten"),
             _ => None,
         };
         if let Some(e) = event {

@@ -145,10 +145,20 @@ impl Gen {
                 self.aimed(&clients, 3000, state.next_client_id)
                     .map(|client_id| Command::ReleaseClient { client_id })
             }
-            83..=87 => {
+            83..=85 => {
                 let address = self.address();
                 let worker_uid = self.uid(state, &address);
                 Some(Command::WorkerLost { address, worker_uid })
+            }
+            86..=87 => {
+                let done: Vec<u64> = state
+                    .iterations
+                    .values()
+                    .filter(|it| !it.is_live() && it.clients.is_empty())
+                    .map(|it| it.id)
+                    .collect();
+                self.aimed(&done, 2000, state.next_iteration_id)
+                    .map(|iteration_id| Command::ForgetIteration { iteration_id })
             }
             88..=91 => {
                 let abandoned: Vec<u64> = state

@@ -51,7 +51,7 @@ impl Ledger {
         within_caps(cmd, pre, post)?;
         self.grant(pre, cmd, answer)?;
         answered_ids_are_fresh(pre, cmd, answer)?;
-        self.ids(pre, post)
+        self.ids(pre, forgotten(pre, cmd, answer), post)
     }
 
     /// (c) No element of an epoch of an iteration's source is granted twice; a
@@ -91,8 +91,14 @@ impl Ledger {
     }
 
     /// (d) An id names one thing for ever: what it named never changes, nothing
-    /// but a client is ever removed, and a removed client's id never comes back.
-    fn ids(&mut self, pre: &State, post: &State) -> Result<(), String> {
+    /// but a client or what a `ForgetIteration` forgot (`forgotten`) is ever
+    /// removed, and a removed id never comes back.
+    fn ids(
+        &mut self,
+        pre: &State,
+        forgotten: BTreeMap<(&'static str, String), ()>,
+        post: &State,
+    ) -> Result<(), String> {
         let before = identities(pre);
         let after = identities(post);
         for ((kind, id), what) in &after {
@@ -111,17 +117,19 @@ impl Ledger {
         }
         for ((kind, id), _) in before {
             check!(
-                kind == "client" || after.contains_key(&(kind, id.clone())),
+                kind == "client"
+                    || after.contains_key(&(kind, id.clone()))
+                    || forgotten.contains_key(&(kind, id.clone())),
                 "(d) {kind} {id} was removed"
             );
         }
         for (id, t) in &pre.tasks {
-            let now = &post.tasks[id];
+            let Some(now) = post.tasks.get(id) else { continue };
             check!(!t.finished || now.finished, "(d) task {id} finished, then not");
             check!(!t.lost || now.lost, "(d) task {id} lost, then not");
         }
         for (id, it) in &pre.iterations {
-            let now = &post.iterations[id];
+            let Some(now) = post.iterations.get(id) else { continue };
             check!(!it.finished || now.finished, "(d) iteration {id} finished, then not");
             check!(
                 !it.garbage_collected || now.garbage_collected,
@@ -273,4 +281,34 @@ fn within_caps(cmd: &Command, pre: &State, post: &State) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// What an applied `ForgetIteration` may remove: the iteration when it had
+/// stopped handing out work with no consumer, its tasks, and its job when the
+/// answer says the job went too.
+fn forgotten(
+    pre: &State,
+    cmd: &Command,
+    answer: &Response,
+) -> BTreeMap<(&'static str, String), ()> {
+    let mut out = BTreeMap::new();
+    let (
+        Command::ForgetIteration { iteration_id },
+        Response::IterationForgotten { job_forgotten, .. },
+    ) = (cmd, answer)
+    else {
+        return out;
+    };
+    let Some(it) = pre.iterations.get(iteration_id) else { return out };
+    if it.is_live() || !it.clients.is_empty() {
+        return out;
+    }
+    out.insert(("iteration", iteration_id.to_string()), ());
+    for t in pre.tasks.values().filter(|t| t.iteration_id == *iteration_id) {
+        out.insert(("task", t.id.to_string()), ());
+    }
+    if *job_forgotten {
+        out.insert(("job", it.job_id.to_string()), ());
+    }
+    out
 }

@@ -8,7 +8,8 @@
 //!   live state byte for byte, and the same answers.
 //! - (b) A refused command leaves the state byte for byte unchanged.
 //! - (c) No element of an iteration's source epoch is granted twice.
-//! - (d) Ids (dataset, job, iteration, task, client) are never reused.
+//! - (d) Ids (dataset, job, iteration, task, client) are never reused, and
+//!   nothing but a client or what `ForgetIteration` forgets is removed.
 //! - (e) Only the process a worker is registered as (its uid) takes splits and
 //!   reports tasks; another incarnation is refused.
 //! - (f) No command takes a count past the cap it carries (`Limits`).

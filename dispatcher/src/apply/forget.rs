@@ -1,0 +1,59 @@
+//! `ForgetIteration`: finished state is dropped, so the state (and every
+//! snapshot) holds what is in use, not the whole history.
+//!
+//! The leader proposes it (`liveness.rs`) for an iteration that has stopped
+//! handing out work (finished, or garbage-collected) and has had no consumer
+//! for `finished_job_ttl`; the decision is the command, so every replica drops
+//! the same things at the same log index, whatever its clock. What goes: the
+//! iteration, its tasks (with their split records), its cursors, any client
+//! still listed, and its job when that was the job's last iteration (a named
+//! job's name is then free: the next reader by that name gets a new job). Ids
+//! are never reused: the counters only grow. A reader that comes back with a
+//! forgotten id gets NotFound.
+//!
+//! `apply` re-checks the conditions: an iteration that is live or has a
+//! consumer again is kept (`changed: false`), as is a repeated proposal.
+
+use crate::command::Response;
+use crate::error::StateError;
+use crate::state::{IterationId, State};
+
+pub(super) fn forget_iteration(
+    state: &mut State,
+    iteration_id: IterationId,
+) -> Result<Response, StateError> {
+    let Some(it) = state.iterations.get(&iteration_id) else {
+        return Ok(Response::IterationForgotten { changed: false, job_forgotten: false });
+    };
+    if it.is_live() || !it.clients.is_empty() {
+        return Ok(Response::IterationForgotten { changed: false, job_forgotten: false });
+    }
+    let Some(it) = state.iterations.remove(&iteration_id) else {
+        return Ok(Response::IterationForgotten { changed: false, job_forgotten: false });
+    };
+    // Every task of the iteration: read, pending or voted out.
+    let tasks: Vec<_> =
+        state.tasks.values().filter(|t| t.iteration_id == iteration_id).map(|t| t.id).collect();
+    for task_id in tasks {
+        if let Some(task) = state.tasks.remove(&task_id) {
+            if let Some(w) = state.workers.get_mut(&task.worker_address) {
+                w.active_tasks.remove(&task_id);
+            }
+        }
+    }
+    state.clients.retain(|_, i| *i != iteration_id);
+    let mut job_forgotten = false;
+    if let Some(job) = state.jobs.get_mut(&it.job_id) {
+        job.iterations.retain(|_, i| *i != iteration_id);
+        if job.iterations.is_empty() {
+            let job_id = job.id;
+            if let Some(job) = state.jobs.remove(&job_id) {
+                if state.jobs_by_name.get(&job.name) == Some(&job_id) {
+                    state.jobs_by_name.remove(&job.name);
+                }
+                job_forgotten = true;
+            }
+        }
+    }
+    Ok(Response::IterationForgotten { changed: true, job_forgotten })
+}
