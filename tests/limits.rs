@@ -203,3 +203,42 @@ async fn a_finished_job_is_forgotten_after_its_ttl_and_its_name_serves_again() {
     let got = collect_i64(client.distribute(&DatasetDef::range(3), read()).await.unwrap()).await;
     assert_eq!(got, vec![0, 1, 2]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiting_consumers_add_no_log_entry() {
+    let cluster = Cluster::start(1).await;
+    let client = cluster.client();
+    let d = client.dispatcher();
+    // An iteration that never ends, so each poll waits out its whole wait.
+    let dataset_id =
+        client.register_dataset(&DatasetDef::range(3).repeat_forever(), None).await.unwrap();
+    let mode = pb::ProcessingMode::Off as i32;
+    let job = pb::GetOrCreateJobRequest { dataset_id, mode, ..Default::default() };
+    let job_id = d.get_or_create_job(job).await.unwrap().job_id;
+    let mut clients = vec![];
+    for _ in 0..40 {
+        let it = pb::GetOrCreateIterationRequest { job_id, repetition: 0 };
+        clients.push(d.get_or_create_iteration(it).await.unwrap().client_id);
+    }
+    let log_index = || async { client.status().await.unwrap().raft.unwrap().last_log_index };
+    let before = log_index().await;
+    // 40 consumers, each long-polling three times (the first answers at once:
+    // it has seen no view yet; the next two wait for a change that never comes).
+    let polls = clients.into_iter().map(|client_id| {
+        let d = d.clone();
+        async move {
+            let mut known_view = 0;
+            for _ in 0..3 {
+                let req = pb::ClientHeartbeatRequest {
+                    client_id,
+                    wait_for_change_ms: 100,
+                    known_view,
+                    ..Default::default()
+                };
+                known_view = d.client_heartbeat_with(req).await.unwrap().view_digest;
+            }
+        }
+    });
+    futures::future::join_all(polls).await;
+    assert_eq!(log_index().await, before, "waiting consumers wrote to the log");
+}

@@ -25,6 +25,7 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::PeerNetwork;
 use crate::raft::state_machine::{Shared, StateMachine};
 use crate::raft::{NodeId, Raft};
+use crate::read_barrier::ReadBarrier;
 use crate::state::State;
 
 pub use crate::error::ProposeError;
@@ -39,6 +40,9 @@ pub struct Core {
     proposals: mpsc::Sender<Proposal>,
     /// Soft state: this process's metric counters (`counters.rs`).
     counters: Counters,
+    /// Soft state: shares one leadership confirmation among concurrent leader
+    /// reads (`read_barrier.rs`).
+    reads: ReadBarrier,
     /// The batcher task: it holds a handle of the Raft node (and so of the
     /// journal) until `proposals` closes; [`Core::close`] waits for it.
     batcher: tokio::task::JoinHandle<()>,
@@ -254,6 +258,7 @@ impl Core {
             journal,
             proposals,
             counters,
+            reads: ReadBarrier::default(),
             batcher,
         })
     }
@@ -306,27 +311,40 @@ impl Core {
     /// committed vote for itself resumes as leader before it has re-applied its
     /// log (the commit index is not persisted), and must not answer from its
     /// snapshot meanwhile (found by the chaos suite: s3 seed 725556).
+    ///
+    /// Concurrent reads share one leadership confirmation (`read_barrier.rs`):
+    /// however many long polls wait, at most one quorum round is in flight.
     pub async fn read_leader<R>(&self, f: impl FnOnce(&State) -> R) -> Result<R, ProposeError> {
         let in_log = self.raft.metrics().borrow().last_log_index;
+        let confirmed = self.reads.confirm(|| self.confirm_leadership()).await?;
+        let caught_up = self
+            .raft
+            .wait(Some(READ_CATCH_UP))
+            .applied_index_at_least(in_log.max(Some(confirmed)), "leader read")
+            .await;
+        if let Err(e) = caught_up {
+            return Err(ProposeError::Unavailable(format!(
+                "the leader is still applying its log ({e}); retry shortly"
+            )));
+        }
+        Ok(f(&self.data.read().state))
+    }
+
+    /// One leadership confirmation with a quorum (openraft's read index): the
+    /// committed index it confirmed, once applied here.
+    async fn confirm_leadership(&self) -> Result<u64, ProposeError> {
         match self.raft.ensure_linearizable().await {
-            Ok(_) => {
-                let caught_up = self
-                    .raft
-                    .wait(Some(READ_CATCH_UP))
-                    .applied_index_at_least(in_log, "leader read")
-                    .await;
-                if let Err(e) = caught_up {
-                    return Err(ProposeError::Unavailable(format!(
-                        "the leader is still applying its log ({e}); retry shortly"
-                    )));
-                }
-                Ok(f(&self.data.read().state))
-            }
+            Ok(read_log_id) => Ok(read_log_id.map_or(0, |l| l.index)),
             Err(RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(fw))) => {
                 Err(self.not_leader(fw.leader_id))
             }
             Err(e) => Err(ProposeError::Unavailable(e.to_string())),
         }
+    }
+
+    /// Leadership confirmations this node ran for its leader reads.
+    pub fn leader_confirmations(&self) -> u64 {
+        self.reads.rounds_run()
     }
 
     /// Runs `f` on this node's state, whatever its role (for status, and for a

@@ -20,6 +20,8 @@
 //!   by `apply` when the job is created).
 //! - [`core`] — [`Core`], the single owner of the state: commands go through Raft
 //!   ([`raft`]) and its journal before they are applied and answered.
+//!   Concurrent leader reads share one leadership confirmation
+//!   (`read_barrier`), so waiting long polls cost no quorum round each.
 //! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
 //!   state machine around `apply`, and the peer RPCs.
 //! - `coordinated_reads`: coordinated reads, the leader's soft half (pause
@@ -58,6 +60,7 @@ mod liveness;
 mod long_poll;
 mod metrics;
 pub mod raft;
+mod read_barrier;
 pub mod server;
 mod service;
 pub mod state;
