@@ -85,14 +85,10 @@ mod tests {
     use super::*;
 
     /// A confirmation the test completes by hand, announcing when it starts.
-    fn held(
-        started: mpsc::UnboundedSender<oneshot::Sender<Confirmed>>,
-    ) -> impl Future<Output = Confirmed> {
-        async move {
-            let (tx, rx) = oneshot::channel();
-            started.send(tx).unwrap();
-            rx.await.unwrap()
-        }
+    async fn held(started: mpsc::UnboundedSender<oneshot::Sender<Confirmed>>) -> Confirmed {
+        let (tx, rx) = oneshot::channel();
+        started.send(tx).unwrap();
+        rx.await.unwrap()
     }
 
     #[tokio::test]
