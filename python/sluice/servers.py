@@ -62,6 +62,14 @@ class DispatchServer(_Server):
     ``peers`` (node id → ``"host:port"`` of every voter, or ``"1=h:p,2=h:p"``)
     makes it node ``node_id`` of a Raft group; it then listens on its own entry.
     For a group on loopback with free ports, use ``sluice.start_quorum``.
+
+    The caps on what callers can make it hold (``max_datasets``, ``max_jobs``,
+    ``max_iterations``, ``max_clients``, ``max_tasks_per_worker``,
+    ``max_num_consumers``), the seconds after which a finished job is forgotten
+    (``finished_job_ttl``) and its server's bounds (``max_concurrent_streams``,
+    ``request_timeout`` in seconds) are those of ``sluice dispatcher``'s
+    ``--max-*`` flags; ``None`` keeps the default. A request beyond a cap raises
+    ``ResourceExhaustedError`` naming it.
     """
 
     def __init__(
@@ -78,7 +86,27 @@ class DispatchServer(_Server):
         client_timeout: float = 60.0,
         job_gc_timeout: float = 300.0,
         snapshot_every: int | None = None,
+        max_datasets: int | None = None,
+        max_jobs: int | None = None,
+        max_iterations: int | None = None,
+        max_clients: int | None = None,
+        max_tasks_per_worker: int | None = None,
+        max_num_consumers: int | None = None,
+        finished_job_ttl: float | None = None,
+        max_concurrent_streams: int | None = None,
+        request_timeout: float | None = None,
     ) -> None:
+        limits = _limits(
+            max_datasets=max_datasets,
+            max_jobs=max_jobs,
+            max_iterations=max_iterations,
+            max_clients=max_clients,
+            max_tasks_per_worker=max_tasks_per_worker,
+            max_num_consumers=max_num_consumers,
+            finished_job_ttl=finished_job_ttl,
+            max_concurrent_streams=max_concurrent_streams,
+            request_timeout=request_timeout,
+        )
         if isinstance(peers, str):
             peers = _parse_peers(peers)
         self._native = _native.DispatchServer(
@@ -93,7 +121,13 @@ class DispatchServer(_Server):
             client_timeout=client_timeout,
             job_gc_timeout=job_gc_timeout,
             snapshot_every=snapshot_every,
+            limits=limits,
         )
+
+
+def _limits(**given: float | None) -> dict[str, float]:
+    """The limits given (not None), as the native servers take them."""
+    return {name: float(value) for name, value in given.items() if value is not None}
 
 
 def _parse_peers(peers: str) -> dict[int, str]:
@@ -177,7 +211,10 @@ class Quorum:
         return f"Quorum(addresses={self.addresses!r})"
 
 
-def start_quorum(n: int = 3, work_dir: str | None = None) -> Quorum:
+def start_quorum(n: int = 3, work_dir: str | None = None, **limits: float | None) -> Quorum:
     """Starts ``n`` dispatchers of one Raft group on loopback with free ports;
-    with ``work_dir`` each journals in ``work_dir/node-<id>``."""
-    return Quorum(_native.start_quorum(n, None if work_dir is None else str(work_dir)))
+    with ``work_dir`` each journals in ``work_dir/node-<id>``. ``limits``: the
+    same keywords as ``DispatchServer`` (``max_datasets=``, ``finished_job_ttl=``,
+    ...), for every node."""
+    work = None if work_dir is None else str(work_dir)
+    return Quorum(_native.start_quorum(n, work, _limits(**limits)))

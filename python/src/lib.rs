@@ -20,6 +20,7 @@ mod blocking;
 mod client;
 mod elements;
 mod errors;
+mod limits;
 mod runtime;
 mod servers;
 

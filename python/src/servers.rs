@@ -119,7 +119,7 @@ impl DispatchServer {
     #[pyo3(signature = (port = 0, host = "127.0.0.1", work_dir = None, peers = None,
         node_id = 1, elements_per_split = 1, worker_addresses = None,
         worker_timeout = 10.0, client_timeout = 60.0, job_gc_timeout = 300.0,
-        snapshot_every = None))]
+        snapshot_every = None, limits = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -134,9 +134,10 @@ impl DispatchServer {
         client_timeout: f64,
         job_gc_timeout: f64,
         snapshot_every: Option<u64>,
+        limits: Option<BTreeMap<String, f64>>,
     ) -> PyResult<Self> {
         let peers = peers.unwrap_or_default();
-        let config = DispatcherConfig {
+        let mut config = DispatcherConfig {
             elements_per_split,
             node_id,
             snapshot_every: snapshot_every
@@ -149,6 +150,7 @@ impl DispatchServer {
             peers,
             ..DispatcherConfig::default()
         };
+        crate::limits::apply(&mut config, limits)?;
         config.validate().map_err(|e| errors::invalid_argument(e.to_string()))?;
         let (host, port) = match config.peers.get(&config.node_id) {
             Some(own) => own
@@ -204,11 +206,12 @@ impl DispatchServer {
 /// way `sluice local` does: every listener is bound before any node starts, so
 /// each knows all its peers. `work_dir`: each node journals in `node-<id>` there.
 #[pyfunction]
-#[pyo3(signature = (n = 3, work_dir = None))]
+#[pyo3(signature = (n = 3, work_dir = None, limits = None))]
 pub fn start_quorum(
     py: Python<'_>,
     n: u64,
     work_dir: Option<String>,
+    limits: Option<BTreeMap<String, f64>>,
 ) -> PyResult<Vec<DispatchServer>> {
     if n == 0 {
         return Err(errors::invalid_argument("a quorum needs at least 1 dispatcher"));
@@ -225,13 +228,14 @@ pub fn start_quorum(
     }
     let mut servers = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
-        let config = DispatcherConfig {
+        let mut config = DispatcherConfig {
             node_id: i as u64 + 1,
             peers: peers.clone(),
             work_dir: work_dir.clone(),
             snapshot_every: DispatcherConfig::default_snapshot_every(work_dir.as_deref()),
             ..DispatcherConfig::default()
         };
+        crate::limits::apply(&mut config, limits.clone())?;
         servers.push(DispatchServer::start(py, rt.clone(), listener, config)?);
     }
     Ok(servers)
