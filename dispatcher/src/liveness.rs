@@ -95,6 +95,20 @@ impl View {
     }
 }
 
+/// The iterations of `now_in` (those in some condition now) that have been in
+/// it too long by `late`, counting from when `since` first saw each; `since`
+/// forgets the iterations no longer in it.
+fn overdue(
+    since: &mut HashMap<IterationId, Instant>,
+    now_in: Vec<IterationId>,
+    now: Instant,
+    late: impl Fn(Option<Instant>) -> bool,
+) -> Vec<IterationId> {
+    let current: HashSet<IterationId> = now_in.iter().copied().collect();
+    since.retain(|i, _| current.contains(i));
+    now_in.into_iter().filter(|i| late(Some(*since.entry(*i).or_insert(now)))).collect()
+}
+
 impl Liveness {
     fn timers(&self) -> MutexGuard<'_, Timers> {
         self.timers.lock().unwrap_or_else(|p| p.into_inner())
@@ -151,22 +165,10 @@ impl Liveness {
                 due.push(Command::ReleaseClient { client_id });
             }
         }
-        let idle: HashSet<IterationId> = view.idle.iter().copied().collect();
-        t.idle.retain(|i, _| idle.contains(i));
-        for iteration_id in view.idle {
-            let since = *t.idle.entry(iteration_id).or_insert(now);
-            if late(Some(since), config.job_gc_timeout) {
-                due.push(Command::GcIteration { iteration_id });
-            }
-        }
-        let done: HashSet<IterationId> = view.done.iter().copied().collect();
-        t.done.retain(|i, _| done.contains(i));
-        for iteration_id in view.done {
-            let since = *t.done.entry(iteration_id).or_insert(now);
-            if late(Some(since), config.finished_job_ttl) {
-                due.push(Command::ForgetIteration { iteration_id });
-            }
-        }
+        let idle = overdue(&mut t.idle, view.idle, now, |since| late(since, config.job_gc_timeout));
+        due.extend(idle.into_iter().map(|iteration_id| Command::GcIteration { iteration_id }));
+        let done = overdue(&mut t.done, view.done, now, |s| late(s, config.finished_job_ttl));
+        due.extend(done.into_iter().map(|iteration_id| Command::ForgetIteration { iteration_id }));
         due.truncate(MAX_PROPOSALS_PER_TICK);
         due
     }
