@@ -1,9 +1,10 @@
 //! Helpers shared by the pure state-machine tests: apply a command that must
-//! succeed, and the common steps (an iteration, a worker) with their answers
-//! unpacked.
+//! succeed, and the common steps (an iteration, a worker, a job, a split, a
+//! task report) with their answers unpacked.
 #![allow(dead_code)]
 
 use sluice_dataset::DatasetDef;
+use sluice_dispatcher::state::SplitAnswer;
 use sluice_dispatcher::{apply, Command, Limits, Mode, Response, State, StateError, TargetWorkers};
 
 pub fn ok(s: &mut State, c: Command) -> Response {
@@ -69,4 +70,71 @@ pub fn off_job(
         Response::Job { job_id, .. } => job_id,
         r => panic!("{r:?}"),
     })
+}
+
+pub fn job(s: &mut State, ds: &str, mode: Mode, name: Option<&str>) -> Result<u64, StateError> {
+    job_with(s, ds, mode, name, TargetWorkers::Auto, &[])
+}
+
+pub fn job_with(
+    s: &mut State,
+    ds: &str,
+    mode: Mode,
+    name: Option<&str>,
+    target_workers: TargetWorkers,
+    static_workers: &[&str],
+) -> Result<u64, StateError> {
+    let c = Command::GetOrCreateJob {
+        dataset_id: ds.into(),
+        mode,
+        job_name: name.map(String::from),
+        target_workers,
+        static_workers: static_workers.iter().map(|a| a.to_string()).collect(),
+        cross_trainer_cache: false,
+        num_consumers: None,
+        limits: Limits::default(),
+    };
+    apply(s, c).map(|r| match r {
+        Response::Job { job_id, .. } => job_id,
+        r => panic!("{r:?}"),
+    })
+}
+
+pub fn split(s: &mut State, task: u64, uid: u64, seq: u64, rep: u64) -> SplitAnswer {
+    grant(s, task, uid, seq, rep, 1)
+}
+
+/// The `GetSplit` of provider 0.
+pub fn get_split(task: u64, uid: u64, seq: u64, rep: u64, max_splits: u32) -> Command {
+    Command::GetSplit {
+        task_id: task,
+        worker_uid: uid,
+        sequence: seq,
+        provider: 0,
+        repetition: rep,
+        max_splits,
+    }
+}
+
+pub fn grant(
+    s: &mut State,
+    task: u64,
+    uid: u64,
+    seq: u64,
+    rep: u64,
+    max_splits: u32,
+) -> SplitAnswer {
+    match ok(s, get_split(task, uid, seq, rep, max_splits)) {
+        Response::Split(a) => a,
+        r => panic!("{r:?}"),
+    }
+}
+
+pub fn finish(s: &mut State, address: &str, task_ids: Vec<u64>) -> Vec<u64> {
+    let worker_uid = s.workers[address].worker_uid;
+    let c = Command::FinishTasks { worker_address: address.into(), worker_uid, task_ids };
+    match ok(s, c) {
+        Response::TasksFinished { finished_iterations } => finished_iterations,
+        r => panic!("{r:?}"),
+    }
 }
