@@ -19,7 +19,8 @@
 //!   go one way. `cache_check`: what a cross-trainer cache job requires (checked
 //!   by `apply` when the job is created).
 //! - [`core`] — [`Core`], the single owner of the state: commands go through Raft
-//!   ([`raft`]) and its journal before they are applied and answered.
+//!   ([`raft`]) and its journal before they are applied and answered; `batcher`
+//!   joins concurrent proposals into one log entry, within the entry cap.
 //!   Concurrent leader reads share one leadership confirmation
 //!   (`read_barrier`), so waiting long polls cost no quorum round each.
 //! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
@@ -45,6 +46,7 @@
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 
 pub mod apply;
+mod batcher;
 mod cache_check;
 mod client_view;
 pub mod command;
