@@ -40,6 +40,7 @@
 //!   `Core` and the handlers increment.
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 
+pub mod access;
 pub mod apply;
 mod cache_check;
 mod client_view;
@@ -61,10 +62,13 @@ pub mod state;
 mod status;
 mod worker_view;
 
+pub use access::DispatcherSecurity;
 pub use apply::apply;
 pub use command::{Command, Response};
-pub use config::{parse_peers, DispatcherConfig};
+pub use config::{parse_group, parse_peers, DispatcherConfig, DEFAULT_RAFT_PORT_OFFSET};
 pub use core::Core;
 pub use error::{DispatcherError, ProposeError, StateError};
-pub use server::{run, run_with_metrics, spawn, DispatcherHandle};
+pub use server::{
+    run, run_with_listeners, run_with_metrics, spawn, spawn_with_raft, DispatcherHandle, Listeners,
+};
 pub use state::{Mode, State, TargetWorkers};

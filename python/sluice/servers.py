@@ -61,6 +61,8 @@ class DispatchServer(_Server):
 
     ``peers`` (node id → ``"host:port"`` of every voter, or ``"1=h:p,2=h:p"``)
     makes it node ``node_id`` of a Raft group; it then listens on its own entry.
+    An entry may name the node's Raft port as ``"host:port/raft_port"`` (default:
+    port + 1000), as ``sluice dispatcher --peers`` does.
     For a group on loopback with free ports, use ``sluice.start_quorum``.
     """
 

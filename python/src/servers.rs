@@ -135,7 +135,11 @@ impl DispatchServer {
         job_gc_timeout: f64,
         snapshot_every: Option<u64>,
     ) -> PyResult<Self> {
+        // Each entry `host:port[/raft_port]`, as `sluice dispatcher --peers`.
         let peers = peers.unwrap_or_default();
+        let group: Vec<String> = peers.iter().map(|(id, a)| format!("{id}={a}")).collect();
+        let (peers, raft_peers) = sluice_dispatcher::parse_group(&group.join(","))
+            .map_err(|e| errors::invalid_argument(e.to_string()))?;
         let config = DispatcherConfig {
             elements_per_split,
             node_id,
@@ -147,6 +151,7 @@ impl DispatchServer {
             client_timeout: seconds("client_timeout", client_timeout)?,
             job_gc_timeout: seconds("job_gc_timeout", job_gc_timeout)?,
             peers,
+            raft_peers,
             ..DispatcherConfig::default()
         };
         config.validate().map_err(|e| errors::invalid_argument(e.to_string()))?;
@@ -161,7 +166,7 @@ impl DispatchServer {
         };
         let rt = runtime::get()?;
         let listener = bind(py, &rt, &host, port)?;
-        Self::start(py, rt, listener, config)
+        Self::start(py, rt, listener, None, config)
     }
 
     /// `host:port` this dispatcher serves on.
@@ -189,11 +194,12 @@ impl DispatchServer {
         py: Python<'_>,
         rt: Arc<Runtime>,
         listener: TcpListener,
+        raft: Option<TcpListener>,
         config: DispatcherConfig,
     ) -> PyResult<Self> {
         let registry = FunctionRegistry::builtin();
         let handle = blocking::run(py, &rt, None, "starting the dispatcher", async move {
-            sluice_dispatcher::spawn(listener, config, registry).await
+            sluice_dispatcher::spawn_with_raft(listener, raft, config, registry).await
         })?
         .map_err(|e| errors::invalid_argument(e.to_string()))?;
         Ok(DispatchServer(Running::new("dispatch server", rt, handle)))
@@ -218,21 +224,35 @@ pub fn start_quorum(
     for _ in 0..n {
         listeners.push(bind(py, &rt, "127.0.0.1", 0)?);
     }
-    let mut peers = BTreeMap::new();
-    for (i, l) in listeners.iter().enumerate() {
-        let addr = l.local_addr().map_err(|e| errors::internal(e.to_string()))?;
-        peers.insert(i as u64 + 1, addr.to_string());
+    // Each node's Raft port is its own listener (a group of one has none).
+    let mut raft_listeners = Vec::new();
+    for _ in 0..(if n > 1 { n } else { 0 }) {
+        raft_listeners.push(bind(py, &rt, "127.0.0.1", 0)?);
     }
+    let address_of = |i: usize, l: &TcpListener| -> PyResult<(u64, String)> {
+        let addr = l.local_addr().map_err(|e| errors::internal(e.to_string()))?;
+        Ok((i as u64 + 1, addr.to_string()))
+    };
+    let peers: BTreeMap<u64, String> =
+        listeners.iter().enumerate().map(|(i, l)| address_of(i, l)).collect::<PyResult<_>>()?;
+    let raft_peers: BTreeMap<u64, String> = raft_listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| address_of(i, l))
+        .collect::<PyResult<_>>()?;
     let mut servers = Vec::new();
+    let mut raft_listeners = raft_listeners.into_iter();
     for (i, listener) in listeners.into_iter().enumerate() {
         let config = DispatcherConfig {
             node_id: i as u64 + 1,
             peers: peers.clone(),
+            raft_peers: raft_peers.clone(),
             work_dir: work_dir.clone(),
             snapshot_every: DispatcherConfig::default_snapshot_every(work_dir.as_deref()),
             ..DispatcherConfig::default()
         };
-        servers.push(DispatchServer::start(py, rt.clone(), listener, config)?);
+        let raft = raft_listeners.next();
+        servers.push(DispatchServer::start(py, rt.clone(), listener, raft, config)?);
     }
     Ok(servers)
 }

@@ -100,6 +100,11 @@ impl TlsSettings {
         self.ca.is_some()
     }
 
+    /// The certificate and key PEM, if set.
+    pub fn identity_pem(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+        self.cert_and_key.clone()
+    }
+
     /// The CA's PEM, if set.
     pub fn ca_pem(&self) -> Option<&[u8]> {
         self.ca.as_deref()

@@ -6,6 +6,7 @@ use std::time::Duration;
 use sluice_client::RetryPolicy;
 use sluice_proto::MAX_MESSAGE_BYTES;
 
+use crate::access::WorkerSecurity;
 use crate::error::WorkerError;
 
 #[derive(Clone, Debug)]
@@ -40,6 +41,8 @@ pub struct WorkerConfig {
     /// Exit once no task has been unfinished for this long, after at least one
     /// task ran (`sluice worker --exit-when-idle`). `None`: serve until stopped.
     pub exit_when_idle: Option<Duration>,
+    /// TLS and tokens (`access.rs`).
+    pub security: WorkerSecurity,
 }
 
 /// 256 MiB per cache task. tf.data defaults to 10 GiB, sized for dedicated
@@ -63,6 +66,7 @@ impl Default for WorkerConfig {
             cross_trainer_cache_bytes: DEFAULT_CROSS_TRAINER_CACHE_BYTES,
             drain_timeout: Duration::ZERO,
             exit_when_idle: None,
+            security: WorkerSecurity::default(),
         }
     }
 }
