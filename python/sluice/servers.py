@@ -13,12 +13,15 @@ cannot use (or stop) it; start servers in the child if it needs its own.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Sequence, Union
 
 from sluice import _native
 from sluice.distribute import Service, addresses
 
 __all__ = ["DispatchServer", "WorkerServer", "Quorum", "start_quorum"]
+
+_Path = Union[str, "os.PathLike[str]"]
 
 
 class _Server:
@@ -64,6 +67,11 @@ class DispatchServer(_Server):
     An entry may name the node's Raft port as ``"host:port/raft_port"`` (default:
     port + 1000), as ``sluice dispatcher --peers`` does.
     For a group on loopback with free ports, use ``sluice.start_quorum``.
+
+    Security (docs/security.md; files are PEM / token files, as the ``sluice
+    dispatcher`` flags of the same names): ``tls_cert`` + ``tls_key`` serve over
+    TLS; ``tls_ca`` verifies peers; ``auth_tokens`` requires client and worker
+    tokens; ``peer_ca`` / ``peer_secret_file`` authenticate Raft peers.
     """
 
     def __init__(
@@ -80,6 +88,12 @@ class DispatchServer(_Server):
         client_timeout: float = 60.0,
         job_gc_timeout: float = 300.0,
         snapshot_every: int | None = None,
+        tls_cert: _Path | None = None,
+        tls_key: _Path | None = None,
+        tls_ca: _Path | None = None,
+        auth_tokens: _Path | None = None,
+        peer_ca: _Path | None = None,
+        peer_secret_file: _Path | None = None,
     ) -> None:
         if isinstance(peers, str):
             peers = _parse_peers(peers)
@@ -95,7 +109,19 @@ class DispatchServer(_Server):
             client_timeout=client_timeout,
             job_gc_timeout=job_gc_timeout,
             snapshot_every=snapshot_every,
+            **_paths(
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                tls_ca=tls_ca,
+                auth_tokens=auth_tokens,
+                peer_ca=peer_ca,
+                peer_secret_file=peer_secret_file,
+            ),
         )
+
+
+def _paths(**paths: _Path | None) -> dict[str, str | None]:
+    return {k: None if v is None else os.fspath(v) for k, v in paths.items()}
 
 
 def _parse_peers(peers: str) -> dict[int, str]:
@@ -116,7 +142,11 @@ class WorkerServer(_Server):
     """A worker: registers with the dispatchers, runs its tasks' pipelines and
     streams elements to readers. ``dispatcher_address`` takes anything a
     ``service`` argument takes (an address, a list, a ``DispatchServer``'s
-    ``.target``, a ``Quorum``)."""
+    ``.target``, a ``Quorum``).
+
+    Security (docs/security.md): ``tls_cert`` + ``tls_key`` serve element streams
+    over TLS and ``tls_ca`` verifies the dispatcher; ``auth_tokens`` requires a
+    client token from readers; ``token`` is this worker's worker token."""
 
     def __init__(
         self,
@@ -129,6 +159,11 @@ class WorkerServer(_Server):
         heartbeat_interval: float = 0.5,
         drain_timeout: float = 0.0,
         dispatcher_timeout: float = 60.0,
+        tls_cert: _Path | None = None,
+        tls_key: _Path | None = None,
+        tls_ca: _Path | None = None,
+        auth_tokens: _Path | None = None,
+        token: str | None = None,
     ) -> None:
         self._native = _native.WorkerServer(
             addresses(dispatcher_address),
@@ -139,6 +174,8 @@ class WorkerServer(_Server):
             heartbeat_interval=heartbeat_interval,
             drain_timeout=drain_timeout,
             dispatcher_timeout=dispatcher_timeout,
+            token=token,
+            **_paths(tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, auth_tokens=auth_tokens),
         )
 
 
@@ -179,7 +216,31 @@ class Quorum:
         return f"Quorum(addresses={self.addresses!r})"
 
 
-def start_quorum(n: int = 3, work_dir: str | None = None) -> Quorum:
+def start_quorum(
+    n: int = 3,
+    work_dir: str | None = None,
+    *,
+    tls_cert: _Path | None = None,
+    tls_key: _Path | None = None,
+    tls_ca: _Path | None = None,
+    auth_tokens: _Path | None = None,
+    peer_ca: _Path | None = None,
+    peer_secret_file: _Path | None = None,
+) -> Quorum:
     """Starts ``n`` dispatchers of one Raft group on loopback with free ports;
-    with ``work_dir`` each journals in ``work_dir/node-<id>``."""
-    return Quorum(_native.start_quorum(n, None if work_dir is None else str(work_dir)))
+    with ``work_dir`` each journals in ``work_dir/node-<id>``. The security
+    keywords are ``DispatchServer``'s, the same for every node."""
+    return Quorum(
+        _native.start_quorum(
+            n,
+            None if work_dir is None else str(work_dir),
+            **_paths(
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                tls_ca=tls_ca,
+                auth_tokens=auth_tokens,
+                peer_ca=peer_ca,
+                peer_secret_file=peer_secret_file,
+            ),
+        )
+    )

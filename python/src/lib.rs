@@ -10,6 +10,7 @@
 //! - `client` — `Client` (register, read) and `Reader` (an iteration's elements).
 //! - `elements` — elements as numpy arrays over the received bytes.
 //! - `servers` — `DispatchServer`, `WorkerServer`, `start_quorum`.
+//! - `security` — the TLS and token keywords as the crates' settings.
 //! - `errors` — Rust errors as `sluice.errors` exceptions.
 //! - `bench` — the Rust client's figure for `python -m sluice.bench`.
 
@@ -21,6 +22,7 @@ mod client;
 mod elements;
 mod errors;
 mod runtime;
+mod security;
 mod servers;
 
 /// The binary's allocator in the module too: it keeps freed message buffers for

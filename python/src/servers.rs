@@ -13,6 +13,9 @@ use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use tokio::net::TcpListener;
+
+use crate::security::DispatcherKeywords;
+use std::path::PathBuf;
 use tokio::runtime::Runtime;
 
 use crate::blocking::{self, seconds};
@@ -119,7 +122,8 @@ impl DispatchServer {
     #[pyo3(signature = (port = 0, host = "127.0.0.1", work_dir = None, peers = None,
         node_id = 1, elements_per_split = 1, worker_addresses = None,
         worker_timeout = 10.0, client_timeout = 60.0, job_gc_timeout = 300.0,
-        snapshot_every = None))]
+        snapshot_every = None, tls_cert = None, tls_key = None, tls_ca = None,
+        auth_tokens = None, peer_ca = None, peer_secret_file = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -134,7 +138,21 @@ impl DispatchServer {
         client_timeout: f64,
         job_gc_timeout: f64,
         snapshot_every: Option<u64>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_ca: Option<PathBuf>,
+        auth_tokens: Option<PathBuf>,
+        peer_ca: Option<PathBuf>,
+        peer_secret_file: Option<PathBuf>,
     ) -> PyResult<Self> {
+        let keywords = DispatcherKeywords {
+            tls_cert,
+            tls_key,
+            tls_ca,
+            auth_tokens,
+            peer_ca,
+            peer_secret_file,
+        };
         // Each entry `host:port[/raft_port]`, as `sluice dispatcher --peers`.
         let peers = peers.unwrap_or_default();
         let group: Vec<String> = peers.iter().map(|(id, a)| format!("{id}={a}")).collect();
@@ -152,6 +170,7 @@ impl DispatchServer {
             job_gc_timeout: seconds("job_gc_timeout", job_gc_timeout)?,
             peers,
             raft_peers,
+            security: keywords.security()?,
             ..DispatcherConfig::default()
         };
         config.validate().map_err(|e| errors::invalid_argument(e.to_string()))?;
@@ -210,12 +229,23 @@ impl DispatchServer {
 /// way `sluice local` does: every listener is bound before any node starts, so
 /// each knows all its peers. `work_dir`: each node journals in `node-<id>` there.
 #[pyfunction]
-#[pyo3(signature = (n = 3, work_dir = None))]
+#[pyo3(signature = (n = 3, work_dir = None, tls_cert = None, tls_key = None, tls_ca = None,
+    auth_tokens = None, peer_ca = None, peer_secret_file = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn start_quorum(
     py: Python<'_>,
     n: u64,
     work_dir: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    auth_tokens: Option<PathBuf>,
+    peer_ca: Option<PathBuf>,
+    peer_secret_file: Option<PathBuf>,
 ) -> PyResult<Vec<DispatchServer>> {
+    let keywords =
+        DispatcherKeywords { tls_cert, tls_key, tls_ca, auth_tokens, peer_ca, peer_secret_file };
+    let security = keywords.security()?;
     if n == 0 {
         return Err(errors::invalid_argument("a quorum needs at least 1 dispatcher"));
     }
@@ -247,6 +277,7 @@ pub fn start_quorum(
             node_id: i as u64 + 1,
             peers: peers.clone(),
             raft_peers: raft_peers.clone(),
+            security: security.clone(),
             work_dir: work_dir.clone(),
             snapshot_every: DispatcherConfig::default_snapshot_every(work_dir.as_deref()),
             ..DispatcherConfig::default()
@@ -269,7 +300,8 @@ impl WorkerServer {
     #[new]
     #[pyo3(signature = (dispatcher_addresses, port = 0, host = "127.0.0.1",
         advertise = None, buffer = 256, heartbeat_interval = 0.5, drain_timeout = 0.0,
-        dispatcher_timeout = 60.0))]
+        dispatcher_timeout = 60.0, tls_cert = None, tls_key = None, tls_ca = None,
+        auth_tokens = None, token = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -281,8 +313,15 @@ impl WorkerServer {
         heartbeat_interval: f64,
         drain_timeout: f64,
         dispatcher_timeout: f64,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_ca: Option<PathBuf>,
+        auth_tokens: Option<PathBuf>,
+        token: Option<String>,
     ) -> PyResult<Self> {
         let mut config = WorkerConfig::new(dispatcher_addresses);
+        config.security =
+            crate::security::worker((tls_cert, tls_key, tls_ca), auth_tokens, token.as_deref())?;
         config.advertised_address = advertise;
         config.task_buffer_elements = buffer;
         config.heartbeat_interval = seconds("heartbeat_interval", heartbeat_interval)?;
