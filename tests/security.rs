@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use openraft::raft::AppendEntriesRequest;
 use openraft::Vote;
-use pki::{Pki, CLIENT_TOKEN, PEER_SECRET, WORKER_TOKEN};
+use pki::{Pki, CLIENT_TOKEN, OTHER_WORKER_TOKEN, PEER_SECRET, WORKER_TOKEN};
 use sluice_client::{
     Client, ClientError, DispatcherClient, ProcessingMode, ReadOptions, RetryPolicy,
 };
@@ -103,6 +103,51 @@ async fn the_dispatcher_refuses_missing_wrong_and_other_role_tokens_naming_them(
     tracing::info!("--- the right token works");
     let ok = client(&addresses, security(&pki, false, Some(CLIENT_TOKEN)));
     ok.register_dataset(&range(3), None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_is_bound_to_the_token_it_registered_with() {
+    let pki = Pki::new();
+    let sluice = sluice();
+    let d = sluice.server(&["dispatcher", "--port", "0", "--auth-tokens", &pki.arg("tokens")]);
+    let token = pki.arg("worker.token");
+    let w = sluice.server(&["worker", "--dispatcher", d.address(), "--token-file", &token]);
+    let addresses = vec![d.address().to_string()];
+    let status = client(&addresses, security(&pki, false, Some(CLIENT_TOKEN)));
+    wait_until("the worker registered with its token `pool`", || async {
+        status.status().await.is_ok_and(|s| s.workers.len() == 1)
+    })
+    .await;
+    let as_token = |t: &str| {
+        DispatcherClient::with_security(&addresses, policy(), security(&pki, false, Some(t)))
+            .unwrap()
+    };
+    let heartbeat = || pb::WorkerHeartbeatRequest {
+        address: w.address().to_string(),
+        worker_uid: 1,
+        current_tasks: vec![],
+        finished_tasks: vec![],
+        wait_for_change_ms: 0,
+    };
+
+    tracing::info!("--- another worker token registering or heartbeating as it: PermissionDenied");
+    let other = as_token(OTHER_WORKER_TOKEN);
+    let req = pb::RegisterWorkerRequest {
+        address: w.address().to_string(),
+        worker_uid: 2,
+        functions: vec![],
+    };
+    for refused in [
+        other.register_worker(req).await.map(|_| ()),
+        other.worker_heartbeat(heartbeat()).await.map(|_| ()),
+    ] {
+        let (code, message) = refusal(refused);
+        assert_eq!(code, Code::PermissionDenied, "{message}");
+        assert!(message.contains("`pool`") && message.contains("`pool-2`"), "{message}");
+    }
+
+    tracing::info!("--- control: the token it registered with is accepted");
+    as_token(WORKER_TOKEN).worker_heartbeat(heartbeat()).await.unwrap();
 }
 
 /// Reads `def` in full and returns how many elements came, or the first error.

@@ -33,7 +33,12 @@
 //!   `status`: the `GetStatus` rendering.
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
 //!   `ReleaseClient` and `GcIteration`; `apply::liveness`: what those do.
-//! - [`server`] — `run` / `spawn` on a bound listener with an injectable shutdown.
+//! - [`server`] — `run` / `spawn` on the client listener (and the Raft listener of
+//!   a group) with an injectable shutdown.
+//! - [`access`] — who may call what: the TLS of each listener, the token guard of
+//!   the client port (client and worker roles) and of the Raft port (peers only).
+//!   `worker_identity`: a worker bound to the token it registered with (soft
+//!   state, checked by `service`).
 //! - `metrics`: the Prometheus gauges (computed from the state at scrape time)
 //!   served at `GET /metrics` (`run_with_metrics`) with `counters`, this
 //!   process's counters (commands proposed and failed, GetSplit requests), which
@@ -60,6 +65,7 @@ pub mod server;
 mod service;
 pub mod state;
 mod status;
+mod worker_identity;
 mod worker_view;
 
 pub use access::DispatcherSecurity;

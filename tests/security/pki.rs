@@ -10,6 +10,8 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair,
 
 pub const CLIENT_TOKEN: &str = "client-secret-0123456789abcdef";
 pub const WORKER_TOKEN: &str = "worker-secret-0123456789abcdef";
+/// A second worker token (`pool-2`).
+pub const OTHER_WORKER_TOKEN: &str = "worker-2-secret-0123456789abcdef";
 pub const PEER_SECRET: &str = "peer-secret-0123456789abcdef";
 
 pub struct Pki {
@@ -48,7 +50,8 @@ impl Pki {
         write(
             "tokens",
             &format!(
-                "# role name secret\nclient trainer {CLIENT_TOKEN}\nworker pool {WORKER_TOKEN}\n"
+                "# role name secret\nclient trainer {CLIENT_TOKEN}\nworker pool {WORKER_TOKEN}\n\
+                 worker pool-2 {OTHER_WORKER_TOKEN}\n"
             ),
         );
         write("client.token", CLIENT_TOKEN);
