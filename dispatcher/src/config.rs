@@ -269,3 +269,30 @@ pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, String>, DispatcherError> {
     }
     Ok(peers)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_names_each_raft_port_or_defaults_to_port_plus_1000() {
+        let (clients, rafts) =
+            parse_group("1=h1:5051/6000,2=h2:5052/r2:7000,3=127.0.0.1:5053").unwrap();
+        assert_eq!(clients[&1], "h1:5051");
+        assert_eq!(rafts[&1], "h1:6000");
+        assert_eq!(rafts[&2], "r2:7000");
+        assert_eq!(rafts[&3], "127.0.0.1:6053");
+        for bad in ["1=h1:5051/x", "1=h1:65000", "1=h1"] {
+            let err = parse_group(bad).unwrap_err().to_string();
+            assert!(err.contains("ID=HOST:PORT/RAFT_PORT"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_group_without_raft_addresses_is_refused() {
+        let (peers, _) = parse_group("1=127.0.0.1:1,2=127.0.0.1:2").unwrap();
+        let config = DispatcherConfig { peers, ..DispatcherConfig::default() };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("no Raft address"), "{err}");
+    }
+}
