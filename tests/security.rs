@@ -222,14 +222,19 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// Three dispatchers serving TLS, wanting tokens, and a peer secret on Raft.
+fn tls_quorum(pki: &Pki, sluice: &Sluice) -> sluice_testkit::Quorum {
+    let work_dir = pki.dir().join("work").display().to_string();
+    let mut args = tls_flags(pki);
+    args.extend(["--peer-secret-file".to_string(), pki.arg("peer.secret")]);
+    sluice.quorum(3, &work_dir, &strs(&args), &[])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quorum_workers_and_a_reader_over_tls_with_tokens_read_a_dataset_in_full() {
     let pki = Pki::new();
     let sluice = sluice();
-    let work_dir = pki.dir().join("work").display().to_string();
-    let mut args = tls_flags(&pki);
-    args.extend(["--peer-secret-file".to_string(), pki.arg("peer.secret")]);
-    let quorum = sluice.quorum(3, &work_dir, &strs(&args), &[]);
+    let quorum = tls_quorum(&pki, &sluice);
     let dispatchers = quorum.addresses().join(",");
     let mut worker = vec!["worker".to_string(), "--dispatcher".into(), dispatchers.clone()];
     worker.extend(tls_flags(&pki));
@@ -308,10 +313,7 @@ async fn the_raft_port_takes_only_peers_and_is_not_on_the_client_port() {
     const FORGED_TERM: u64 = 1_000_000;
     let pki = Pki::new();
     let sluice = sluice();
-    let work_dir = pki.dir().join("work").display().to_string();
-    let mut args = tls_flags(&pki);
-    args.extend(["--peer-secret-file".to_string(), pki.arg("peer.secret")]);
-    let quorum = sluice.quorum(3, &work_dir, &strs(&args), &[]);
+    let quorum = tls_quorum(&pki, &sluice);
     let sec = security(&pki, true, Some(CLIENT_TOKEN));
     let d = DispatcherClient::with_security(&quorum.addresses()[..1], policy(), sec).unwrap();
     wait_until("node 1 knows a leader", || async {

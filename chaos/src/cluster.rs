@@ -142,12 +142,7 @@ impl Cluster {
                 (format!("s3://{}/chaos", moto.bucket()), Some(S3 { proxy, _moto: moto }))
             }
         };
-        let peers: Vec<String> = addresses
-            .iter()
-            .zip(&raft_addresses)
-            .enumerate()
-            .map(|(i, (a, r))| format!("{}={a}/{r}", i + 1))
-            .collect();
+        let peers = sluice_testkit::group_flag(&addresses, &raft_addresses);
         let dispatcher_logs: Vec<PathBuf> =
             (1..=NODES).map(|id| config.logs.join(format!("dispatcher-{id}.log"))).collect();
         let dispatcher_specs = (1..=NODES)
@@ -161,7 +156,7 @@ impl Cluster {
                     "--node-id",
                     &id.to_string(),
                     "--peers",
-                    &peers.join(","),
+                    &peers,
                     "--raft-dial",
                     &dial.join(","),
                     "--work-dir",

@@ -93,14 +93,7 @@ impl DispatcherSecurity {
 
     /// The flags whose protection the client port lacks.
     pub fn missing_on_client_port(&self) -> Vec<&'static str> {
-        let mut missing = vec![];
-        if !self.tls.as_ref().is_some_and(|t| t.has_identity()) {
-            missing.push("--tls-cert/--tls-key");
-        }
-        if self.tokens.is_none() {
-            missing.push("--auth-tokens");
-        }
-        missing
+        sluice_security::missing_protections(self.tls.as_ref(), self.tokens.is_some())
     }
 
     /// The flags whose protection the Raft port lacks: mutual TLS or a peer

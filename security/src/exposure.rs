@@ -24,6 +24,19 @@ pub fn is_loopback_host(host: &str) -> bool {
     }
 }
 
+/// The flags a server's client-facing port lacks: a certificate to serve TLS
+/// with (`tls`), and a token file (`tokens`).
+pub fn missing_protections(tls: Option<&crate::TlsSettings>, tokens: bool) -> Vec<&'static str> {
+    let mut missing = vec![];
+    if !tls.is_some_and(|t| t.has_identity()) {
+        missing.push("--tls-cert/--tls-key");
+    }
+    if !tokens {
+        missing.push("--auth-tokens");
+    }
+    missing
+}
+
 /// Refuses a `server` listening on `host` off loopback while `missing` (the
 /// flags of the protections it lacks) is not empty, unless `insecure`; then it
 /// warns.

@@ -36,7 +36,9 @@ pub mod tokens;
 
 pub use client::{Bearer, ClientSecurity};
 pub use error::SecurityError;
-pub use exposure::{is_loopback, is_loopback_host, require_secure_off_loopback};
+pub use exposure::{
+    is_loopback, is_loopback_host, missing_protections, require_secure_off_loopback,
+};
 pub use guard::{Caller, Guard};
 pub use tls::TlsSettings;
 pub use tokens::{Role, Secret, TokenSet};

@@ -22,6 +22,18 @@ use crate::{Child, Error, Port, Spec, Stderr, START_TIMEOUT};
 /// A node that does not answer `GetStatus` within this is `unreachable`.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// `sluice dispatcher --peers` for nodes 1..=N with these client and Raft
+/// addresses: `1=A/RA,2=B/RB,…`.
+pub fn group_flag(addresses: &[String], raft_addresses: &[String]) -> String {
+    let peers: Vec<String> = addresses
+        .iter()
+        .zip(raft_addresses)
+        .enumerate()
+        .map(|(i, (a, r))| format!("{}={a}/{r}", i + 1))
+        .collect();
+    peers.join(",")
+}
+
 /// What to start.
 #[derive(Clone, Debug)]
 pub struct QuorumConfig {
@@ -91,13 +103,7 @@ impl Quorum {
         let ports = Port::reserve_n(2 * config.nodes)?;
         let addresses: Vec<String> = ports[..config.nodes].iter().map(Port::address).collect();
         let raft_addresses: Vec<String> = ports[config.nodes..].iter().map(Port::address).collect();
-        let peers: Vec<String> = addresses
-            .iter()
-            .zip(&raft_addresses)
-            .enumerate()
-            .map(|(i, (a, r))| format!("{}={a}/{r}", i + 1))
-            .collect();
-        let peers = peers.join(",");
+        let peers = group_flag(&addresses, &raft_addresses);
         let specs = (1..=config.nodes)
             .map(|id| {
                 let id = id.to_string();

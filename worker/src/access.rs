@@ -45,13 +45,6 @@ impl WorkerSecurity {
 
     /// The flags whose protection the worker's port lacks.
     pub fn missing(&self) -> Vec<&'static str> {
-        let mut missing = vec![];
-        if !self.tls.as_ref().is_some_and(|t| t.has_identity()) {
-            missing.push("--tls-cert/--tls-key");
-        }
-        if self.tokens.is_none() {
-            missing.push("--auth-tokens");
-        }
-        missing
+        sluice_security::missing_protections(self.tls.as_ref(), self.tokens.is_some())
     }
 }
