@@ -159,24 +159,29 @@ async fn an_unchanged_view_is_answered_unchanged_after_the_wait_and_a_stale_one_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_refuses_a_long_poll_at_once_naming_the_leader() {
     common::init_tracing();
-    let mut listeners = vec![];
+    let (mut listeners, mut raft_listeners) = (vec![], vec![]);
     for _ in 0..3 {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        raft_listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
     }
-    let peers: BTreeMap<u64, String> = listeners
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
-        .collect();
+    let by_id = |ls: &[TcpListener]| -> BTreeMap<u64, String> {
+        ls.iter()
+            .enumerate()
+            .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
+            .collect()
+    };
+    let (peers, raft_peers) = (by_id(&listeners), by_id(&raft_listeners));
     let mut nodes = vec![];
-    for (i, listener) in listeners.into_iter().enumerate() {
+    for (i, (listener, raft)) in listeners.into_iter().zip(raft_listeners).enumerate() {
         let config = DispatcherConfig {
             node_id: i as u64 + 1,
             peers: peers.clone(),
+            raft_peers: raft_peers.clone(),
             max_client_wait: LONG,
             ..DispatcherConfig::default()
         };
-        nodes.push(sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin()));
+        let registry = FunctionRegistry::builtin();
+        nodes.push(sluice_dispatcher::spawn_with_raft(listener, Some(raft), config, registry));
     }
     let _nodes = futures::future::try_join_all(nodes).await.unwrap();
     let addresses: Vec<String> = peers.values().cloned().collect();

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   clients, workers ───────────────► node i (real address)
-//!   node i ──Raft for j──► proxy (i→j) ──► node j      (--raft-dial j=proxy)
+//!   node i ──Raft for j──► proxy (i→j) ──► node j's Raft port   (--raft-dial j=proxy)
 //!   node i ──AWS_ENDPOINT──► proxy (s3) ──► moto       (work_dir on S3 only)
 //! ```
 //!
@@ -111,14 +111,17 @@ impl Cluster {
         // Reserved below the ephemeral range, so the proxies and moto (which bind
         // port 0) cannot be given one, nor can anything take one while its process
         // is down between a kill and a restart (see `sluice_testkit::Port`).
-        let mut ports = Port::reserve_n(NODES as usize)?;
-        let addresses: Vec<String> = ports.iter().map(Port::address).collect();
+        // Client ports, then each node's Raft port.
+        let mut ports = Port::reserve_n(2 * NODES as usize)?;
+        let addresses: Vec<String> = ports[..NODES as usize].iter().map(Port::address).collect();
+        let raft_addresses: Vec<String> =
+            ports[NODES as usize..].iter().map(Port::address).collect();
         let mut links = BTreeMap::new();
         for from in 1..=NODES {
             for to in (1..=NODES).filter(|to| *to != from) {
                 links.insert(
                     (from, to),
-                    Proxy::start(&addresses[to as usize - 1], PROXY_CONNECTIONS).await?,
+                    Proxy::start(&raft_addresses[to as usize - 1], PROXY_CONNECTIONS).await?,
                 );
             }
         }
@@ -139,8 +142,7 @@ impl Cluster {
                 (format!("s3://{}/chaos", moto.bucket()), Some(S3 { proxy, _moto: moto }))
             }
         };
-        let peers: Vec<String> =
-            addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        let peers = sluice_testkit::group_flag(&addresses, &raft_addresses);
         let dispatcher_logs: Vec<PathBuf> =
             (1..=NODES).map(|id| config.logs.join(format!("dispatcher-{id}.log"))).collect();
         let dispatcher_specs = (1..=NODES)
@@ -154,7 +156,7 @@ impl Cluster {
                     "--node-id",
                     &id.to_string(),
                     "--peers",
-                    &peers.join(","),
+                    &peers,
                     "--raft-dial",
                     &dial.join(","),
                     "--work-dir",

@@ -5,15 +5,37 @@
 //! Channels connect on first use, so building a client never fails on a peer that
 //! is down; the connection's failure is the first call's (retried per
 //! [`RetryPolicy`]).
+//!
+//! Every channel carries the client's [`ClientSecurity`]: TLS (`https://`) when it
+//! has a CA, and its bearer token on every call ([`Authed`] for generated
+//! clients; the hand-written GetElements call adds the header itself).
 
+use sluice_security::{Bearer, ClientSecurity};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::ClientError;
 use crate::retry::RetryPolicy;
 
+/// A channel that presents the client's bearer token on every call.
+pub type Authed = InterceptedService<Channel, Bearer>;
+
 /// Builds a lazily connecting channel to `address` (`host:port` or a URL).
-pub fn channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientError> {
-    Ok(endpoint(address, policy)?.http2_adaptive_window(true).connect_lazy())
+pub fn channel(
+    address: &str,
+    policy: &RetryPolicy,
+    security: &ClientSecurity,
+) -> Result<Channel, ClientError> {
+    Ok(endpoint(address, policy, security)?.http2_adaptive_window(true).connect_lazy())
+}
+
+/// [`channel`] with the bearer token added to every call.
+pub fn authed_channel(
+    address: &str,
+    policy: &RetryPolicy,
+    security: &ClientSecurity,
+) -> Result<Authed, ClientError> {
+    Ok(InterceptedService::new(channel(address, policy, security)?, security.bearer().clone()))
 }
 
 /// HTTP/2 receive windows of a connection to a worker: how many bytes of element
@@ -29,20 +51,27 @@ pub(crate) const WORKER_CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
 pub(crate) const WORKER_MAX_FRAME_BYTES: u32 = WORKER_STREAM_WINDOW_BYTES;
 
 /// A lazily connecting channel to a worker, with windows sized for element streams.
-pub(crate) fn worker_channel(address: &str, policy: &RetryPolicy) -> Result<Channel, ClientError> {
-    Ok(endpoint(address, policy)?
+pub(crate) fn worker_channel(
+    address: &str,
+    policy: &RetryPolicy,
+    security: &ClientSecurity,
+) -> Result<Channel, ClientError> {
+    Ok(endpoint(address, policy, security)?
         .initial_stream_window_size(WORKER_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(WORKER_CONNECTION_WINDOW_BYTES)
         .max_frame_size(WORKER_MAX_FRAME_BYTES)
         .connect_lazy())
 }
 
-fn endpoint(address: &str, policy: &RetryPolicy) -> Result<Endpoint, ClientError> {
-    let url =
-        if address.contains("://") { address.to_string() } else { format!("http://{address}") };
-    let endpoint = Endpoint::from_shared(url)
+fn endpoint(
+    address: &str,
+    policy: &RetryPolicy,
+    security: &ClientSecurity,
+) -> Result<Endpoint, ClientError> {
+    let endpoint = Endpoint::from_shared(security.url(address))
         .map_err(|e| ClientError::InvalidArgument(format!("bad address `{address}`: {e}")))?;
-    Ok(sluice_proto::limits::client_endpoint(endpoint)
+    let endpoint = sluice_proto::limits::client_endpoint(endpoint)
         .connect_timeout(policy.attempt_timeout)
-        .tcp_nodelay(true))
+        .tcp_nodelay(true);
+    Ok(security.apply(endpoint)?)
 }

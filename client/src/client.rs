@@ -25,6 +25,18 @@ impl Client {
         Ok(Client { dispatcher: DispatcherClient::new(dispatcher_addresses, policy)? })
     }
 
+    /// [`Client::new`] over TLS and with the token of `security`; readers present
+    /// the same to workers.
+    pub fn with_security(
+        dispatcher_addresses: &[String],
+        policy: RetryPolicy,
+        security: sluice_security::ClientSecurity,
+    ) -> Result<Self, ClientError> {
+        Ok(Client {
+            dispatcher: DispatcherClient::with_security(dispatcher_addresses, policy, security)?,
+        })
+    }
+
     pub fn dispatcher(&self) -> &DispatcherClient {
         &self.dispatcher
     }

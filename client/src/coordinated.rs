@@ -32,10 +32,10 @@ use sluice_proto::v1 as pb;
 use sluice_proto::v1::worker_client::WorkerClient;
 use sluice_proto::MAX_MESSAGE_BYTES;
 use tokio::sync::{mpsc, watch};
-use tonic::transport::Channel;
+use tonic::service::interceptor::InterceptedService;
 use tracing::debug;
 
-use crate::channels::worker_channel;
+use crate::channels::{worker_channel, Authed};
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
 use crate::options::ReadOptions;
@@ -190,7 +190,7 @@ enum Got {
 }
 
 async fn rounds(ctx: &Ctx, tx: &mpsc::Sender<Batch>) -> Result<(), ClientError> {
-    let mut workers: HashMap<Arc<str>, WorkerClient<Channel>> = HashMap::new();
+    let mut workers: HashMap<Arc<str>, WorkerClient<Authed>> = HashMap::new();
     let mut round = 0u64;
     loop {
         let tasks = next_round(ctx, &mut round).await;
@@ -199,9 +199,16 @@ async fn rounds(ctx: &Ctx, tx: &mpsc::Sender<Batch>) -> Result<(), ClientError> 
             let client = match workers.get(&t.address) {
                 Some(c) => c.clone(),
                 None => {
-                    let c = WorkerClient::new(worker_channel(&t.address, &ctx.opts.worker_retry)?)
-                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+                    let c = WorkerClient::new(InterceptedService::new(
+                        worker_channel(
+                            &t.address,
+                            &ctx.opts.worker_retry,
+                            ctx.dispatcher.security(),
+                        )?,
+                        ctx.dispatcher.security().bearer().clone(),
+                    ))
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES);
                     workers.insert(t.address.clone(), c.clone());
                     c
                 }
@@ -227,7 +234,7 @@ async fn rounds(ctx: &Ctx, tx: &mpsc::Sender<Batch>) -> Result<(), ClientError> 
 /// This consumer's element of `round` from one task.
 async fn fetch(
     ctx: &Ctx,
-    client: WorkerClient<Channel>,
+    client: WorkerClient<Authed>,
     t: &Entry,
     round: u64,
 ) -> Result<Got, ClientError> {

@@ -20,9 +20,9 @@ use std::time::Duration;
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::dispatcher_client::DispatcherClient as Grpc;
 use sluice_proto::MAX_MESSAGE_BYTES;
-use tonic::transport::Channel;
+use sluice_security::ClientSecurity;
 
-pub use crate::channels::channel;
+pub use crate::channels::{authed_channel, channel, Authed};
 use crate::error::ClientError;
 use crate::retry::{describe, is_retryable_status, is_transport_failure, Attempt, RetryPolicy};
 
@@ -36,22 +36,34 @@ struct Inner {
     addresses: Vec<String>,
     /// `addresses` joined by commas, as a give-up error names them.
     all_addresses: String,
-    clients: Vec<Grpc<Channel>>,
+    clients: Vec<Grpc<Authed>>,
     /// Index of the address that answered last; calls start there.
     current: AtomicUsize,
     policy: RetryPolicy,
+    /// TLS and token of every call (also used for the workers' channels).
+    security: ClientSecurity,
 }
 
 impl DispatcherClient {
-    /// `addresses`: one or more `host:port` of dispatchers. Connects lazily.
+    /// `addresses`: one or more `host:port` of dispatchers. Connects lazily, in
+    /// plain text and without a token (a loopback service).
     pub fn new(addresses: &[String], policy: RetryPolicy) -> Result<Self, ClientError> {
+        Self::with_security(addresses, policy, ClientSecurity::none())
+    }
+
+    /// [`Self::new`] over TLS and with the token of `security`.
+    pub fn with_security(
+        addresses: &[String],
+        policy: RetryPolicy,
+        security: ClientSecurity,
+    ) -> Result<Self, ClientError> {
         if addresses.is_empty() {
             return Err(ClientError::InvalidArgument("no dispatcher address given".into()));
         }
         let clients = addresses
             .iter()
             .map(|a| {
-                Ok(Grpc::new(channel(a, &policy)?)
+                Ok(Grpc::new(authed_channel(a, &policy, &security)?)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES))
             })
@@ -63,6 +75,7 @@ impl DispatcherClient {
                 clients,
                 current: AtomicUsize::new(0),
                 policy,
+                security,
             }),
         })
     }
@@ -75,12 +88,17 @@ impl DispatcherClient {
         &self.inner.policy
     }
 
+    /// The TLS and token this client presents (to dispatchers and workers).
+    pub fn security(&self) -> &ClientSecurity {
+        &self.inner.security
+    }
+
     /// Runs `f` against the current dispatcher, retrying retryable failures on the
     /// next address with backoff until the policy's deadline (counted from the
     /// call's start).
     pub async fn call<T, F, Fut>(&self, name: &'static str, f: F) -> Result<T, ClientError>
     where
-        F: FnMut(Grpc<Channel>) -> Fut,
+        F: FnMut(Grpc<Authed>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         self.call_with(name, &self.inner.policy, f).await
@@ -94,7 +112,7 @@ impl DispatcherClient {
         mut f: F,
     ) -> Result<T, ClientError>
     where
-        F: FnMut(Grpc<Channel>) -> Fut,
+        F: FnMut(Grpc<Authed>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let inner = &self.inner;

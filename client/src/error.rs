@@ -33,6 +33,9 @@ pub enum ClientError {
     InvalidArgument(String),
     #[error(transparent)]
     Dataset(#[from] DatasetError),
+    /// TLS files or a token that cannot be used (names the flag).
+    #[error(transparent)]
+    Security(#[from] sluice_security::SecurityError),
     #[error("protocol error from {address}: {message}")]
     Protocol { address: String, message: String },
 }

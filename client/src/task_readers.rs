@@ -38,6 +38,7 @@ use crate::reader::Batch;
 use crate::retry::{describe, is_retryable_status, Attempt};
 use crate::view_poll::ViewPoll;
 use crate::worker_stream;
+use sluice_security::ClientSecurity;
 
 pub(crate) async fn manage(
     dispatcher: DispatcherClient,
@@ -51,6 +52,7 @@ pub(crate) async fn manage(
     let mut started: HashMap<u64, watch::Sender<bool>> = HashMap::new();
     // One long poll always in flight (kept across select rounds: dropping it
     // would cancel the call); none once the iteration finished.
+    let security = dispatcher.security().clone();
     let mut poll = Some(Box::pin(ViewPoll::new(dispatcher, client_id, &opts).next()));
     let mut finished = false;
     // Tasks left to other readers by `target_workers`; once there is one, this
@@ -88,7 +90,7 @@ pub(crate) async fn manage(
                     debug!(task_id = task.task_id, worker = %task.worker_address, "reading task");
                     let span = tracing::debug_span!("task", task_id = task.task_id, worker = %task.worker_address);
                     readers.spawn(
-                        read_task(task, client_id, opts.clone(), tx.clone(), permits.clone(), finished_rx)
+                        read_task(task, client_id, opts.clone(), security.clone(), tx.clone(), permits.clone(), finished_rx)
                             .instrument(span),
                     );
                 }
@@ -119,6 +121,7 @@ async fn read_task(
     task: pb::TaskInfo,
     client_id: u64,
     opts: ReadOptions,
+    security: ClientSecurity,
     tx: mpsc::Sender<Batch>,
     permits: Arc<Semaphore>,
     finished: watch::Receiver<bool>,
@@ -130,7 +133,7 @@ async fn read_task(
     let address = task.worker_address.clone();
     let source: Arc<str> = Arc::from(address.as_str());
     let policy = &opts.worker_retry;
-    let channel = worker_channel(&address, policy)?;
+    let channel = worker_channel(&address, policy, &security)?;
     let req = pb::GetElementsRequest {
         task_id: task.task_id,
         client_id,
@@ -138,6 +141,7 @@ async fn read_task(
         max_bytes_per_message: 0,
         trainer_id: opts.kind.trainer_id().unwrap_or_default().to_string(),
     };
+    let bearer = security.bearer();
     let (channel, req, tx, source, finished_ref) = (&channel, &req, &tx, &source, &finished);
     let mut until_finished = finished.clone();
     // The task ended at the worker (its elements went to this or another
@@ -150,7 +154,7 @@ async fn read_task(
         .run_until(task_finished, move |_| async move {
             // Whether a message arrived on this attempt's stream.
             let mut progressed = false;
-            let status = match worker_stream::get_elements(channel, req).await {
+            let status = match worker_stream::get_elements(channel, bearer, req).await {
                 Ok(mut stream) => loop {
                     match stream.message().await {
                         Ok(Some(batch)) => {

@@ -22,6 +22,7 @@ use http_body_util::BodyExt;
 use prost::Message;
 use sluice_proto::v1 as pb;
 use sluice_proto::MAX_MESSAGE_BYTES;
+use sluice_security::Bearer;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tower::Service;
@@ -31,6 +32,7 @@ use sluice_proto::contract::element_route::{MESSAGE_PREFIX_BYTES as PREFIX, PATH
 /// Opens a `GetElements` stream on `channel` (lazy channels connect here).
 pub(crate) async fn get_elements(
     channel: &Channel,
+    bearer: &Bearer,
     req: &pb::GetElementsRequest,
 ) -> Result<BatchStream, Status> {
     let len = req.encoded_len();
@@ -38,13 +40,14 @@ pub(crate) async fn get_elements(
     body.put_u8(0);
     body.put_u32(u32::try_from(len).map_err(|_| Status::internal("request too large"))?);
     req.encode(&mut body).map_err(|e| Status::internal(format!("encoding the request: {e}")))?;
-    let request = http::Request::builder()
+    let mut request = http::Request::builder()
         .method(http::Method::POST)
         .uri(PATH)
         .header(http::header::CONTENT_TYPE, "application/grpc")
         .header(http::header::TE, "trailers")
         .body(tonic::body::Body::new(http_body_util::Full::new(body.freeze())))
         .map_err(|e| Status::internal(format!("building the GetElements request: {e}")))?;
+    bearer.apply(&mut request);
     let mut channel = channel.clone();
     std::future::poll_fn(|cx| channel.poll_ready(cx))
         .await

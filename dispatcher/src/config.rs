@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::access::DispatcherSecurity;
 use crate::error::DispatcherError;
 use crate::limits::Limits;
 use sluice_proto::limits::ServerLimits;
@@ -14,11 +15,18 @@ pub struct DispatcherConfig {
     pub elements_per_split: u64,
     /// This node's id in the Raft group.
     pub node_id: u64,
-    /// Every voter of the group: node id → `host:port` it serves on (clients and
-    /// peers alike). Empty: a one-node group at the listener's address.
+    /// Every voter of the group: node id → `host:port` of its client port (what
+    /// clients and workers dial, and leader hints name). Empty: a one-node group
+    /// at the listener's address.
     pub peers: BTreeMap<u64, String>,
+    /// Every voter's Raft port: node id → `host:port` its RaftPeer service
+    /// listens on (its own listener, not the client port). Needed for each peer
+    /// in a group of several nodes; [`parse_group`] fills it from `--peers`.
+    pub raft_peers: BTreeMap<u64, String>,
+    /// TLS, tokens and peer authentication (`access.rs`).
+    pub security: DispatcherSecurity,
     /// Where this node sends Raft traffic for a peer, when not to its address in
-    /// `peers` (e.g. through a fault-injecting proxy in the chaos suite). Clients
+    /// `raft_peers` (e.g. through a fault-injecting proxy in the chaos suite). Clients
     /// are still told the `peers` addresses.
     pub raft_dial: BTreeMap<u64, String>,
     /// Where to journal: `None` keeps everything in memory (nothing survives a
@@ -90,6 +98,8 @@ impl Default for DispatcherConfig {
             elements_per_split: 1,
             node_id: 1,
             peers: BTreeMap::new(),
+            raft_peers: BTreeMap::new(),
+            security: DispatcherSecurity::default(),
             raft_dial: BTreeMap::new(),
             work_dir: None,
             snapshot_every: 10_000,
@@ -145,6 +155,14 @@ impl DispatcherConfig {
         if let Some(id) = self.raft_dial.keys().find(|id| !self.peers.contains_key(id)) {
             return bad(format!("raft_dial names node {id}, which is not among the peers"));
         }
+        if self.peers.len() > 1 {
+            if let Some(id) = self.peers.keys().find(|id| !self.raft_peers.contains_key(id)) {
+                return bad(format!(
+                    "peer {id} has no Raft address; give each peer as ID=HOST:PORT/RAFT_PORT \
+                     (see `sluice dispatcher --help`, --peers)"
+                ));
+            }
+        }
         if let Some((id, _)) = self.peers.iter().find(|(_, a)| a.is_empty()) {
             return bad(format!("peer {id} has an empty address"));
         }
@@ -168,6 +186,22 @@ impl DispatcherConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Secure by default off loopback: refuses a client port on `host` (not
+    /// loopback) without TLS and tokens, unless `security.insecure`.
+    pub fn check_exposure(&self, host: &str) -> Result<(), DispatcherError> {
+        let missing = self.security.missing_on_client_port();
+        let insecure = self.security.insecure;
+        Ok(sluice_security::require_secure_off_loopback("dispatcher", host, &missing, insecure)?)
+    }
+
+    /// [`Self::check_exposure`] for the Raft port: mutual TLS or a peer secret.
+    pub fn check_raft_exposure(&self, host: &str) -> Result<(), DispatcherError> {
+        let missing = self.security.missing_on_raft_port();
+        let insecure = self.security.insecure;
+        let what = "dispatcher's Raft listener";
+        Ok(sluice_security::require_secure_off_loopback(what, host, &missing, insecure)?)
     }
 
     /// The default snapshot interval for a work_dir: 10,000 entries on local disk
@@ -207,6 +241,48 @@ impl DispatcherConfig {
     }
 }
 
+/// Node id → `host:port`.
+pub type Addresses = BTreeMap<u64, String>;
+
+/// The Raft port of a peer given without one: its client port plus this.
+pub const DEFAULT_RAFT_PORT_OFFSET: u16 = 1000;
+
+/// A dispatcher group from `--peers`: `ID=HOST:PORT[/RAFT]`, comma-separated,
+/// where `RAFT` is the Raft listener's `PORT` (same host) or `HOST:PORT`; without
+/// it the Raft port is the client port + [`DEFAULT_RAFT_PORT_OFFSET`]. Returns the
+/// client addresses and the Raft addresses by node id.
+pub fn parse_group(s: &str) -> Result<(Addresses, Addresses), DispatcherError> {
+    let given = parse_peers(s)?;
+    let (mut clients, mut rafts) = (BTreeMap::new(), BTreeMap::new());
+    for (id, entry) in given {
+        let bad = |why: &str| {
+            DispatcherError::Config(format!(
+                "peer {id} `{entry}`: {why}; give ID=HOST:PORT or ID=HOST:PORT/RAFT_PORT"
+            ))
+        };
+        let (client, raft) = match entry.split_once('/') {
+            Some((client, raft)) => (client.to_string(), raft.to_string()),
+            None => (entry.clone(), String::new()),
+        };
+        let (host, port) = client.rsplit_once(':').ok_or_else(|| bad("no :PORT"))?;
+        let port: u16 = port.parse().map_err(|_| bad("the port is not a number"))?;
+        let raft = if raft.is_empty() {
+            let raft_port = port
+                .checked_add(DEFAULT_RAFT_PORT_OFFSET)
+                .ok_or_else(|| bad("the default Raft port (PORT + 1000) is past 65535"))?;
+            format!("{host}:{raft_port}")
+        } else if raft.contains(':') {
+            raft
+        } else {
+            raft.parse::<u16>().map_err(|_| bad("the Raft port is not a number"))?;
+            format!("{host}:{raft}")
+        };
+        clients.insert(id, client);
+        rafts.insert(id, raft);
+    }
+    Ok((clients, rafts))
+}
+
 /// Parses `1=host:port,2=host:port,…`.
 pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, String>, DispatcherError> {
     let mut peers = BTreeMap::new();
@@ -222,4 +298,31 @@ pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, String>, DispatcherError> {
         }
     }
     Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_names_each_raft_port_or_defaults_to_port_plus_1000() {
+        let (clients, rafts) =
+            parse_group("1=h1:5051/6000,2=h2:5052/r2:7000,3=127.0.0.1:5053").unwrap();
+        assert_eq!(clients[&1], "h1:5051");
+        assert_eq!(rafts[&1], "h1:6000");
+        assert_eq!(rafts[&2], "r2:7000");
+        assert_eq!(rafts[&3], "127.0.0.1:6053");
+        for bad in ["1=h1:5051/x", "1=h1:65000", "1=h1"] {
+            let err = parse_group(bad).unwrap_err().to_string();
+            assert!(err.contains("ID=HOST:PORT/RAFT_PORT"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_group_without_raft_addresses_is_refused() {
+        let (peers, _) = parse_group("1=127.0.0.1:1,2=127.0.0.1:2").unwrap();
+        let config = DispatcherConfig { peers, ..DispatcherConfig::default() };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("no Raft address"), "{err}");
+    }
 }

@@ -98,7 +98,9 @@ impl Core {
         }
         .validate()
         .map_err(DispatcherError::raft)?;
-        let network = PeerNetwork { dial: config.raft_dial.clone() };
+        let mut dial = config.raft_peers.clone();
+        dial.extend(config.raft_dial.clone());
+        let network = PeerNetwork { dial, security: config.security.peer_client()? };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(DispatcherError::raft)?;

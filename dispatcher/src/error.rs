@@ -65,6 +65,9 @@ pub enum DispatcherError {
     Transport(#[from] tonic::transport::Error),
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// TLS files, tokens, or a listener off loopback without them.
+    #[error(transparent)]
+    Security(#[from] sluice_security::SecurityError),
 }
 
 impl DispatcherError {

@@ -36,7 +36,12 @@
 //!   `status`: the `GetStatus` rendering.
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
 //!   `ReleaseClient` and `GcIteration`; `apply::liveness`: what those do.
-//! - [`server`] — `run` / `spawn` on a bound listener with an injectable shutdown.
+//! - [`server`] — `run` / `spawn` on the client listener (and the Raft listener of
+//!   a group) with an injectable shutdown.
+//! - [`access`] — who may call what: the TLS of each listener, the token guard of
+//!   the client port (client and worker roles) and of the Raft port (peers only).
+//!   `worker_identity`: a worker bound to the token it registered with (soft
+//!   state, checked by `service`).
 //! - `metrics`: the Prometheus gauges (computed from the state at scrape time)
 //!   served at `GET /metrics` (`run_with_metrics`) with `counters`, this
 //!   process's counters (commands proposed and failed, GetSplit requests), which
@@ -45,6 +50,7 @@
 //!   (stamped into commands, enforced by `apply`).
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 
+pub mod access;
 pub mod apply;
 mod batcher;
 mod cache_check;
@@ -67,13 +73,17 @@ pub mod server;
 mod service;
 pub mod state;
 mod status;
+mod worker_identity;
 mod worker_view;
 
+pub use access::DispatcherSecurity;
 pub use apply::apply;
 pub use command::{Command, Response};
-pub use config::{parse_peers, DispatcherConfig};
+pub use config::{parse_group, parse_peers, DispatcherConfig, DEFAULT_RAFT_PORT_OFFSET};
 pub use core::Core;
 pub use error::{DispatcherError, ProposeError, StateError};
 pub use limits::Limits;
-pub use server::{run, run_with_metrics, spawn, DispatcherHandle};
+pub use server::{
+    run, run_with_listeners, run_with_metrics, spawn, spawn_with_raft, DispatcherHandle, Listeners,
+};
 pub use state::{Mode, State, TargetWorkers};

@@ -1,4 +1,7 @@
-//! Serving the Dispatcher service on a bound listener, with an injectable shutdown.
+//! Serving the Dispatcher service on a bound listener, and (in a group of several
+//! nodes) the RaftPeer service on its own listener, with an injectable shutdown.
+//! Each listener has its TLS and its guard (`access.rs`): a client or worker token
+//! is never accepted on the Raft port, and Raft is not served on the client port.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Server, ServerTlsConfig};
 
 use crate::config::DispatcherConfig;
 use crate::core::Core;
@@ -23,15 +27,28 @@ use crate::service::DispatcherService;
 /// journal.
 const JOURNAL_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Starts this node's Raft member on its journal and serves the Dispatcher and
-/// RaftPeer services on `listener` until `shutdown` resolves; then stops Raft.
+/// The sockets a dispatcher serves on.
+pub struct Listeners {
+    /// The Dispatcher service (clients and workers).
+    pub client: TcpListener,
+    /// The RaftPeer service. `None`: bound at this node's `raft_peers` address
+    /// when the group has several nodes (a one-node group has no Raft port).
+    pub raft: Option<TcpListener>,
+    /// Prometheus metrics at `GET /metrics`.
+    pub metrics: Option<TcpListener>,
+}
+
+/// Starts this node's Raft member on its journal and serves the Dispatcher
+/// service on `listener` (and RaftPeer on this node's Raft address, see
+/// [`Listeners::raft`]) until `shutdown` resolves; then stops Raft.
 pub async fn run(
     listener: TcpListener,
     config: DispatcherConfig,
     registry: FunctionRegistry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DispatcherError> {
-    run_with_metrics(listener, None, config, registry, shutdown).await
+    let listeners = Listeners { client: listener, raft: None, metrics: None };
+    run_with_listeners(listeners, config, registry, shutdown).await
 }
 
 /// [`run`], also serving Prometheus metrics at `GET /metrics` on `metrics` (if
@@ -43,8 +60,40 @@ pub async fn run_with_metrics(
     registry: FunctionRegistry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DispatcherError> {
+    let listeners = Listeners { client: listener, raft: None, metrics };
+    run_with_listeners(listeners, config, registry, shutdown).await
+}
+
+/// [`run`] on the given [`Listeners`].
+pub async fn run_with_listeners(
+    listeners: Listeners,
+    config: DispatcherConfig,
+    registry: FunctionRegistry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DispatcherError> {
     config.validate()?;
+    let Listeners { client: listener, raft: raft_listener, metrics } = listeners;
     let address = listener.local_addr()?;
+    config.check_exposure(&address.ip().to_string())?;
+    let client_tls = config.security.client_port_tls()?;
+    let raft_tls = config.security.raft_port_tls()?;
+    let raft_listener = match raft_listener {
+        Some(l) => Some(l),
+        None if config.peers.len() > 1 => {
+            let own = config.raft_peers.get(&config.node_id).ok_or_else(|| {
+                DispatcherError::Config(format!("node {} has no Raft address", config.node_id))
+            })?;
+            Some(TcpListener::bind(own).await.map_err(|e| {
+                DispatcherError::Config(format!(
+                    "cannot listen for Raft on {own} (is the port in use?): {e}"
+                ))
+            })?)
+        }
+        None => None,
+    };
+    if let Some(l) = &raft_listener {
+        config.check_raft_exposure(&l.local_addr()?.ip().to_string())?;
+    }
     let core = Arc::new(Core::start(&config, &address.to_string()).await?);
     // Stops when dropped, at the end of this function.
     let _metrics = match metrics {
@@ -70,6 +119,11 @@ pub async fn run_with_metrics(
         })
     };
     let fatal = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    // Both listeners stop when `stop` has run.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
     let stop = {
         let fatal = fatal.clone();
         async move {
@@ -82,27 +136,37 @@ pub async fn run_with_metrics(
                     }
                 }
             }
+            let _ = stop_tx.send(true);
         }
     };
     // `serve_with_incoming*` ignores the builder's tcp_nodelay; the incoming sets
     // it. Without it every small answer (a heartbeat, a Raft append's ack) can sit
     // ~40 ms in Nagle's buffer waiting for a delayed ACK.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let served = config
-        .server_limits()
-        .apply(tonic::transport::Server::builder())
+    let client_port = builder(&config, client_tls)?
+        .layer(config.security.client_guard())
         .add_service(
             DispatcherServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .add_service(
-            RaftPeerServer::new(peer)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
-        .serve_with_incoming_shutdown(incoming, stop)
-        .await;
+        .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()));
+    let raft_port = async {
+        let Some(l) = raft_listener else { return Ok(()) };
+        tracing::info!(raft_address = %l.local_addr()?, "raft peers served");
+        let incoming = TcpIncoming::from(l).with_nodelay(Some(true));
+        builder(&config, raft_tls)?
+            .layer(config.security.peer_guard())
+            .add_service(
+                RaftPeerServer::new(peer)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming_shutdown(incoming, stopped(stop_rx))
+            .await
+            .map_err(DispatcherError::from)
+    };
+    let (served, raft_served, ()) = tokio::join!(client_port, raft_port, stop);
     watcher.abort();
     timers.abort();
     core.shutdown().await;
@@ -124,6 +188,7 @@ pub async fn run_with_metrics(
         tracing::warn!(%journal, "the journal is still open {JOURNAL_CLOSE:?} after shutdown");
     }
     served?;
+    raft_served?;
     if let Some(reason) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(DispatcherError::Raft(format!(
             "the raft node stopped: {reason}; restart this dispatcher on its work_dir"
@@ -131,6 +196,19 @@ pub async fn run_with_metrics(
     }
     tracing::info!(%address, "dispatcher stopped");
     Ok(())
+}
+
+/// A server builder with `tls` (if any).
+/// A server with the configured connection and stream bounds, over TLS if given.
+fn builder(
+    config: &DispatcherConfig,
+    tls: Option<ServerTlsConfig>,
+) -> Result<Server, DispatcherError> {
+    let builder = config.server_limits().apply(Server::builder());
+    Ok(match tls {
+        Some(tls) => builder.tls_config(tls)?,
+        None => builder,
+    })
 }
 
 /// A dispatcher running on the current runtime. Dropping the handle asks it to
@@ -149,12 +227,23 @@ pub async fn spawn(
     config: DispatcherConfig,
     registry: FunctionRegistry,
 ) -> Result<DispatcherHandle, DispatcherError> {
+    spawn_with_raft(listener, None, config, registry).await
+}
+
+/// [`spawn`] with the Raft listener already bound (see [`Listeners::raft`]).
+pub async fn spawn_with_raft(
+    listener: TcpListener,
+    raft: Option<TcpListener>,
+    config: DispatcherConfig,
+    registry: FunctionRegistry,
+) -> Result<DispatcherHandle, DispatcherError> {
     config.validate()?;
     let address = listener.local_addr()?.to_string();
     let (stop, stopped) = oneshot::channel::<()>();
     let (done_tx, done) = watch::channel(false);
     let task = tokio::spawn(async move {
-        let result = run(listener, config, registry, async {
+        let listeners = Listeners { client: listener, raft, metrics: None };
+        let result = run_with_listeners(listeners, config, registry, async {
             let _ = stopped.await;
         })
         .await;

@@ -3,7 +3,8 @@
 //!
 //! Soft state (not replicated, rebuilt after a restart): the liveness timers
 //! (`liveness.rs`), fed by the heartbeat handlers here; the leader turns silence
-//! into replicated commands.
+//! into replicated commands; which worker token each worker registered with
+//! (`worker_identity.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, Stage};
 use sluice_proto::v1 as pb;
+use sluice_security::Caller;
 use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
@@ -23,6 +25,7 @@ use crate::core::Core;
 use crate::error::StateError;
 use crate::liveness::Liveness;
 use crate::state::{DatasetId, State};
+use crate::worker_identity::WorkerIdentities;
 use crate::worker_view;
 
 /// How long `GetStatus` waits for a leader to confirm itself before answering
@@ -38,6 +41,8 @@ pub struct DispatcherService {
     liveness: Arc<Liveness>,
     /// Coordinated reads: pause reports and removal votes (soft state).
     coordinated: CoordinatedReads,
+    /// Worker address and uid → the token name they registered with (soft state).
+    identities: WorkerIdentities,
 }
 
 impl DispatcherService {
@@ -48,7 +53,8 @@ impl DispatcherService {
         liveness: Arc<Liveness>,
     ) -> Self {
         let coordinated = CoordinatedReads::new(core.clone());
-        DispatcherService { core, config, registry, liveness, coordinated }
+        let identities = WorkerIdentities::default();
+        DispatcherService { core, config, registry, liveness, coordinated, identities }
     }
 
     fn unexpected(cmd: &str, r: R) -> Status {
@@ -258,8 +264,10 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::RegisterWorkerRequest>,
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        let caller = req.extensions().get::<Caller>().cloned();
         let req = req.into_inner();
         let (address, worker_uid) = (req.address.clone(), req.worker_uid);
+        self.identities.register(caller.as_ref(), &address, worker_uid)?;
         let allowed = &self.config.worker_addresses;
         if !allowed.is_empty() && !allowed.contains(&address) {
             // FailedPrecondition: the worker gives up (and exits) instead of retrying.
@@ -291,8 +299,10 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
+        let caller = req.extensions().get::<Caller>().cloned();
         let req = req.into_inner();
         let (address, worker_uid) = (req.address, req.worker_uid);
+        self.identities.check_address(caller.as_ref(), &address)?;
         // A worker declared lost is unknown until it registers again; a request
         // from another process than the registered one is refused (naming both
         // uids) before it feeds the liveness timer or reports anything.
@@ -335,7 +345,9 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::GetSplitRequest>,
     ) -> Result<Response<pb::GetSplitResponse>, Status> {
         self.core.counters().get_split_request();
+        let caller = req.extensions().get::<Caller>().cloned();
         let r = req.into_inner();
+        self.identities.check_uid(caller.as_ref(), r.worker_uid)?;
         let cmd = Command::GetSplit {
             task_id: r.task_id,
             worker_uid: r.worker_uid,

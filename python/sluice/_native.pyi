@@ -10,7 +10,15 @@ def canonical_spec(spec_json: str) -> str:
     JSON. Raises ``InvalidArgumentError`` naming the field of a malformed spec."""
 
 def start_quorum(
-    n: int = 3, work_dir: Optional[str] = None, limits: Optional[dict[str, float]] = None
+    n: int = 3,
+    work_dir: Optional[str] = None,
+    limits: Optional[dict[str, float]] = None,
+    tls_cert: Optional[str] = None,
+    tls_key: Optional[str] = None,
+    tls_ca: Optional[str] = None,
+    auth_tokens: Optional[str] = None,
+    peer_ca: Optional[str] = None,
+    peer_secret_file: Optional[str] = None,
 ) -> list[DispatchServer]:
     """Starts ``n`` dispatchers of one Raft group on loopback with free ports."""
 
@@ -46,7 +54,13 @@ class Reader(Iterator[Any]):
 class Client:
     """A handle to the service's dispatchers (per process)."""
 
-    def __init__(self, addresses: list[str], timeout: float = 60.0) -> None: ...
+    def __init__(
+        self,
+        addresses: list[str],
+        timeout: float = 60.0,
+        tls_ca: Optional[str] = None,
+        token: Optional[str] = None,
+    ) -> None: ...
     def register_dataset(self, spec_json: str, dataset_id: Optional[str] = None) -> str: ...
     def status_json(self) -> str:
         """The service's status (``sluice_client::ServiceStatus``) as JSON."""
@@ -78,6 +92,12 @@ class DispatchServer:
         job_gc_timeout: float = 300.0,
         snapshot_every: Optional[int] = None,
         limits: Optional[dict[str, float]] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        auth_tokens: Optional[str] = None,
+        peer_ca: Optional[str] = None,
+        peer_secret_file: Optional[str] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...
@@ -95,6 +115,11 @@ class WorkerServer:
         heartbeat_interval: float = 0.5,
         drain_timeout: float = 0.0,
         dispatcher_timeout: float = 60.0,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        auth_tokens: Optional[str] = None,
+        token: Optional[str] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...

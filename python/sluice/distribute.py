@@ -112,17 +112,20 @@ def addresses(service: Service) -> list[str]:
 
 
 class _Clients:
-    """Native clients by (addresses, timeout), made in and for one process."""
+    """Native clients by (addresses, timeout, TLS CA, token), made in and for one
+    process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._clients: dict[tuple[tuple[str, ...], float], _native.Client] = {}
+        self._clients: dict[tuple[Any, ...], _native.Client] = {}
         # Clients inherited through fork: kept (never dropped) in the child.
         self._inherited: list[Any] = []
 
-    def get(self, addrs: Sequence[str], timeout: float) -> _native.Client:
-        key = (tuple(addrs), float(timeout))
+    def get(
+        self, addrs: Sequence[str], timeout: float, tls_ca: str | None, token: str | None
+    ) -> _native.Client:
+        key = (tuple(addrs), float(timeout), tls_ca, token)
         with self._lock:
             if self._pid != os.getpid():
                 self._inherited.append(self._clients)
@@ -130,7 +133,7 @@ class _Clients:
                 self._pid = os.getpid()
             client = self._clients.get(key)
             if client is None:
-                client = _native.Client(list(addrs), timeout)
+                client = _native.Client(list(addrs), timeout, tls_ca=tls_ca, token=token)
                 self._clients[key] = client
             return client
 
@@ -141,9 +144,22 @@ DEFAULT_TIMEOUT = 60.0
 """Seconds an unavailable dispatcher is retried before a call gives up."""
 
 
-def client(service: Service, timeout: float = DEFAULT_TIMEOUT) -> _native.Client:
-    """This process's native client of ``service``."""
-    return _clients.get(addresses(service), timeout)
+def client(
+    service: Service,
+    timeout: float = DEFAULT_TIMEOUT,
+    tls_ca: str | os.PathLike[str] | None = None,
+    token: str | None = None,
+) -> _native.Client:
+    """This process's native client of ``service``. ``tls_ca``: the PEM file of
+    the CA that signed the servers' certificates (then it dials over TLS; default
+    ``$SLUICE_TLS_CA``); ``token``: the client token it presents (default
+    ``$SLUICE_TOKEN``). See docs/security.md."""
+    if tls_ca is None:
+        tls_ca = os.environ.get("SLUICE_TLS_CA") or None
+    if token is None:
+        token = os.environ.get("SLUICE_TOKEN") or None
+    ca = None if tls_ca is None else os.fspath(tls_ca)
+    return _clients.get(addresses(service), timeout, ca, token)
 
 
 def _dataset_id(spec_json: str) -> str:
@@ -159,19 +175,28 @@ def register_dataset(
     dataset_id: str | None = None,
     *,
     dispatcher_timeout: float = DEFAULT_TIMEOUT,
+    tls_ca: str | os.PathLike[str] | None = None,
+    token: str | None = None,
 ) -> str:
     """Registers ``dataset`` with the service and returns its id.
 
     Without ``dataset_id`` the id is derived from the pipeline, so registering the
     same pipeline again returns the same id. ``dispatcher_timeout``: seconds an
-    unavailable dispatcher is retried before ``UnavailableError``.
+    unavailable dispatcher is retried before ``UnavailableError``. ``tls_ca``,
+    ``token``: as ``sluice.client`` (docs/security.md).
     """
     spec = dataset.to_json()
-    native = client(service, dispatcher_timeout)
+    native = client(service, dispatcher_timeout, tls_ca, token)
     return native.register_dataset(spec, dataset_id or _dataset_id(spec))
 
 
-def status(service: Service, *, dispatcher_timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+def status(
+    service: Service,
+    *,
+    dispatcher_timeout: float = DEFAULT_TIMEOUT,
+    tls_ca: str | os.PathLike[str] | None = None,
+    token: str | None = None,
+) -> dict[str, Any]:
     """What the service's leader knows: ``workers`` (address, active tasks, last
     heartbeat, lost), ``datasets``, ``jobs`` with their iterations' progress
     (tasks finished, consumers, DYNAMIC split cursor, lost splits), ``raft`` (this
@@ -179,15 +204,16 @@ def status(service: Service, *, dispatcher_timeout: float = DEFAULT_TIMEOUT) -> 
     follower answered, whose registry may be stale); what ``sluice status`` shows."""
     import json
 
-    return json.loads(client(service, dispatcher_timeout).status_json())
+    return json.loads(client(service, dispatcher_timeout, tls_ca, token).status_json())
 
 
 class DistributedDataset:
     """A dataset read through the service. Iterating it starts a read (joining
     the job if it is named) and yields elements: numpy arrays, tuples or dicts.
 
-    It pickles by its configuration (service, dataset, options), so it can be
-    handed to another process, which then reads with its own native client.
+    It pickles by its configuration (service, dataset, options — the token
+    included), so it can be handed to another process, which then reads with its
+    own native client.
     """
 
     def __init__(
@@ -204,6 +230,8 @@ class DistributedDataset:
         target_workers: str = "AUTO",
         cross_trainer_cache: CrossTrainerCache | None = None,
         dispatcher_timeout: float = DEFAULT_TIMEOUT,
+        tls_ca: str | os.PathLike[str] | None = None,
+        token: str | None = None,
     ) -> None:
         if (dataset is None) == (dataset_id is None):
             raise InvalidArgumentError("give exactly one of dataset and dataset_id")
@@ -222,6 +250,8 @@ class DistributedDataset:
         self.target_workers = str(target_workers)
         self.cross_trainer_cache = cross_trainer_cache
         self.dispatcher_timeout = float(dispatcher_timeout)
+        self.tls_ca = None if tls_ca is None else os.fspath(tls_ca)
+        self.token = token
         self._iterations = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -234,7 +264,11 @@ class DistributedDataset:
         if self.dataset_id is None:
             assert self.dataset is not None
             self.dataset_id = register_dataset(
-                self.service, self.dataset, dispatcher_timeout=self.dispatcher_timeout
+                self.service,
+                self.dataset,
+                dispatcher_timeout=self.dispatcher_timeout,
+                tls_ca=self.tls_ca,
+                token=self.token,
             )
         return self.dataset_id
 
@@ -245,7 +279,7 @@ class DistributedDataset:
             repetition = self._iterations
             self._iterations += 1
         trainer = self.cross_trainer_cache.trainer_id if self.cross_trainer_cache else None
-        return client(self.service, self.dispatcher_timeout).read(
+        return client(self.service, self.dispatcher_timeout, self.tls_ca, self.token).read(
             self._registered_id(),
             self.processing_mode,
             job_name=self.job_name,
@@ -279,6 +313,8 @@ def distribute(
     cross_trainer_cache: CrossTrainerCache | None = None,
     *,
     dispatcher_timeout: float = DEFAULT_TIMEOUT,
+    tls_ca: str | os.PathLike[str] | None = None,
+    token: str | None = None,
 ) -> Callable[["Dataset"], DistributedDataset]:
     """A transformation reading a dataset through the service: apply it with
     ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``.
@@ -290,7 +326,9 @@ def distribute(
     elements among trainers. ``max_outstanding_requests`` bounds the reader's
     memory (element messages buffered, tasks streamed at once).
     ``dispatcher_timeout`` (Sluice's): seconds an unavailable dispatcher is
-    retried before ``UnavailableError``."""
+    retried before ``UnavailableError``. ``tls_ca`` and ``token`` (Sluice's): the
+    CA to verify servers with (dial over TLS) and the client token to present;
+    default ``$SLUICE_TLS_CA`` and ``$SLUICE_TOKEN`` (docs/security.md)."""
 
     def apply(dataset: "Dataset") -> DistributedDataset:
         return DistributedDataset(
@@ -304,6 +342,8 @@ def distribute(
             target_workers=target_workers,
             cross_trainer_cache=cross_trainer_cache,
             dispatcher_timeout=dispatcher_timeout,
+            tls_ca=tls_ca,
+            token=token,
         )
 
     return apply
@@ -322,6 +362,8 @@ def from_dataset_id(
     cross_trainer_cache: CrossTrainerCache | None = None,
     *,
     dispatcher_timeout: float = DEFAULT_TIMEOUT,
+    tls_ca: str | os.PathLike[str] | None = None,
+    token: str | None = None,
 ) -> DistributedDataset:
     """Reads a dataset registered earlier (``register_dataset``) by its id.
     ``element_spec`` is accepted for tf.data compatibility and not needed:
@@ -338,4 +380,6 @@ def from_dataset_id(
         target_workers=target_workers,
         cross_trainer_cache=cross_trainer_cache,
         dispatcher_timeout=dispatcher_timeout,
+        tls_ca=tls_ca,
+        token=token,
     )

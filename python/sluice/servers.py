@@ -13,12 +13,15 @@ cannot use (or stop) it; start servers in the child if it needs its own.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Sequence, Union
 
 from sluice import _native
 from sluice.distribute import Service, addresses
 
 __all__ = ["DispatchServer", "WorkerServer", "Quorum", "start_quorum"]
+
+_Path = Union[str, "os.PathLike[str]"]
 
 
 class _Server:
@@ -61,7 +64,14 @@ class DispatchServer(_Server):
 
     ``peers`` (node id → ``"host:port"`` of every voter, or ``"1=h:p,2=h:p"``)
     makes it node ``node_id`` of a Raft group; it then listens on its own entry.
+    An entry may name the node's Raft port as ``"host:port/raft_port"`` (default:
+    port + 1000), as ``sluice dispatcher --peers`` does.
     For a group on loopback with free ports, use ``sluice.start_quorum``.
+
+    Security (docs/security.md; files are PEM / token files, as the ``sluice
+    dispatcher`` flags of the same names): ``tls_cert`` + ``tls_key`` serve over
+    TLS; ``tls_ca`` verifies peers; ``auth_tokens`` requires client and worker
+    tokens; ``peer_ca`` / ``peer_secret_file`` authenticate Raft peers.
 
     The caps on what callers can make it hold (``max_datasets``, ``max_jobs``,
     ``max_iterations``, ``max_clients``, ``max_tasks_per_worker``,
@@ -95,6 +105,12 @@ class DispatchServer(_Server):
         finished_job_ttl: float | None = None,
         max_concurrent_streams: int | None = None,
         request_timeout: float | None = None,
+        tls_cert: _Path | None = None,
+        tls_key: _Path | None = None,
+        tls_ca: _Path | None = None,
+        auth_tokens: _Path | None = None,
+        peer_ca: _Path | None = None,
+        peer_secret_file: _Path | None = None,
     ) -> None:
         limits = _limits(
             max_datasets=max_datasets,
@@ -122,12 +138,24 @@ class DispatchServer(_Server):
             job_gc_timeout=job_gc_timeout,
             snapshot_every=snapshot_every,
             limits=limits,
+            **_paths(
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                tls_ca=tls_ca,
+                auth_tokens=auth_tokens,
+                peer_ca=peer_ca,
+                peer_secret_file=peer_secret_file,
+            ),
         )
 
 
 def _limits(**given: float | None) -> dict[str, float]:
     """The limits given (not None), as the native servers take them."""
     return {name: float(value) for name, value in given.items() if value is not None}
+
+
+def _paths(**paths: _Path | None) -> dict[str, str | None]:
+    return {k: None if v is None else os.fspath(v) for k, v in paths.items()}
 
 
 def _parse_peers(peers: str) -> dict[int, str]:
@@ -148,7 +176,11 @@ class WorkerServer(_Server):
     """A worker: registers with the dispatchers, runs its tasks' pipelines and
     streams elements to readers. ``dispatcher_address`` takes anything a
     ``service`` argument takes (an address, a list, a ``DispatchServer``'s
-    ``.target``, a ``Quorum``)."""
+    ``.target``, a ``Quorum``).
+
+    Security (docs/security.md): ``tls_cert`` + ``tls_key`` serve element streams
+    over TLS and ``tls_ca`` verifies the dispatcher; ``auth_tokens`` requires a
+    client token from readers; ``token`` is this worker's worker token."""
 
     def __init__(
         self,
@@ -161,6 +193,11 @@ class WorkerServer(_Server):
         heartbeat_interval: float = 0.5,
         drain_timeout: float = 0.0,
         dispatcher_timeout: float = 60.0,
+        tls_cert: _Path | None = None,
+        tls_key: _Path | None = None,
+        tls_ca: _Path | None = None,
+        auth_tokens: _Path | None = None,
+        token: str | None = None,
     ) -> None:
         self._native = _native.WorkerServer(
             addresses(dispatcher_address),
@@ -171,6 +208,8 @@ class WorkerServer(_Server):
             heartbeat_interval=heartbeat_interval,
             drain_timeout=drain_timeout,
             dispatcher_timeout=dispatcher_timeout,
+            token=token,
+            **_paths(tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, auth_tokens=auth_tokens),
         )
 
 
@@ -211,10 +250,34 @@ class Quorum:
         return f"Quorum(addresses={self.addresses!r})"
 
 
-def start_quorum(n: int = 3, work_dir: str | None = None, **limits: float | None) -> Quorum:
+def start_quorum(
+    n: int = 3,
+    work_dir: str | None = None,
+    *,
+    tls_cert: _Path | None = None,
+    tls_key: _Path | None = None,
+    tls_ca: _Path | None = None,
+    auth_tokens: _Path | None = None,
+    peer_ca: _Path | None = None,
+    peer_secret_file: _Path | None = None,
+    **limits: float | None,
+) -> Quorum:
     """Starts ``n`` dispatchers of one Raft group on loopback with free ports;
-    with ``work_dir`` each journals in ``work_dir/node-<id>``. ``limits``: the
-    same keywords as ``DispatchServer`` (``max_datasets=``, ``finished_job_ttl=``,
-    ...), for every node."""
-    work = None if work_dir is None else str(work_dir)
-    return Quorum(_native.start_quorum(n, work, _limits(**limits)))
+    with ``work_dir`` each journals in ``work_dir/node-<id>``. The security
+    keywords and ``limits`` (``max_datasets=``, ``finished_job_ttl=``, ...) are
+    ``DispatchServer``'s, the same for every node."""
+    return Quorum(
+        _native.start_quorum(
+            n,
+            None if work_dir is None else str(work_dir),
+            _limits(**limits),
+            **_paths(
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                tls_ca=tls_ca,
+                auth_tokens=auth_tokens,
+                peer_ca=peer_ca,
+                peer_secret_file=peer_secret_file,
+            ),
+        )
+    )

@@ -31,15 +31,24 @@ pub struct Client {
 #[pymethods]
 impl Client {
     /// `addresses`: every dispatcher's `host:port`. Calls to an unavailable
-    /// dispatcher are retried with backoff for up to `timeout` seconds.
+    /// dispatcher are retried with backoff for up to `timeout` seconds. With
+    /// `tls_ca` (a PEM file) it dials over TLS; `token` is presented to
+    /// dispatchers and workers (docs/security.md).
     #[new]
-    #[pyo3(signature = (addresses, timeout = 60.0))]
-    fn new(addresses: Vec<String>, timeout: f64) -> PyResult<Self> {
+    #[pyo3(signature = (addresses, timeout = 60.0, tls_ca = None, token = None))]
+    fn new(
+        addresses: Vec<String>,
+        timeout: f64,
+        tls_ca: Option<std::path::PathBuf>,
+        token: Option<String>,
+    ) -> PyResult<Self> {
         let policy = RetryPolicy::default().with_deadline(seconds("timeout", timeout)?);
         let rt = runtime::get()?;
         let client = {
             let _guard = rt.enter();
-            sluice_client::Client::new(&addresses, policy).map_err(errors::from_client)?
+            let security = crate::security::client(tls_ca, token.as_deref())?;
+            sluice_client::Client::with_security(&addresses, policy, security)
+                .map_err(errors::from_client)?
         };
         Ok(Client { inner: Owned::new(rt, client) })
     }

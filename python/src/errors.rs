@@ -115,7 +115,9 @@ pub fn from_client(e: ClientError) -> PyErr {
     let kind = match &e {
         ClientError::Unavailable { .. } => Kind::Unavailable,
         ClientError::Rpc { code, .. } => Kind::of_code(*code),
-        ClientError::InvalidArgument(_) | ClientError::Dataset(_) => Kind::InvalidArgument,
+        ClientError::InvalidArgument(_) | ClientError::Dataset(_) | ClientError::Security(_) => {
+            Kind::InvalidArgument
+        }
         ClientError::Protocol { .. } => Kind::Internal,
     };
     new_err(kind, e.to_string())

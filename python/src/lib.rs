@@ -10,6 +10,7 @@
 //! - `client` — `Client` (register, read) and `Reader` (an iteration's elements).
 //! - `elements` — elements as numpy arrays over the received bytes.
 //! - `servers` — `DispatchServer`, `WorkerServer`, `start_quorum`.
+//! - `security` — the TLS and token keywords as the crates' settings.
 //! - `errors` — Rust errors as `sluice.errors` exceptions.
 //! - `bench` — the Rust client's figure for `python -m sluice.bench`.
 
@@ -22,6 +23,7 @@ mod elements;
 mod errors;
 mod limits;
 mod runtime;
+mod security;
 mod servers;
 
 /// The binary's allocator in the module too: it keeps freed message buffers for

@@ -13,6 +13,9 @@ use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use tokio::net::TcpListener;
+
+use crate::security::DispatcherKeywords;
+use std::path::PathBuf;
 use tokio::runtime::Runtime;
 
 use crate::blocking::{self, seconds};
@@ -119,7 +122,8 @@ impl DispatchServer {
     #[pyo3(signature = (port = 0, host = "127.0.0.1", work_dir = None, peers = None,
         node_id = 1, elements_per_split = 1, worker_addresses = None,
         worker_timeout = 10.0, client_timeout = 60.0, job_gc_timeout = 300.0,
-        snapshot_every = None, limits = None))]
+        snapshot_every = None, limits = None, tls_cert = None, tls_key = None, tls_ca = None,
+        auth_tokens = None, peer_ca = None, peer_secret_file = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -135,8 +139,26 @@ impl DispatchServer {
         job_gc_timeout: f64,
         snapshot_every: Option<u64>,
         limits: Option<BTreeMap<String, f64>>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_ca: Option<PathBuf>,
+        auth_tokens: Option<PathBuf>,
+        peer_ca: Option<PathBuf>,
+        peer_secret_file: Option<PathBuf>,
     ) -> PyResult<Self> {
+        let keywords = DispatcherKeywords {
+            tls_cert,
+            tls_key,
+            tls_ca,
+            auth_tokens,
+            peer_ca,
+            peer_secret_file,
+        };
+        // Each entry `host:port[/raft_port]`, as `sluice dispatcher --peers`.
         let peers = peers.unwrap_or_default();
+        let group: Vec<String> = peers.iter().map(|(id, a)| format!("{id}={a}")).collect();
+        let (peers, raft_peers) = sluice_dispatcher::parse_group(&group.join(","))
+            .map_err(|e| errors::invalid_argument(e.to_string()))?;
         let mut config = DispatcherConfig {
             elements_per_split,
             node_id,
@@ -148,6 +170,8 @@ impl DispatchServer {
             client_timeout: seconds("client_timeout", client_timeout)?,
             job_gc_timeout: seconds("job_gc_timeout", job_gc_timeout)?,
             peers,
+            raft_peers,
+            security: keywords.security()?,
             ..DispatcherConfig::default()
         };
         crate::limits::apply(&mut config, limits)?;
@@ -163,7 +187,7 @@ impl DispatchServer {
         };
         let rt = runtime::get()?;
         let listener = bind(py, &rt, &host, port)?;
-        Self::start(py, rt, listener, config)
+        Self::start(py, rt, listener, None, config)
     }
 
     /// `host:port` this dispatcher serves on.
@@ -191,11 +215,12 @@ impl DispatchServer {
         py: Python<'_>,
         rt: Arc<Runtime>,
         listener: TcpListener,
+        raft: Option<TcpListener>,
         config: DispatcherConfig,
     ) -> PyResult<Self> {
         let registry = FunctionRegistry::builtin();
         let handle = blocking::run(py, &rt, None, "starting the dispatcher", async move {
-            sluice_dispatcher::spawn(listener, config, registry).await
+            sluice_dispatcher::spawn_with_raft(listener, raft, config, registry).await
         })?
         .map_err(|e| errors::invalid_argument(e.to_string()))?;
         Ok(DispatchServer(Running::new("dispatch server", rt, handle)))
@@ -206,13 +231,24 @@ impl DispatchServer {
 /// way `sluice local` does: every listener is bound before any node starts, so
 /// each knows all its peers. `work_dir`: each node journals in `node-<id>` there.
 #[pyfunction]
-#[pyo3(signature = (n = 3, work_dir = None, limits = None))]
+#[pyo3(signature = (n = 3, work_dir = None, limits = None, tls_cert = None, tls_key = None,
+    tls_ca = None, auth_tokens = None, peer_ca = None, peer_secret_file = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn start_quorum(
     py: Python<'_>,
     n: u64,
     work_dir: Option<String>,
     limits: Option<BTreeMap<String, f64>>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    auth_tokens: Option<PathBuf>,
+    peer_ca: Option<PathBuf>,
+    peer_secret_file: Option<PathBuf>,
 ) -> PyResult<Vec<DispatchServer>> {
+    let keywords =
+        DispatcherKeywords { tls_cert, tls_key, tls_ca, auth_tokens, peer_ca, peer_secret_file };
+    let security = keywords.security()?;
     if n == 0 {
         return Err(errors::invalid_argument("a quorum needs at least 1 dispatcher"));
     }
@@ -221,22 +257,37 @@ pub fn start_quorum(
     for _ in 0..n {
         listeners.push(bind(py, &rt, "127.0.0.1", 0)?);
     }
-    let mut peers = BTreeMap::new();
-    for (i, l) in listeners.iter().enumerate() {
-        let addr = l.local_addr().map_err(|e| errors::internal(e.to_string()))?;
-        peers.insert(i as u64 + 1, addr.to_string());
+    // Each node's Raft port is its own listener (a group of one has none).
+    let mut raft_listeners = Vec::new();
+    for _ in 0..(if n > 1 { n } else { 0 }) {
+        raft_listeners.push(bind(py, &rt, "127.0.0.1", 0)?);
     }
+    let address_of = |i: usize, l: &TcpListener| -> PyResult<(u64, String)> {
+        let addr = l.local_addr().map_err(|e| errors::internal(e.to_string()))?;
+        Ok((i as u64 + 1, addr.to_string()))
+    };
+    let peers: BTreeMap<u64, String> =
+        listeners.iter().enumerate().map(|(i, l)| address_of(i, l)).collect::<PyResult<_>>()?;
+    let raft_peers: BTreeMap<u64, String> = raft_listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| address_of(i, l))
+        .collect::<PyResult<_>>()?;
     let mut servers = Vec::new();
+    let mut raft_listeners = raft_listeners.into_iter();
     for (i, listener) in listeners.into_iter().enumerate() {
         let mut config = DispatcherConfig {
             node_id: i as u64 + 1,
             peers: peers.clone(),
+            raft_peers: raft_peers.clone(),
+            security: security.clone(),
             work_dir: work_dir.clone(),
             snapshot_every: DispatcherConfig::default_snapshot_every(work_dir.as_deref()),
             ..DispatcherConfig::default()
         };
         crate::limits::apply(&mut config, limits.clone())?;
-        servers.push(DispatchServer::start(py, rt.clone(), listener, config)?);
+        let raft = raft_listeners.next();
+        servers.push(DispatchServer::start(py, rt.clone(), listener, raft, config)?);
     }
     Ok(servers)
 }
@@ -253,7 +304,8 @@ impl WorkerServer {
     #[new]
     #[pyo3(signature = (dispatcher_addresses, port = 0, host = "127.0.0.1",
         advertise = None, buffer = 256, heartbeat_interval = 0.5, drain_timeout = 0.0,
-        dispatcher_timeout = 60.0))]
+        dispatcher_timeout = 60.0, tls_cert = None, tls_key = None, tls_ca = None,
+        auth_tokens = None, token = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -265,8 +317,15 @@ impl WorkerServer {
         heartbeat_interval: f64,
         drain_timeout: f64,
         dispatcher_timeout: f64,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_ca: Option<PathBuf>,
+        auth_tokens: Option<PathBuf>,
+        token: Option<String>,
     ) -> PyResult<Self> {
         let mut config = WorkerConfig::new(dispatcher_addresses);
+        config.security =
+            crate::security::worker((tls_cert, tls_key, tls_ca), auth_tokens, token.as_deref())?;
         config.advertised_address = advertise;
         config.task_buffer_elements = buffer;
         config.heartbeat_interval = seconds("heartbeat_interval", heartbeat_interval)?;

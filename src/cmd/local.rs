@@ -59,20 +59,34 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
     for _ in 0..a.dispatchers {
         listeners.push(TcpListener::bind("127.0.0.1:0").await?);
     }
+    // Each node's Raft port is its own listener (a group of one has none).
+    let mut raft_listeners = Vec::new();
+    let raft_ports = if a.dispatchers > 1 { a.dispatchers } else { 0 };
+    for _ in 0..raft_ports {
+        raft_listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+    }
     let mut peers = std::collections::BTreeMap::new();
+    let mut raft_peers = std::collections::BTreeMap::new();
     for (i, l) in listeners.iter().enumerate() {
         peers.insert(i as u64 + 1, l.local_addr()?.to_string());
     }
+    for (i, l) in raft_listeners.iter().enumerate() {
+        raft_peers.insert(i as u64 + 1, l.local_addr()?.to_string());
+    }
     let addresses: Vec<String> = peers.values().cloned().collect();
     let mut dispatchers = Vec::new();
+    let mut raft_listeners = raft_listeners.into_iter();
     for (i, listener) in listeners.into_iter().enumerate() {
         let config = DispatcherConfig {
             node_id: i as u64 + 1,
             peers: peers.clone(),
+            raft_peers: raft_peers.clone(),
             work_dir: a.work_dir.clone(),
             ..DispatcherConfig::default()
         };
-        dispatchers.push(sluice_dispatcher::spawn(listener, config, registry.clone()).await?);
+        let raft = raft_listeners.next();
+        let d = sluice_dispatcher::spawn_with_raft(listener, raft, config, registry.clone());
+        dispatchers.push(d.await?);
     }
     let mut workers = Vec::with_capacity(a.workers);
     for _ in 0..a.workers {

@@ -7,6 +7,7 @@ pub mod local;
 pub mod read;
 pub mod register;
 pub mod sample;
+pub mod security;
 pub mod serve;
 pub mod status;
 
@@ -31,6 +32,10 @@ pub struct DispatcherFlags {
     /// Give up on an unreachable dispatcher or worker after this many seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout_secs: u64,
+    #[command(flatten)]
+    pub tls: security::TlsFlags,
+    #[command(flatten)]
+    pub token: security::TokenFlags,
 }
 
 impl DispatcherFlags {
@@ -38,7 +43,13 @@ impl DispatcherFlags {
         RetryPolicy::default().with_deadline(Duration::from_secs(self.timeout_secs))
     }
     pub fn client(&self) -> anyhow::Result<Client> {
-        Ok(Client::new(&self.dispatchers, self.retry())?)
+        Ok(Client::with_security(&self.dispatchers, self.retry(), self.security()?)?)
+    }
+
+    /// The TLS and token this client presents to dispatchers and workers.
+    pub fn security(&self) -> anyhow::Result<sluice_security::ClientSecurity> {
+        let tls = self.tls.settings()?;
+        Ok(sluice_security::ClientSecurity::new(tls.as_ref(), self.token.secret()?.as_ref())?)
     }
 }
 

@@ -29,11 +29,13 @@ pub struct DispatcherArgs {
     /// This node's id in the dispatcher group.
     #[arg(long, default_value_t = 1)]
     pub node_id: u64,
-    /// Every dispatcher of the group: 1=host:port,2=host:port,3=host:port. This node
-    /// listens on its own entry (--host/--port are then ignored).
+    /// Every dispatcher of the group: ID=HOST:PORT[/RAFT_PORT], comma-separated
+    /// (e.g. 1=h1:5051/6051,2=h2:5051/6051). HOST:PORT is the client port; RAFT_PORT
+    /// (or RAFT_HOST:RAFT_PORT) the node's Raft listener, by default PORT+1000.
+    /// This node listens on its own entry (--host/--port are then ignored).
     #[arg(long)]
     pub peers: Option<String>,
-    /// Send Raft traffic for some peers elsewhere than their --peers address
+    /// Send Raft traffic for some peers elsewhere than their --peers Raft address
     /// (e.g. through a proxy): 2=host:port,3=host:port.
     #[arg(long)]
     pub raft_dial: Option<String>,
@@ -78,6 +80,12 @@ pub struct DispatcherArgs {
     pub limits: super::limits::LimitsArgs,
     #[command(flatten)]
     pub server: super::limits::ServerArgs,
+    #[command(flatten)]
+    pub tls: super::security::TlsFlags,
+    #[command(flatten)]
+    pub auth: super::security::ServerAuthFlags,
+    #[command(flatten)]
+    pub peer: super::security::PeerFlags,
 }
 
 #[derive(Args, Debug)]
@@ -119,6 +127,8 @@ pub struct WorkerArgs {
     pub metrics_addr: Option<String>,
     #[command(flatten)]
     pub server: super::limits::ServerArgs,
+    #[command(flatten)]
+    pub auth: super::security::ServerAuthFlags,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -162,9 +172,16 @@ fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 }
 
 pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
-    let peers = match &a.peers {
-        Some(p) => sluice_dispatcher::parse_peers(p)?,
+    let (peers, raft_peers) = match &a.peers {
+        Some(p) => sluice_dispatcher::parse_group(p)?,
         None => Default::default(),
+    };
+    let security = sluice_dispatcher::DispatcherSecurity {
+        tls: a.tls.settings()?,
+        tokens: a.auth.tokens()?,
+        peer_ca: a.peer.peer_ca()?,
+        peer_secret: a.peer.peer_secret()?,
+        insecure: a.auth.insecure,
     };
     let raft_dial = match &a.raft_dial {
         Some(p) => sluice_dispatcher::parse_peers(p)?,
@@ -174,6 +191,8 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         elements_per_split: a.elements_per_split,
         node_id: a.node_id,
         peers,
+        raft_peers,
+        security,
         raft_dial,
         work_dir: a.work_dir.clone(),
         snapshot_every: a
@@ -199,19 +218,32 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
     }
     // Before the service's listener, whose `listening on` line says "ready".
     let stop = stop_signal()?;
-    let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
-    let listener = match config.peers.get(&config.node_id) {
-        Some(own) => {
-            let (host, port) = own
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
-                .with_context(|| format!("peer address `{own}` is not HOST:PORT"))?;
-            bind(&host, port).await?
-        }
-        None => bind(&a.host, a.port).await?,
+    let (host, port) = match config.peers.get(&config.node_id) {
+        Some(own) => own
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+            .with_context(|| format!("peer address `{own}` is not HOST:PORT"))?,
+        None => (a.host.clone(), a.port),
     };
+    // Refused before anything is bound: nothing listens off loopback unprotected.
+    config.check_exposure(&host)?;
+    if let Some(raft) = config.raft_peers.get(&config.node_id) {
+        let raft_host = raft.rsplit_once(':').map_or(raft.as_str(), |(h, _)| h);
+        config.check_raft_exposure(raft_host)?;
+    }
+    let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
+    let raft = match config.raft_peers.get(&config.node_id) {
+        Some(own) if config.peers.len() > 1 => {
+            Some(TcpListener::bind(own).await.with_context(|| {
+                format!("cannot listen for Raft on {own} (is the port in use?)")
+            })?)
+        }
+        _ => None,
+    };
+    let listener = bind(&host, port).await?;
     let registry = FunctionRegistry::builtin();
-    sluice_dispatcher::run_with_metrics(listener, metrics, config, registry, stop).await?;
+    let listeners = sluice_dispatcher::Listeners { client: listener, raft, metrics };
+    sluice_dispatcher::run_with_listeners(listeners, config, registry, stop).await?;
     Ok(())
 }
 
@@ -232,7 +264,16 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     config.exit_when_idle =
         a.exit_when_idle.then(|| std::time::Duration::from_secs(a.idle_grace_secs));
     config.server = a.server.limits()?;
+    config.security = sluice_worker::WorkerSecurity {
+        tls: a.dispatcher.tls.settings()?,
+        tokens: a.auth.tokens()?,
+        token: a.dispatcher.token.secret()?,
+        insecure: a.auth.insecure,
+    };
     config.validate()?;
+    // Refused before anything is bound: nothing listens off loopback unprotected.
+    let s = &config.security;
+    sluice_security::require_secure_off_loopback("worker", &a.host, &s.missing(), s.insecure)?;
     let stop = stop_signal()?;
     let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
     let listener = bind(&a.host, a.port).await?;

@@ -52,7 +52,7 @@ pub use child::{run, Child, Output, Spec, START_TIMEOUT};
 pub use error::Error;
 pub use moto::MotoServer;
 pub use ports::Port;
-pub use quorum::{Quorum, QuorumConfig};
+pub use quorum::{group_flag, Quorum, QuorumConfig};
 pub use sluice::{harness_log_env, sluice_log_env, Sluice};
 pub use stderr::{log_tail, Stderr};
 pub use wait::{wait_blocking, wait_until, DEADLINE};

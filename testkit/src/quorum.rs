@@ -1,8 +1,9 @@
 //! A Raft quorum of `sluice dispatcher` processes on 127.0.0.1: node `id` (1..=N)
-//! runs `sluice dispatcher --node-id ID --peers 1=A,2=B,… --work-dir W ARGS`, each
-//! journaling to `W/node-<id>`.
+//! runs `sluice dispatcher --node-id ID --peers 1=A/RA,2=B/RB,… --work-dir W ARGS`,
+//! each journaling to `W/node-<id>`; `A` is a node's client port, `RA` its Raft
+//! port ([`Quorum::raft_addresses`]).
 //!
-//! Every node's port is reserved ([`Port`]) for the quorum's life, so a node that
+//! Every node's ports are reserved ([`Port`]) for the quorum's life, so a node that
 //! is killed comes back on the same address and state with [`Quorum::start_node`],
 //! and nothing else can take the port meanwhile. [`Quorum::leader`] asks every node
 //! for its status (one `GetStatus` each, with a short timeout) until one says it
@@ -20,6 +21,18 @@ use crate::{Child, Error, Port, Spec, Stderr, START_TIMEOUT};
 
 /// A node that does not answer `GetStatus` within this is `unreachable`.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `sluice dispatcher --peers` for nodes 1..=N with these client and Raft
+/// addresses: `1=A/RA,2=B/RB,…`.
+pub fn group_flag(addresses: &[String], raft_addresses: &[String]) -> String {
+    let peers: Vec<String> = addresses
+        .iter()
+        .zip(raft_addresses)
+        .enumerate()
+        .map(|(i, (a, r))| format!("{}={a}/{r}", i + 1))
+        .collect();
+    peers.join(",")
+}
 
 /// What to start.
 #[derive(Clone, Debug)]
@@ -57,6 +70,7 @@ impl QuorumConfig {
 /// The running quorum; every node is killed and reaped when it drops.
 pub struct Quorum {
     addresses: Vec<String>,
+    raft_addresses: Vec<String>,
     specs: Vec<Spec>,
     /// Before `_ports`: fields drop in order, so no port is released while a
     /// node still listens on it.
@@ -85,11 +99,11 @@ impl Quorum {
     }
 
     fn prepare(config: QuorumConfig) -> Result<Quorum, Error> {
-        let ports = Port::reserve_n(config.nodes)?;
-        let addresses: Vec<String> = ports.iter().map(Port::address).collect();
-        let peers: Vec<String> =
-            addresses.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
-        let peers = peers.join(",");
+        // Client ports first, then Raft ports.
+        let ports = Port::reserve_n(2 * config.nodes)?;
+        let addresses: Vec<String> = ports[..config.nodes].iter().map(Port::address).collect();
+        let raft_addresses: Vec<String> = ports[config.nodes..].iter().map(Port::address).collect();
+        let peers = group_flag(&addresses, &raft_addresses);
         let specs = (1..=config.nodes)
             .map(|id| {
                 let id = id.to_string();
@@ -107,7 +121,7 @@ impl Quorum {
             })
             .collect();
         let nodes = (0..config.nodes).map(|_| None).collect();
-        Ok(Quorum { addresses, specs, nodes, _ports: ports })
+        Ok(Quorum { addresses, raft_addresses, specs, nodes, _ports: ports })
     }
 
     fn index(&self, id: u64) -> Result<usize, Error> {
@@ -154,6 +168,11 @@ impl Quorum {
     /// Node addresses, node `id` at index `id - 1`.
     pub fn addresses(&self) -> &[String] {
         &self.addresses
+    }
+
+    /// Every node's Raft port, in node order (node 1 first).
+    pub fn raft_addresses(&self) -> &[String] {
+        &self.raft_addresses
     }
 
     /// Node `id`'s address. Panics for an id outside the quorum.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sluice_client::RetryPolicy;
 use sluice_proto::MAX_MESSAGE_BYTES;
 
+use crate::access::WorkerSecurity;
 use crate::error::WorkerError;
 
 #[derive(Clone, Debug)]
@@ -46,6 +47,8 @@ pub struct WorkerConfig {
     /// bounded by the HTTP/2 keepalive instead), keepalives
     /// (`sluice worker --max-concurrent-streams --request-timeout-secs`).
     pub server: ServerLimits,
+    /// TLS and tokens (`access.rs`).
+    pub security: WorkerSecurity,
 }
 
 /// 256 MiB per cache task. tf.data defaults to 10 GiB, sized for dedicated
@@ -70,6 +73,7 @@ impl Default for WorkerConfig {
             drain_timeout: Duration::ZERO,
             exit_when_idle: None,
             server: ServerLimits::default(),
+            security: WorkerSecurity::default(),
         }
     }
 }

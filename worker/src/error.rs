@@ -18,6 +18,9 @@ pub enum WorkerError {
     /// dispatcher's `worker_addresses`); restarting it unchanged will not help.
     #[error("the dispatcher refused this worker: {0}")]
     Refused(String),
+    /// TLS files, tokens, or a listener off loopback without them.
+    #[error(transparent)]
+    Security(#[from] sluice_security::SecurityError),
     #[error("worker I/O error: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -72,7 +72,17 @@ async fn register(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) ->
                     // A refusal that no retry changes (the address is not in the
                     // dispatcher's worker list): stop the worker, which then exits
                     // with the reason.
-                    Err(e) if e.code() == Some(Code::FailedPrecondition) => {
+                    // Also a token the dispatcher does not accept.
+                    Err(e)
+                        if matches!(
+                            e.code(),
+                            Some(
+                                Code::FailedPrecondition
+                                    | Code::Unauthenticated
+                                    | Code::PermissionDenied
+                            )
+                        ) =>
+                    {
                         let reason = match &e {
                             sluice_client::ClientError::Rpc { message, .. } => message.clone(),
                             e => e.to_string(),

@@ -28,6 +28,8 @@
 //! - `counters` (a leaf) and `metrics`: Prometheus counters (elements and bytes
 //!   streamed, streams) and gauges read from the task table at scrape time, served
 //!   at `GET /metrics` ([`run_with_metrics`]).
+//! - `access`: [`WorkerSecurity`] — TLS of the port, the client-token guard
+//!   in front of every route, and what the worker presents to the dispatcher.
 //! - [`error`]: [`WorkerError`], what stops a worker.
 //!
 //! Modules depend one way only (`scripts/module-cycles.py` checks it): `task`
@@ -56,6 +58,7 @@
 //! beginning (OFF, and a static mode's shard, as in tf.data) or take new splits
 //! (DYNAMIC). Clients retry `Unavailable` until the task is known again.
 
+mod access;
 mod buffer;
 mod cache;
 pub mod config;
@@ -92,6 +95,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tracing::Instrument;
 
+pub use access::WorkerSecurity;
 pub use config::{WorkerConfig, DEFAULT_CROSS_TRAINER_CACHE_BYTES};
 pub use error::WorkerError;
 
@@ -133,8 +137,19 @@ pub async fn run_with_metrics(
 ) -> Result<(), WorkerError> {
     config.validate()?;
     let address = advertised_address(&config, &listener)?;
-    let dispatcher =
-        DispatcherClient::new(&config.dispatcher_addresses, config.dispatcher_retry.clone())?;
+    let host = listener.local_addr()?.ip().to_string();
+    let security = &config.security;
+    sluice_security::require_secure_off_loopback(
+        "worker",
+        &host,
+        &security.missing(),
+        security.insecure,
+    )?;
+    let dispatcher = DispatcherClient::with_security(
+        &config.dispatcher_addresses,
+        config.dispatcher_retry.clone(),
+        security.dispatcher_client()?,
+    )?;
     // Tells this process from an earlier one at the same address (GetSplit keys).
     let worker_uid: u64 = rand::random();
     let span = tracing::info_span!("worker", worker = %address, worker_uid);
@@ -193,10 +208,12 @@ async fn serve(
     };
     // `serve_with_incoming*` ignores the builder's tcp_nodelay; the incoming sets it.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let server = worker
-        .config
-        .server
-        .apply(Server::builder())
+    let mut builder = worker.config.server.apply(Server::builder());
+    if let Some(tls) = worker.config.security.server_tls()? {
+        builder = builder.tls_config(tls)?;
+    }
+    let server = builder
+        .layer(worker.config.security.guard())
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .add_service(service)

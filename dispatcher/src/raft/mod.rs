@@ -22,7 +22,8 @@
 // openraft's StorageError is large by design and is what its traits return.
 #![allow(clippy::result_large_err)]
 
-pub(crate) mod codec;
+// Public so tests can speak Raft to a node as a peer (or a forger) would.
+pub mod codec;
 pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
 pub(crate) mod group_commit;
 pub mod log_store;

@@ -4,6 +4,10 @@
 //! (the call failed) is `Unreachable` to openraft, which backs off and retries on
 //! its own schedule; one that answers too slowly is a `Network` error, retried
 //! without a backoff, as openraft treats its own timeouts.
+//!
+//! Raft traffic goes to each peer's Raft port (`DispatcherConfig::raft_peers`,
+//! or a `raft_dial` override), over TLS with this node's certificate and with
+//! the peer secret when configured (`access.rs`).
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
@@ -20,6 +24,8 @@ use serde::Serialize;
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::raft_peer_client::RaftPeerClient;
 use sluice_proto::MAX_MESSAGE_BYTES;
+use sluice_security::{Bearer, ClientSecurity};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use super::codec::{decode, encode, encoded_len, MAX_RAFT_MESSAGE_BYTES};
@@ -28,8 +34,12 @@ use super::{NodeId, TypeConfig};
 /// Makes one [`PeerClient`] per peer; channels connect lazily and reconnect.
 #[derive(Clone, Default)]
 pub struct PeerNetwork {
-    /// Per-peer address overrides for Raft traffic (`DispatcherConfig::raft_dial`).
+    /// Where each peer's Raft port is (`DispatcherConfig::raft_peers` with the
+    /// `raft_dial` overrides applied); a peer not here is dialled at its
+    /// membership address.
     pub dial: std::collections::BTreeMap<NodeId, String>,
+    /// TLS and peer secret presented to peers.
+    pub security: ClientSecurity,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -37,10 +47,14 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
         let addr = self.dial.get(&target).unwrap_or(&node.addr);
-        let url = format!("http://{addr}");
-        let channel = Endpoint::from_shared(url)
-            .map(|e| sluice_proto::limits::client_endpoint(e).tcp_nodelay(true).connect_lazy())
-            .map_err(|e| e.to_string());
+        let security = &self.security;
+        let channel = Endpoint::from_shared(security.url(addr))
+            .map_err(|e| e.to_string())
+            .and_then(|e| {
+                let e = sluice_proto::limits::client_endpoint(e).tcp_nodelay(true);
+                security.apply(e).map_err(|e| e.to_string())
+            })
+            .map(|e| InterceptedService::new(e.connect_lazy(), security.bearer().clone()));
         PeerClient {
             target,
             address: addr.clone(),
@@ -53,8 +67,9 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 pub struct PeerClient {
     target: NodeId,
     address: String,
-    /// Err when the configured address is not a valid URI: every RPC reports it.
-    channel: Result<Channel, String>,
+    /// Err when the configured address is not a valid URI (or the TLS settings
+    /// unusable): every RPC reports it.
+    channel: Result<InterceptedService<Channel, Bearer>, String>,
     /// The largest RPC sent (`MAX_RAFT_MESSAGE_BYTES`; smaller in tests).
     max_message_bytes: u64,
 }

@@ -1,0 +1,85 @@
+"""TLS and tokens from Python (docs/security.md): a quorum, workers and a reader
+all over TLS with tokens read a dataset in full; a missing or wrong token is
+``UnauthenticatedError``, a token of the other role ``PermissionDeniedError``.
+Certificates are made with ``openssl`` into the test's temporary directory."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import sluice
+from sluice.errors import PermissionDeniedError, UnauthenticatedError
+
+CLIENT_TOKEN = "client-secret-0123456789abcdef"
+WORKER_TOKEN = "worker-secret-0123456789abcdef"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Path:
+    """ca.pem, server.pem/server.key (127.0.0.1, localhost), tokens, peer.secret."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    _openssl("req", "-x509", *ec, "-subj", "/CN=test-ca", "-days", "1",
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign",
+             "-keyout", "ca.key", "-out", "ca.pem", cwd=tmp_path)
+    _openssl("req", *ec, "-subj", "/CN=localhost", "-keyout", "server.key",
+             "-out", "server.csr", cwd=tmp_path)
+    (tmp_path / "ext.cnf").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
+    )
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "1", "-extfile", "ext.cnf", "-out", "server.pem",
+             cwd=tmp_path)
+    (tmp_path / "tokens").write_text(
+        f"client trainer {CLIENT_TOKEN}\nworker pool {WORKER_TOKEN}\n"
+    )
+    (tmp_path / "peer.secret").write_text("peer-secret-0123456789abcdef\n")
+    return tmp_path
+
+
+def test_a_quorum_workers_and_a_reader_over_tls_with_tokens_read_in_full(pki: Path) -> None:
+    tls = dict(tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_ca=pki / "ca.pem")
+    with sluice.start_quorum(
+        3, **tls, auth_tokens=pki / "tokens", peer_secret_file=pki / "peer.secret"
+    ) as quorum:
+        workers = [
+            sluice.WorkerServer(quorum, **tls, auth_tokens=pki / "tokens", token=WORKER_TOKEN)
+            for _ in range(2)
+        ]
+        try:
+            ds = sluice.Dataset.range(10).distribute(
+                "distributed_epoch", quorum, tls_ca=pki / "ca.pem", token=CLIENT_TOKEN
+            )
+            assert sorted(int(x) for x in ds) == list(range(10))
+        finally:
+            for w in workers:
+                w.stop()
+
+
+def test_a_missing_or_wrong_token_is_unauthenticated_and_the_other_role_is_denied(
+    pki: Path,
+) -> None:
+    with sluice.DispatchServer(auth_tokens=pki / "tokens") as d:
+        ds = sluice.Dataset.range(3)
+        with pytest.raises(UnauthenticatedError, match="`client` bearer token"):
+            sluice.register_dataset(d.target, ds, dispatcher_timeout=5)
+        with pytest.raises(UnauthenticatedError, match="not one this dispatcher accepts"):
+            sluice.register_dataset(d.target, ds, token="wrong-token-0000000000000")
+        with pytest.raises(PermissionDeniedError, match="has role `worker`"):
+            sluice.register_dataset(d.target, ds, token=WORKER_TOKEN)
+        assert sluice.register_dataset(d.target, ds, token=CLIENT_TOKEN)
+
+
+def test_a_token_file_with_a_bad_line_is_refused_naming_the_line(pki: Path) -> None:
+    bad = pki / "bad-tokens"
+    bad.write_text(f"client trainer {CLIENT_TOKEN}\nadmin root {WORKER_TOKEN}\n")
+    with pytest.raises(sluice.errors.InvalidArgumentError, match="line 2: unknown role `admin`"):
+        sluice.DispatchServer(auth_tokens=bad)

@@ -1,0 +1,139 @@
+//! [`ClientSecurity`]: what a client of a Sluice server presents — TLS settings
+//! (then it dials `https://`) and a bearer token, which [`Bearer`] adds to every
+//! request. Dispatcher clients, workers dialling the dispatcher, readers dialling
+//! workers, and dispatchers dialling their Raft peers all use it.
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{ClientTlsConfig, Endpoint};
+
+use crate::error::SecurityError;
+use crate::tls::TlsSettings;
+use crate::tokens::Secret;
+
+/// Adds `authorization: Bearer SECRET` to requests (nothing without a secret).
+#[derive(Clone, Default)]
+pub struct Bearer {
+    value: Option<MetadataValue<Ascii>>,
+}
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.value.is_some() { "Bearer(…)" } else { "Bearer(none)" })
+    }
+}
+
+impl Bearer {
+    pub fn new(secret: Option<&Secret>) -> Bearer {
+        let value = secret.map(|s| {
+            let mut v: MetadataValue<Ascii> = format!("Bearer {}", s.expose())
+                .parse()
+                .expect("a Secret is visible ASCII, a valid header value");
+            v.set_sensitive(true);
+            v
+        });
+        Bearer { value }
+    }
+
+    /// Adds the header to a plain HTTP request (a hand-written gRPC call).
+    pub fn apply<B>(&self, request: &mut http::Request<B>) {
+        if let Some(v) = &self.value {
+            let mut value =
+                http::HeaderValue::from_bytes(v.as_encoded_bytes()).expect("checked when built");
+            value.set_sensitive(true);
+            request.headers_mut().insert(http::header::AUTHORIZATION, value);
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.value {
+            request.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// TLS and token of one client.
+#[derive(Clone, Debug, Default)]
+pub struct ClientSecurity {
+    tls: Option<ClientTlsConfig>,
+    bearer: Bearer,
+}
+
+impl ClientSecurity {
+    /// Plain text, no token: the loopback default.
+    pub fn none() -> ClientSecurity {
+        ClientSecurity::default()
+    }
+
+    /// `tls` (its CA, and its certificate if any) and the token to present.
+    pub fn new(tls: Option<&TlsSettings>, token: Option<&Secret>) -> Result<Self, SecurityError> {
+        crate::install_crypto_provider();
+        let tls = tls.map(TlsSettings::client_config).transpose()?;
+        Ok(ClientSecurity { tls, bearer: Bearer::new(token) })
+    }
+
+    /// Whether connections use TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    pub fn bearer(&self) -> &Bearer {
+        &self.bearer
+    }
+
+    /// The URL of `address` (`host:port`, or a URL kept as it is): `https://`
+    /// with TLS, `http://` without.
+    pub fn url(&self, address: &str) -> String {
+        if address.contains("://") {
+            address.to_string()
+        } else if self.uses_tls() {
+            format!("https://{address}")
+        } else {
+            format!("http://{address}")
+        }
+    }
+
+    /// `endpoint` with this side's TLS applied (if any).
+    pub fn apply(&self, endpoint: Endpoint) -> Result<Endpoint, SecurityError> {
+        match &self.tls {
+            Some(tls) => endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| SecurityError::Tls { what: "client", reason: e.to_string() }),
+            None => Ok(endpoint),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::service::Interceptor;
+
+    use super::*;
+
+    #[test]
+    fn the_bearer_header_is_added_and_marked_sensitive() {
+        let secret = Secret::parse("ssssssssssssssssssss").unwrap();
+        let mut b = Bearer::new(Some(&secret));
+        let req = b.call(tonic::Request::new(())).unwrap();
+        let v = req.metadata().get("authorization").unwrap();
+        assert_eq!(v.to_str().unwrap(), "Bearer ssssssssssssssssssss");
+        assert!(v.is_sensitive());
+        assert!(!format!("{b:?}").contains("ssss"));
+        let mut http_req = http::Request::new(());
+        b.apply(&mut http_req);
+        assert!(http_req.headers()[http::header::AUTHORIZATION].is_sensitive());
+    }
+
+    #[test]
+    fn without_tls_the_url_is_http_and_with_tls_https() {
+        assert_eq!(ClientSecurity::none().url("127.0.0.1:1"), "http://127.0.0.1:1");
+        let tls = TlsSettings::from_pem(None, Some(b"-----BEGIN CERTIFICATE-----\n".to_vec()));
+        let s = ClientSecurity::new(Some(&tls), None).unwrap();
+        assert_eq!(s.url("127.0.0.1:1"), "https://127.0.0.1:1");
+    }
+}

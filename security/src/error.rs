@@ -1,0 +1,34 @@
+//! [`SecurityError`]: what is wrong with a security setting. Each message names
+//! the flag (or file and line) to fix.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    /// A file named by a flag could not be read.
+    #[error("{flag} {}: cannot read it: {source}", path.display())]
+    Read {
+        flag: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file was read but its content is not what the flag needs.
+    #[error("{flag} {}: {reason}", path.display())]
+    BadFile { flag: &'static str, path: PathBuf, reason: String },
+    /// A line of a token file is malformed.
+    #[error("{flag} {} line {line}: {reason}", path.display())]
+    TokenLine { flag: &'static str, path: PathBuf, line: usize, reason: String },
+    /// A secret given directly (an environment variable) is malformed.
+    #[error("{source_name}: {reason}")]
+    BadSecret { source_name: String, reason: String },
+    /// Settings that only make sense together were given apart.
+    #[error("{0}")]
+    Incomplete(String),
+    /// The TLS library refused the certificates or key.
+    #[error("TLS settings ({what}): {reason}")]
+    Tls { what: &'static str, reason: String },
+    /// A server would listen off loopback without the protection it needs.
+    #[error("{0}")]
+    Insecure(String),
+}

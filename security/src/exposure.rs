@@ -1,0 +1,92 @@
+//! Secure by default off loopback. A server listening only on loopback is
+//! reachable only from its own host, whose users are trusted as much as the
+//! process itself; any other listen address (a real interface, `0.0.0.0`, a host
+//! name) may be reached by anyone on the network, so the server refuses to start
+//! there without TLS and tokens unless told `--insecure`, which it logs loudly.
+//! The check runs before the socket is bound.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::error::SecurityError;
+
+/// Whether `addr` is a loopback address (127.0.0.0/8, ::1).
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+/// Whether `host` (an IP, `[v6]`, or a name) names loopback. Only `localhost` is
+/// trusted among names: any other name may resolve anywhere.
+pub fn is_loopback_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => bare.eq_ignore_ascii_case("localhost"),
+    }
+}
+
+/// The flags a server's client-facing port lacks: a certificate to serve TLS
+/// with (`tls`), and a token file (`tokens`).
+pub fn missing_protections(tls: Option<&crate::TlsSettings>, tokens: bool) -> Vec<&'static str> {
+    let mut missing = vec![];
+    if !tls.is_some_and(|t| t.has_identity()) {
+        missing.push("--tls-cert/--tls-key");
+    }
+    if !tokens {
+        missing.push("--auth-tokens");
+    }
+    missing
+}
+
+/// Refuses a `server` listening on `host` off loopback while `missing` (the
+/// flags of the protections it lacks) is not empty, unless `insecure`; then it
+/// warns.
+pub fn require_secure_off_loopback(
+    server: &str,
+    host: &str,
+    missing: &[&str],
+    insecure: bool,
+) -> Result<(), SecurityError> {
+    if missing.is_empty() || is_loopback_host(host) {
+        return Ok(());
+    }
+    let list = missing.join(", ");
+    if insecure {
+        tracing::warn!(
+            "INSECURE: the {server} listens on {host}, which is not loopback, without {list} \
+             (--insecure): anyone who can reach it can use it"
+        );
+        return Ok(());
+    }
+    Err(SecurityError::Insecure(format!(
+        "the {server} would listen on {host}, which is not loopback, without {list}: give \
+         them (docs/security.md, \"Identity and transport\"), listen on 127.0.0.1, or pass \
+         --insecure to run unprotected on a network you trust"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        for h in ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"] {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in ["0.0.0.0", "::", "10.0.0.1", "example.com", "192.168.1.1"] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn off_loopback_without_protection_is_refused_naming_the_flags() {
+        let err = require_secure_off_loopback("dispatcher", "0.0.0.0", &["--tls-cert"], false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("0.0.0.0") && err.contains("--tls-cert"), "{err}");
+        assert!(err.contains("--insecure"), "{err}");
+        require_secure_off_loopback("dispatcher", "0.0.0.0", &["--tls-cert"], true).unwrap();
+        require_secure_off_loopback("dispatcher", "127.0.0.1", &["--tls-cert"], false).unwrap();
+        require_secure_off_loopback("dispatcher", "0.0.0.0", &[], false).unwrap();
+    }
+}
