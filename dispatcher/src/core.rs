@@ -161,9 +161,6 @@ impl Core {
             ..sluice_journal::OpenOptions::default()
         };
         let (store, recovery) = sluice_journal::open_with(&journal, &options).await?;
-        if let Some(cut) = &recovery.truncated_tail {
-            tracing::warn!(%journal, "journal had a torn tail, truncated: {cut}");
-        }
         tracing::info!(%journal, entries = recovery.entries, "journal opened");
         let log = LogStore::open(store.clone()).await.map_err(DispatcherError::raft)?;
         let sm = StateMachine::open(store).await.map_err(DispatcherError::raft)?;

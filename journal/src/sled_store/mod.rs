@@ -13,8 +13,9 @@
 //!   together, atomically).
 //!
 //! Every value is framed `[u32 crc32c][payload]` (`frame`). Recovery at open verifies every
-//! value: a bad checksum on the highest log key is a torn tail (removed and reported); any
-//! other bad value is corruption and refuses to start, naming the path and the key.
+//! value: a bad one is corruption and refuses to start, naming the path and the key, also on
+//! the highest log key: sled applies a batch atomically and discards a torn write of its own
+//! log at open, so our checksum never sees a torn write, only damage.
 //! A purge writes its marker before deleting entries, and recovery deletes entries at or below
 //! the marker, so a crash between the two steps only leaves garbage that recovery removes.
 
@@ -78,9 +79,6 @@ impl SledJournal {
             .await
             .map_err(|e| JournalError::io(&location, false, e))?
             .map_err(|e| JournalError::io(&location, false, e))?;
-        if let Some(cut) = &recovery.truncated_tail {
-            tracing::warn!(journal = %location, "{cut}");
-        }
         tracing::info!(journal = %location, entries = recovery.entries, ?state, "journal opened");
         let journal = SledJournal {
             location,
