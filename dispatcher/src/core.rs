@@ -20,6 +20,7 @@ use crate::command::{Command, Response};
 use crate::config::DispatcherConfig;
 use crate::counters::Counters;
 use crate::error::{DispatcherError, StateError};
+use crate::raft::bootstrap::{self, VoteGate};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::PeerNetwork;
 use crate::raft::state_machine::{Shared, StateMachine};
@@ -41,6 +42,11 @@ pub struct Core {
     /// The batcher task: it holds a handle of the Raft node (and so of the
     /// journal) until `proposals` closes; [`Core::close`] waits for it.
     batcher: tokio::task::JoinHandle<()>,
+    /// Whether this node answers vote requests (closed while an empty journal's
+    /// node decides or rejoins, `raft::bootstrap`).
+    votes: VoteGate,
+    /// That decision, running in the background; aborted at shutdown.
+    bootstrap: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// One caller's command and where its answer goes.
@@ -184,13 +190,28 @@ impl Core {
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(DispatcherError::raft)?;
+        let mut votes = VoteGate::new(true);
+        let mut bootstrap = None;
         if !raft.is_initialized().await.map_err(DispatcherError::raft)? {
-            let nodes: BTreeMap<NodeId, BasicNode> =
-                members.iter().map(|(id, a)| (*id, BasicNode::new(a))).collect();
-            match raft.initialize(nodes).await {
-                Ok(()) => tracing::info!(?members, "raft group bootstrapped"),
-                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(e) => return Err(DispatcherError::raft(e)),
+            if members.len() == 1 {
+                let nodes: BTreeMap<NodeId, BasicNode> =
+                    members.iter().map(|(id, a)| (*id, BasicNode::new(a))).collect();
+                match raft.initialize(nodes).await {
+                    Ok(()) => tracing::info!(?members, "raft group bootstrapped"),
+                    Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                    Err(e) => return Err(DispatcherError::raft(e)),
+                }
+            } else {
+                // New group or wiped node: decided with the peers once this node
+                // serves (they ask it too); no vote meanwhile.
+                votes = VoteGate::new(false);
+                let peers = bootstrap::Peers {
+                    me: config.node_id,
+                    my_address: members.get(&config.node_id).cloned().unwrap_or_default(),
+                    members: members.clone(),
+                    dial: config.raft_dial.clone(),
+                };
+                bootstrap = Some(tokio::spawn(bootstrap::run(raft.clone(), peers, votes.clone())));
             }
         }
         let (proposals, rx) = mpsc::channel(PROPOSAL_QUEUE);
@@ -207,6 +228,8 @@ impl Core {
             proposals,
             counters,
             batcher,
+            votes,
+            bootstrap,
         })
     }
 
@@ -336,8 +359,16 @@ impl Core {
         }
     }
 
+    /// Whether this node answers vote requests (see `raft::bootstrap`).
+    pub(crate) fn vote_gate(&self) -> VoteGate {
+        self.votes.clone()
+    }
+
     /// Stops the Raft node (its background tasks end).
     pub async fn shutdown(&self) {
+        if let Some(task) = &self.bootstrap {
+            task.abort();
+        }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
@@ -348,9 +379,13 @@ impl Core {
     /// is closed when this returns (a dispatcher restarted in the same process
     /// can open it again).
     pub async fn close(self) {
-        let Core { raft, proposals, batcher, .. } = self;
+        let Core { raft, proposals, batcher, bootstrap, .. } = self;
         drop(proposals);
         drop(raft);
+        if let Some(task) = bootstrap {
+            task.abort();
+            let _ = task.await;
+        }
         let _ = batcher.await;
     }
 }

@@ -10,6 +10,9 @@
 //!  peers: network::PeerNetwork ──RaftPeer gRPC──► peer_service::PeerService ──► Raft::{append_entries, vote, install_snapshot}
 //! ```
 //! - [`TypeConfig`]: openraft's types for Sluice (`D = Command`, `R = CommandResult`).
+//! - `bootstrap`: a node starting with an empty journal decides with its peers
+//!   whether the group is new (initialize) or it was wiped (rejoin as a learner; no
+//!   vote until caught up).
 //! - `codec`: the one place that encodes openraft and state types (bincode).
 //! - `log_store`: `RaftLogStorage` on the journal.
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
@@ -19,6 +22,7 @@
 // openraft's StorageError is large by design and is what its traits return.
 #![allow(clippy::result_large_err)]
 
+pub(crate) mod bootstrap;
 pub(crate) mod codec;
 pub(crate) mod group_commit;
 pub mod log_store;
