@@ -9,7 +9,7 @@
 //!
 //! ```text
 //!  empty journal ─► ask every peer ClusterState, every 200 ms
-//!     ├─ a peer has state (a term > 0, a log, a snapshot) ──► rejoin: ask the leader
+//!     ├─ a peer has state (a log past the bootstrap entry, a snapshot) ──► rejoin: ask the leader
 //!     │     (Rejoin) to demote this node to learner, catch it up (add_learner, blocking),
 //!     │     and make it a voter again; then open the gate
 //!     └─ a majority of the group (this node included) answered "no state" ──► a new
@@ -99,7 +99,9 @@ pub(crate) async fn run(raft: Raft, peers: Peers, gate: VoteGate) {
         }
         if let Some((peer, term)) = with_state {
             tracing::warn!(
-                node_id = peers.me, peer, term,
+                node_id = peers.me,
+                peer,
+                term,
                 "this node's journal is empty but the group has state (its work_dir was wiped \
                  or is new): rejoining as a learner; it votes only once the leader has caught \
                  it up and made it a voter again"
@@ -163,8 +165,13 @@ async fn rejoin(peers: &Peers) {
 /// What this node tells an asking peer (see [`pb::ClusterStateResponse`]).
 pub(crate) fn cluster_state(raft: &Raft) -> pb::ClusterStateResponse {
     let m = raft.metrics().borrow().clone();
-    let has_state =
-        m.current_term > 0 || m.last_log_index.is_some_and(|i| i > 0) || m.snapshot.is_some();
+    // Not the term: a candidate of a brand-new group raises it before anything is
+    // decided, and counting that as state would send the other new nodes down the
+    // rejoin path with no leader to take them back. An entry past the bootstrap one
+    // exists only once a leader was elected (its first, blank entry).
+    let has_state = m.last_log_index.is_some_and(|i| i > 0)
+        || m.last_applied.is_some_and(|l| l.index > 0)
+        || m.snapshot.is_some();
     pb::ClusterStateResponse { has_state, term: m.current_term }
 }
 
@@ -194,6 +201,9 @@ pub(crate) async fn rejoin_as_learner(
     raft.add_learner(node, basic, true).await.map_err(|e| e.to_string())?;
     let add = ChangeMembers::AddVoterIds(BTreeSet::from([node]));
     raft.change_membership(add, true).await.map_err(|e| e.to_string())?;
-    tracing::info!(node, "a node with an empty journal was caught up as a learner and is a voter again");
+    tracing::info!(
+        node,
+        "a node with an empty journal was caught up as a learner and is a voter again"
+    );
     Ok(())
 }
