@@ -61,6 +61,10 @@ pub enum Planned {
     Wipe {
         pick: usize,
     },
+    /// Down: the `pick % 2`-th follower g, then the leader; wiped: the other follower.
+    WipeWithCrash {
+        pick: usize,
+    },
     Partition(Link),
     Delay {
         link: Link,
@@ -157,6 +161,7 @@ fn draw(kind: FaultKind, scenario: &Scenario, rng: &mut ChaCha8Rng) -> (Planned,
         FaultKind::KillTwo => (Planned::KillTwo { pick }, ms(rng, 1_000..=4_000)),
         FaultKind::FullRestart => (Planned::FullRestart, ms(rng, 500..=3_000)),
         FaultKind::Wipe => (Planned::Wipe { pick }, ms(rng, 500..=3_000)),
+        FaultKind::WipeWithCrash => (Planned::WipeWithCrash { pick }, ms(rng, 1_000..=4_000)),
         FaultKind::Partition => (Planned::Partition(link(rng)), ms(rng, 1_000..=5_000)),
         FaultKind::Delay => {
             let delay = [20, 100, 300][rng.gen_range(0..3)];

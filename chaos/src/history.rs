@@ -54,6 +54,9 @@ pub enum Fault {
     PauseDispatcher { node: u64 },
     /// SIGKILL a follower, delete its work_dir, restart it empty.
     WipeDispatcher { node: u64 },
+    /// SIGKILL follower `down[0]`, later the leader `down[1]` and follower `wiped`; wipe
+    /// and restart `wiped` and `down[0]`; restart the leader when healed.
+    WipeWithCrash { wiped: u64, down: Vec<u64> },
     /// Stop every dispatcher, then start them all on their work_dirs.
     FullRestart,
     /// SIGKILL a worker; it restarts (same address) when healed.
@@ -85,6 +88,7 @@ impl Fault {
             Fault::KillTwoDispatchers { .. } => "kill two dispatchers",
             Fault::PauseDispatcher { .. } => "pause dispatcher",
             Fault::WipeDispatcher { .. } => "wipe follower",
+            Fault::WipeWithCrash { .. } => "wipe + crash",
             Fault::FullRestart => "full restart",
             Fault::KillWorker { .. } => "kill worker",
             Fault::Partition { .. } => "partition",

@@ -149,6 +149,7 @@ pub(crate) fn all_fault_kinds() -> Vec<&'static str> {
         Fault::KillTwoDispatchers { nodes: Vec::new() },
         Fault::PauseDispatcher { node: 0 },
         Fault::WipeDispatcher { node: 0 },
+        Fault::WipeWithCrash { wiped: 0, down: Vec::new() },
         Fault::FullRestart,
         Fault::KillWorker { worker: 0 },
         Fault::Partition { a: 0, b: 0 },

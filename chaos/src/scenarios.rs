@@ -26,6 +26,10 @@ pub enum FaultKind {
     FullRestart,
     /// SIGKILL a follower, delete its work_dir, restart it empty when healed.
     Wipe,
+    /// SIGKILL follower g; while entries commit on the leader and the other follower f,
+    /// SIGKILL the leader and f, wipe f, restart f (empty) and g; restart the leader when
+    /// healed. A wiped f that voted as if it remembered would elect g, which lacks them.
+    WipeWithCrash,
     /// Blackhole both directions between two dispatchers.
     Partition,
     /// Delay both directions between two dispatchers.
@@ -43,7 +47,13 @@ pub enum FaultKind {
 impl FaultKind {
     /// Loses the quorum while it lasts (the schedule never overlaps faults at all).
     pub fn loses_quorum(self) -> bool {
-        matches!(self, FaultKind::KillTwo | FaultKind::FullRestart | FaultKind::S3Down)
+        matches!(
+            self,
+            FaultKind::KillTwo
+                | FaultKind::FullRestart
+                | FaultKind::S3Down
+                | FaultKind::WipeWithCrash
+        )
     }
 }
 
@@ -121,10 +131,13 @@ pub fn all() -> Vec<Scenario> {
             ..base("network", "partition, delay, drop between dispatchers (through the proxies)")
         },
         Scenario {
-            first: &[Wipe],
-            kinds: &[Wipe, KillLeader],
+            first: &[Wipe, WipeWithCrash],
+            kinds: &[Wipe, WipeWithCrash, KillLeader],
             faults: 3,
-            ..base("wipe", "wipe a follower's work_dir and restart it empty")
+            ..base(
+                "wipe",
+                "wipe a follower's work_dir and restart it empty, also with the leader down",
+            )
         },
         Scenario {
             storage: Storage::S3,
@@ -164,7 +177,15 @@ pub fn names() -> Vec<&'static str> {
 }
 
 /// `sluice chaos --ci`: the leader killed mid-epoch under several seeds, then one
-/// run that touches each other invariant (registry across a full restart, bounded
-/// loss per worker kill, OFF copies). A few minutes in a debug build on 2 cores.
-pub const CI: &[(&str, u64)] =
-    &[("leader", 1), ("leader", 2), ("leader", 3), ("quorum", 1), ("workers", 1), ("off", 1)];
+/// run that touches each other invariant (registry across a full restart, a wiped
+/// node that must not vote as if it remembered, bounded loss per worker kill, OFF
+/// copies). A few minutes in a debug build on 2 cores.
+pub const CI: &[(&str, u64)] = &[
+    ("leader", 1),
+    ("leader", 2),
+    ("leader", 3),
+    ("quorum", 1),
+    ("wipe", 1),
+    ("workers", 1),
+    ("off", 1),
+];

@@ -21,6 +21,7 @@ use crate::command::{Command, Response};
 use crate::config::DispatcherConfig;
 use crate::counters::Counters;
 use crate::error::DispatcherError;
+use crate::raft::bootstrap::{self, VoteGate};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::PeerNetwork;
 use crate::raft::state_machine::{Shared, StateMachine};
@@ -46,6 +47,11 @@ pub struct Core {
     /// The batcher task: it holds a handle of the Raft node (and so of the
     /// journal) until `proposals` closes; [`Core::close`] waits for it.
     batcher: tokio::task::JoinHandle<()>,
+    /// Whether this node answers vote requests (closed while an empty journal's
+    /// node decides or rejoins, `raft::bootstrap`).
+    votes: VoteGate,
+    /// That decision, running in the background; aborted at shutdown.
+    bootstrap: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// How long a leader read waits for the log to be applied before answering
@@ -76,9 +82,6 @@ impl Core {
             ..sluice_journal::OpenOptions::default()
         };
         let (store, recovery) = sluice_journal::open_with(&journal, &options).await?;
-        if let Some(cut) = &recovery.truncated_tail {
-            tracing::warn!(%journal, "journal had a torn tail, truncated: {cut}");
-        }
         tracing::info!(%journal, entries = recovery.entries, "journal opened");
         let log = LogStore::open(store.clone()).await.map_err(DispatcherError::raft)?;
         let sm = StateMachine::open(store).await.map_err(DispatcherError::raft)?;
@@ -100,17 +103,34 @@ impl Core {
         .map_err(DispatcherError::raft)?;
         let mut dial = config.raft_peers.clone();
         dial.extend(config.raft_dial.clone());
-        let network = PeerNetwork { dial, security: config.security.peer_client()? };
+        let security = config.security.peer_client()?;
+        let network = PeerNetwork { dial: dial.clone(), security: security.clone() };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(DispatcherError::raft)?;
+        let mut votes = VoteGate::new(true);
+        let mut bootstrap = None;
         if !raft.is_initialized().await.map_err(DispatcherError::raft)? {
-            let nodes: BTreeMap<NodeId, BasicNode> =
-                members.iter().map(|(id, a)| (*id, BasicNode::new(a))).collect();
-            match raft.initialize(nodes).await {
-                Ok(()) => tracing::info!(?members, "raft group bootstrapped"),
-                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(e) => return Err(DispatcherError::raft(e)),
+            if members.len() == 1 {
+                let nodes: BTreeMap<NodeId, BasicNode> =
+                    members.iter().map(|(id, a)| (*id, BasicNode::new(a))).collect();
+                match raft.initialize(nodes).await {
+                    Ok(()) => tracing::info!(?members, "raft group bootstrapped"),
+                    Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                    Err(e) => return Err(DispatcherError::raft(e)),
+                }
+            } else {
+                // New group or wiped node: decided with the peers once this node
+                // serves (they ask it too); no vote meanwhile.
+                votes = VoteGate::new(false);
+                let peers = bootstrap::Peers {
+                    me: config.node_id,
+                    my_address: members.get(&config.node_id).cloned().unwrap_or_default(),
+                    members: members.clone(),
+                    dial,
+                    security,
+                };
+                bootstrap = Some(tokio::spawn(bootstrap::run(raft.clone(), peers, votes.clone())));
             }
         }
         let (proposals, rx) = mpsc::channel(PROPOSAL_QUEUE);
@@ -128,6 +148,8 @@ impl Core {
             counters,
             reads: ReadBarrier::default(),
             batcher,
+            votes,
+            bootstrap,
         })
     }
 
@@ -282,8 +304,16 @@ impl Core {
         }
     }
 
+    /// Whether this node answers vote requests (see `raft::bootstrap`).
+    pub(crate) fn vote_gate(&self) -> VoteGate {
+        self.votes.clone()
+    }
+
     /// Stops the Raft node (its background tasks end).
     pub async fn shutdown(&self) {
+        if let Some(task) = &self.bootstrap {
+            task.abort();
+        }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
@@ -294,9 +324,13 @@ impl Core {
     /// is closed when this returns (a dispatcher restarted in the same process
     /// can open it again).
     pub async fn close(self) {
-        let Core { raft, proposals, batcher, .. } = self;
+        let Core { raft, proposals, batcher, bootstrap, .. } = self;
         drop(proposals);
         drop(raft);
+        if let Some(task) = bootstrap {
+            task.abort();
+            let _ = task.await;
+        }
         let _ = batcher.await;
     }
 }

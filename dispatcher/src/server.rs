@@ -102,7 +102,7 @@ pub async fn run_with_listeners(
         }
         None => None,
     };
-    let peer = PeerService::new(core.raft().clone());
+    let peer = PeerService::new(core.raft().clone(), core.vote_gate());
     let liveness = Arc::new(Liveness::default());
     let timers = liveness.spawn(core.clone(), config.clone());
     let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness);

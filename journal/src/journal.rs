@@ -37,8 +37,9 @@ pub trait Journal: Send + Sync + 'static {
     /// **Durable** (fsync'd / PUT completed) when it returns `Ok`. One call = one durable write:
     /// the caller batches (group commit).
     ///
-    /// **A crash during the call** may lose the whole batch (both backends write it
-    /// atomically: one sled batch, one PUT) or, if the write was torn anyway, a tail of it.
+    /// **A crash during the call** may lose the whole batch, never a part of it: both backends
+    /// write it atomically (one sled batch, one PUT). So a record that fails its checksum is
+    /// never a torn write, even at the tail: it is `Corrupt`, and the journal does not open.
     /// Safe for Raft because none of it was acknowledged: a follower re-requests missing
     /// entries, a leader re-replicates them.
     ///
@@ -106,8 +107,6 @@ pub struct LogState {
 /// What recovery found and did at open.
 #[derive(Clone, Debug, Default)]
 pub struct Recovery {
-    /// Human-readable: what was cut and where, when a torn tail was found.
-    pub truncated_tail: Option<String>,
     /// Entries present after recovery.
     pub entries: u64,
 }

@@ -10,6 +10,7 @@
 //! - [`JournalError`] (`error`) — the one error type; variants carry the caller's decision.
 //! - `location` — parses `path`, `sled:PATH`, `file://`, `memory://`, `s3://`, `gs://`.
 //! - `frame` — `[crc32c][payload]` framing for sled values.
+//! - `fs_sync` — fsync of directories for the local backends (sled, `file://`).
 //! - `sled_store` — the sled backend: a `log` tree keyed by big-endian index, a `meta` tree;
 //!   `sled_store::format` holds the version, key names and value decoding that
 //!   `sled_store::recover` (which verifies every value at open) shares with the handle.
@@ -28,6 +29,7 @@
 
 mod error;
 mod frame;
+mod fs_sync;
 mod journal;
 mod location;
 mod object;

@@ -103,3 +103,11 @@ pub fn open_sled_db(
 ) -> Result<sled::Db, JournalError> {
     crate::sled_store::open_db(dir, &format!("sled:{}", dir.display()), lock_wait)
 }
+
+/// How many times sled journals on `dir` have fsynced in this process since it started:
+/// one at open and one per acknowledged write (append, truncate, purge, vote, snapshot).
+/// The fsyncs themselves are what `scripts/` strace test observes on a real dispatcher;
+/// this counts the calls the journal makes, to check that none is skipped or doubled.
+pub fn sled_sync_count(dir: &std::path::Path) -> u64 {
+    crate::sled_store::sync_count(dir)
+}

@@ -173,6 +173,21 @@ async fn apply(
             wait_or_done(hold, &mut ctx.done).await;
             cluster.start_dispatcher(node).await?;
         }
+        Planned::WipeWithCrash { pick } => {
+            let leader = cluster.leader(RECOVERY_BOUND).await?;
+            let (g, f) = (follower(leader, pick), follower(leader, pick + 1));
+            start(ctx, id, Fault::WipeWithCrash { wiped: f, down: vec![g, leader] }).await;
+            cluster.kill_dispatcher(g);
+            // Splits commit on the leader and f meanwhile; g lacks them.
+            wait_or_done(hold / 2, &mut ctx.done).await;
+            cluster.kill_dispatcher(leader);
+            cluster.kill_dispatcher(f);
+            cluster.wipe_dispatcher(f)?;
+            cluster.start_dispatcher(f).await?;
+            cluster.start_dispatcher(g).await?;
+            wait_or_done(hold / 2, &mut ctx.done).await;
+            cluster.start_dispatcher(leader).await?;
+        }
         Planned::Pause { leader: pause_leader, pick } => {
             let leader = cluster.leader(RECOVERY_BOUND).await?;
             let node = if pause_leader { leader } else { follower(leader, pick) };

@@ -10,6 +10,9 @@
 //!  peers: network::PeerNetwork ──RaftPeer gRPC──► peer_service::PeerService ──► Raft::{append_entries, vote, install_snapshot}
 //! ```
 //! - [`TypeConfig`]: openraft's types for Sluice (`D = Command`, `R = CommandResult`).
+//! - `bootstrap`: a node starting with an empty journal decides with its peers
+//!   whether the group is new (initialize) or it was wiped (rejoin as a learner; no
+//!   vote until caught up).
 //! - `codec`: the one place that encodes openraft and state types (bincode),
 //!   with the byte bounds: decoding limited to the input, a log entry at most
 //!   [`MAX_ENTRY_BYTES`] (refused when proposed), a Raft RPC at most
@@ -22,6 +25,7 @@
 // openraft's StorageError is large by design and is what its traits return.
 #![allow(clippy::result_large_err)]
 
+pub(crate) mod bootstrap;
 // Public so tests can speak Raft to a node as a peer (or a forger) would.
 pub mod codec;
 pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};

@@ -47,14 +47,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
         let addr = self.dial.get(&target).unwrap_or(&node.addr);
-        let security = &self.security;
-        let channel = Endpoint::from_shared(security.url(addr))
-            .map_err(|e| e.to_string())
-            .and_then(|e| {
-                let e = sluice_proto::limits::client_endpoint(e).tcp_nodelay(true);
-                security.apply(e).map_err(|e| e.to_string())
-            })
-            .map(|e| InterceptedService::new(e.connect_lazy(), security.bearer().clone()));
+        let channel = peer_channel(&self.security, addr, None);
         PeerClient {
             target,
             address: addr.clone(),
@@ -64,12 +57,32 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     }
 }
 
+/// A lazily connecting channel to a peer's Raft port, over TLS and with the peer
+/// secret as configured: every call to a peer (Raft RPCs, and the bootstrap's
+/// questions) goes through one.
+pub(crate) type PeerChannel = InterceptedService<Channel, Bearer>;
+
+/// [`PeerChannel`] to `addr`; Err names a bad address or unusable TLS settings.
+pub(crate) fn peer_channel(
+    security: &ClientSecurity,
+    addr: &str,
+    connect_timeout: Option<std::time::Duration>,
+) -> Result<PeerChannel, String> {
+    let endpoint = Endpoint::from_shared(security.url(addr)).map_err(|e| e.to_string())?;
+    let mut endpoint = sluice_proto::limits::client_endpoint(endpoint).tcp_nodelay(true);
+    if let Some(timeout) = connect_timeout {
+        endpoint = endpoint.connect_timeout(timeout);
+    }
+    let endpoint = security.apply(endpoint).map_err(|e| e.to_string())?;
+    Ok(InterceptedService::new(endpoint.connect_lazy(), security.bearer().clone()))
+}
+
 pub struct PeerClient {
     target: NodeId,
     address: String,
     /// Err when the configured address is not a valid URI (or the TLS settings
     /// unusable): every RPC reports it.
-    channel: Result<InterceptedService<Channel, Bearer>, String>,
+    channel: Result<PeerChannel, String>,
     /// The largest RPC sent (`MAX_RAFT_MESSAGE_BYTES`; smaller in tests).
     max_message_bytes: u64,
 }

@@ -1,21 +1,27 @@
 //! The receiving side of Raft RPCs: decodes each request, hands it to the local
-//! Raft node, and encodes `Result<reply, RaftError>` back.
+//! Raft node, and encodes `Result<reply, RaftError>` back. Vote requests are refused
+//! while this node's [`VoteGate`] is closed (an empty journal not yet decided or
+//! rejoined, see `bootstrap`); `ClusterState` and `Rejoin` are `bootstrap`'s.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sluice_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
+use super::bootstrap::{self, VoteGate, REJOIN_TIMEOUT};
 use super::codec::{decode, encode};
 use super::Raft;
 
 pub struct PeerService {
     raft: Raft,
+    votes: VoteGate,
+    /// Vote requests refused while the gate was closed (logged 1st, 21st, 41st, ...).
+    refused: std::sync::atomic::AtomicU64,
 }
 
 impl PeerService {
-    pub fn new(raft: Raft) -> Self {
-        PeerService { raft }
+    pub fn new(raft: Raft, votes: VoteGate) -> Self {
+        PeerService { raft, votes, refused: Default::default() }
     }
 }
 
@@ -43,6 +49,20 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         &self,
         req: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
+        if !self.votes.is_open() {
+            let n = self.refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if n % 20 == 1 {
+                tracing::warn!(
+                    refused = n,
+                    "refused a vote request: this node's journal was empty and it has not \
+                     rejoined the group yet"
+                );
+            }
+            return Err(Status::unavailable(
+                "this node started with an empty journal and does not vote until it has \
+                 rejoined the group (caught up as a learner)",
+            ));
+        }
         reply(&self.raft.vote(decode_req(req)?).await)
     }
 
@@ -51,5 +71,25 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         req: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
         reply(&self.raft.install_snapshot(decode_req(req)?).await)
+    }
+
+    async fn cluster_state(
+        &self,
+        _req: Request<pb::ClusterStateRequest>,
+    ) -> Result<Response<pb::ClusterStateResponse>, Status> {
+        Ok(Response::new(bootstrap::cluster_state(&self.raft)))
+    }
+
+    async fn rejoin(
+        &self,
+        req: Request<pb::RejoinRequest>,
+    ) -> Result<Response<pb::RejoinResponse>, Status> {
+        let req = req.into_inner();
+        let work = bootstrap::rejoin_as_learner(&self.raft, req.node_id, req.address);
+        match tokio::time::timeout(REJOIN_TIMEOUT, work).await {
+            Ok(Ok(())) => Ok(Response::new(pb::RejoinResponse {})),
+            Ok(Err(e)) => Err(Status::failed_precondition(format!("rejoin: {e}"))),
+            Err(_) => Err(Status::deadline_exceeded("rejoin: the node did not catch up in time")),
+        }
     }
 }

@@ -76,24 +76,14 @@ impl ObjectJournal {
         for attempt in 1..=CLAIM_ATTEMPTS {
             let mut loaded = recover::load(&remote).await?;
             let seq = loaded.next_seq;
-            let ack = match &loaded.torn {
-                Some(t) => segment::torn_ack(t.seq, t.valid_len),
-                None => Bytes::new(),
-            };
-            let claim = [Record::new(Kind::Claim, 0, ack)];
+            let claim = [Record::new(Kind::Claim, 0, Bytes::new())];
             let bytes = segment::encode(seq, writer_id, &claim).expect("small record");
             if put_checked(&remote, &log_name(seq), bytes).await? == Put::Exists {
                 tracing::info!(journal = %location, seq, attempt, "lost the claim race, re-listing");
                 continue;
             }
             loaded.segments.insert(seq, SegInfo::default());
-            let recovery = Recovery {
-                truncated_tail: loaded.torn.map(|t| t.report),
-                entries: loaded.view.entries.len() as u64,
-            };
-            if let Some(cut) = &recovery.truncated_tail {
-                tracing::warn!(journal = %location, "{cut}");
-            }
+            let recovery = Recovery { entries: loaded.view.entries.len() as u64 };
             let journal = ObjectJournal {
                 cleaner: compact::Cleaner {
                     remote: remote.clone(),

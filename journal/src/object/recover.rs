@@ -1,12 +1,15 @@
 //! Recovery for the object-store backend: list `log/`, read every segment in seq order, fold
 //! their records into a [`View`], and decide what a bad record means.
 //!
-//! A record that fails its framing or checksum at the end of the **last** segment is a torn
-//! tail: the rest of that segment is ignored and reported, and the new writer's Claim record
-//! acknowledges `(seq, valid_len)` so later recoveries cut that segment at the same place
-//! (objects are immutable; the bad bytes are superseded, not rewritten). A failure anywhere
-//! else, unless acknowledged that way, is corruption: refuse to start, naming the object and
-//! the byte offset.
+//! Every object is written by one atomic PUT (on `file://`: a staged, fsynced file linked into
+//! place), so no acknowledged object can be torn: a record that fails its framing or checksum
+//! is corruption wherever it is, the end of the last segment included: refuse to start,
+//! naming the object and the byte offset, rather than drop an acknowledged entry.
+//!
+//! Journals written by earlier builds may hold a cut made under the old rule (a failure at
+//! the end of the last segment was taken for a torn write): a Claim record acknowledging
+//! `(seq, valid_len)`. Such an acknowledged cut is still honoured (those builds cut there and
+//! went on writing after it); no new one is made.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -92,21 +95,12 @@ impl SegInfo {
     }
 }
 
-/// A torn tail found at open.
-#[derive(Debug)]
-pub(crate) struct Torn {
-    pub seq: u64,
-    pub valid_len: u64,
-    pub report: String,
-}
-
 /// Everything recovery found.
 #[derive(Debug, Default)]
 pub(crate) struct Loaded {
     pub view: View,
     pub segments: BTreeMap<u64, SegInfo>,
     pub next_seq: u64,
-    pub torn: Option<Torn>,
 }
 
 pub(crate) fn log_name(seq: u64) -> String {
@@ -165,20 +159,12 @@ pub(crate) async fn load(remote: &Remote) -> Result<Loaded, JournalError> {
         let url = remote.url(&log_name(*seq));
         if let Some((offset, reason)) = &d.failure {
             if acked.contains(&(*seq, *offset)) {
-                tracing::debug!(object = %url, offset, "torn tail acknowledged by a later claim");
-            } else if Some(*seq) == last_seq {
-                loaded.torn = Some(Torn {
-                    seq: *seq,
-                    valid_len: *offset,
-                    report: format!(
-                        "{url}: ignored the bytes from offset {offset} on ({reason}): a torn \
-                         tail of the last segment; its {} earlier records are kept",
-                        d.records.len()
-                    ),
-                });
+                tracing::debug!(object = %url, offset, "a cut acknowledged by an earlier build");
             } else {
-                let reason =
-                    format!("{reason} at byte {offset} (not the last segment, so not a torn tail)");
+                let reason = format!(
+                    "{reason} at byte {offset} (objects are written whole, so this is damage, \
+                     not a torn write)"
+                );
                 return Err(JournalError::Corrupt { location: url, offset: *offset, reason });
             }
         }

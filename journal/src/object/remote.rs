@@ -44,7 +44,9 @@ impl Remote {
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match loc {
             Location::Sled(_) => unreachable!("sled is not an object store"),
             Location::File(path) => {
-                std::fs::create_dir_all(path).map_err(|e| JournalError::io(&base, false, e))?;
+                // The root's own entry durable too; object_store fsyncs what it creates below.
+                crate::fs_sync::create_dir_all_durable(path)
+                    .map_err(|e| JournalError::io(&base, false, e))?;
                 let fs = object_store::local::LocalFileSystem::new_with_prefix(path)
                     .map_err(bad)?
                     .with_fsync(true);

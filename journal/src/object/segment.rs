@@ -30,9 +30,9 @@ pub(crate) enum Kind {
     Truncate = 2,
     /// Removes entries `<= index`; payload = the purge marker.
     Purge = 3,
-    /// A writer took over; payload = empty or `[u64 seq][u64 valid_len]`: the torn tail of
-    /// segment `seq` that this writer found at open and superseded (bytes from `valid_len` on
-    /// are ignored by every later recovery).
+    /// A writer took over; payload = empty, or (written only by earlier builds, still
+    /// honoured) `[u64 seq][u64 valid_len]`: a cut of segment `seq` that writer made at open
+    /// (bytes from `valid_len` on are ignored by every later recovery).
     Claim = 4,
     /// Makes `vote/<index>` current; payload = `[u32 crc32c][u64 len]` of that object.
     VoteCommit = 5,
@@ -178,6 +178,7 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> Bytes {
 }
 
 /// Claim payload acknowledging the torn tail of segment `seq` from `valid_len` on.
+#[cfg(test)]
 pub(crate) fn torn_ack(seq: u64, valid_len: u64) -> Bytes {
     let mut out = BytesMut::with_capacity(16);
     out.put_u64_le(seq);

@@ -1,9 +1,10 @@
 //! The sled backend: the journal in a local sled database.
 //!
 //! Why sled: a crash-safe embedded store with atomic batches, so this module only has to
-//! order its writes and flush before acknowledging. sled's own periodic flusher is off
-//! (`flush_every_ms(None)`): nothing is durable until we `flush_async().await`, which every
-//! mutating call does before returning `Ok`.
+//! order its writes and make them durable before acknowledging. sled's own periodic flusher
+//! is off (`flush_every_ms(None)`): every mutating call ends with `flush_async().await` and
+//! then an fsync of what that flush wrote (`durable`: sled's own flush is only a
+//! `sync_file_range` on Linux), before returning `Ok`.
 //!
 //! Layout (format version [`FORMAT_VERSION`](format::FORMAT_VERSION); names in `format`):
 //! - tree `log`: key = big-endian `u64` index (so sled's order is index order), value = entry.
@@ -12,24 +13,30 @@
 //!   together, atomically).
 //!
 //! Every value is framed `[u32 crc32c][payload]` (`frame`). Recovery at open verifies every
-//! value: a bad checksum on the highest log key is a torn tail (removed and reported); any
-//! other bad value is corruption and refuses to start, naming the path and the key.
+//! value: a bad one is corruption and refuses to start, naming the path and the key, also on
+//! the highest log key: sled applies a batch atomically and discards a torn write of its own
+//! log at open, so our checksum never sees a torn write, only damage.
 //! A purge writes its marker before deleting entries, and recovery deletes entries at or below
 //! the marker, so a crash between the two steps only leaves garbage that recovery removes.
 
+mod durable;
 mod format;
 mod recover;
+
+#[cfg(feature = "testing")]
+pub(crate) use durable::sync_count;
 
 #[cfg(feature = "testing")]
 pub(crate) use recover::open_db;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex as StdMutex;
+use std::sync::{Arc, Mutex as StdMutex};
 
 use bytes::Bytes;
 use tokio::sync::Mutex;
 
+use self::durable::Syncer;
 use self::format::{key_index, split_snapshot, KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE};
 use self::recover::{open_blocking, sled_err};
 use crate::frame::{seal, unseal};
@@ -40,6 +47,8 @@ pub(crate) struct SledJournal {
     db: sled::Db,
     log: sled::Tree,
     meta: sled::Tree,
+    /// fsyncs what a flush wrote; used by one blocking task at a time (under `writer`).
+    syncer: Arc<StdMutex<Syncer>>,
     /// Cache of the durable marks. A std mutex: held only for short sections, never across
     /// an `.await`.
     state: StdMutex<LogState>,
@@ -53,25 +62,30 @@ pub(crate) struct SledJournal {
 impl SledJournal {
     pub(crate) async fn open(path: PathBuf) -> Result<(SledJournal, Recovery), JournalError> {
         let display = format!("sled:{}", path.display());
-        std::fs::create_dir_all(&path).map_err(|e| JournalError::io(&display, false, e))?;
+        crate::fs_sync::create_dir_all_durable(&path)
+            .map_err(|e| JournalError::io(&display, false, e))?;
         let path = path.canonicalize().map_err(|e| JournalError::io(&display, false, e))?;
         let location = format!("sled:{}", path.display());
         let guard = OpenGuard::register(&path, &location)?;
         let loc = location.clone();
+        let dir = path.clone();
         let opened = tokio::task::spawn_blocking(move || open_blocking(&path, &loc))
             .await
             .map_err(|e| JournalError::io(&location, false, e))??;
         let (db, log, meta, state, recovery) = opened;
+        // Recovery may have written (a format key, a cut tail): durable before anything else.
         db.flush_async().await.map_err(|e| sled_err(&location, e))?;
-        if let Some(cut) = &recovery.truncated_tail {
-            tracing::warn!(journal = %location, "{cut}");
-        }
+        let syncer = tokio::task::spawn_blocking(move || Syncer::open(&dir))
+            .await
+            .map_err(|e| JournalError::io(&location, false, e))?
+            .map_err(|e| JournalError::io(&location, false, e))?;
         tracing::info!(journal = %location, entries = recovery.entries, ?state, "journal opened");
         let journal = SledJournal {
             location,
             db,
             log,
             meta,
+            syncer: Arc::new(StdMutex::new(syncer)),
             state: StdMutex::new(state),
             writer: Mutex::new(None),
             _open: guard,
@@ -85,8 +99,8 @@ impl SledJournal {
 
     /// Runs a write under the writer lock: refuses if poisoned; `op` validates against the
     /// current marks, applies its sled operations and returns the new marks (`None`: nothing to
-    /// do); then flushes, and only then publishes the new marks. A failed sled call or flush
-    /// poisons the handle.
+    /// do); then flushes and fsyncs, and only then publishes the new marks. A failed sled call,
+    /// flush or sync poisons the handle.
     async fn write<F>(&self, op: F) -> Result<(), JournalError>
     where
         F: FnOnce(&LogState) -> Result<Option<LogState>, Step>,
@@ -99,22 +113,34 @@ impl SledJournal {
         let result = match op(&current) {
             Ok(None) => return Ok(()),
             Err(Step::Refuse(e)) => return Err(e),
-            Err(Step::Sled(e)) => Err(e),
-            Ok(Some(next)) => self.db.flush_async().await.map(|_| next),
+            Err(Step::Sled(e)) => Err(sled_err(&self.location, e)),
+            Ok(Some(next)) => match self.db.flush_async().await {
+                Ok(_) => self.sync().await.map(|()| next),
+                Err(e) => Err(sled_err(&self.location, e)),
+            },
         };
         match result {
             Ok(next) => {
                 *self.state.lock().expect("state lock") = next;
                 Ok(())
             }
-            Err(e) => {
-                let err = sled_err(&self.location, e);
+            Err(err) => {
                 *poisoned = Some(format!(
                     "an earlier write failed ({err}); its outcome is unknown: reopen the journal"
                 ));
                 Err(err)
             }
         }
+    }
+
+    /// fsyncs what the last flush wrote (see `durable`), on a blocking thread.
+    async fn sync(&self) -> Result<(), JournalError> {
+        let syncer = self.syncer.clone();
+        let io = |e: std::io::Error| JournalError::io(&self.location, false, e);
+        tokio::task::spawn_blocking(move || syncer.lock().expect("syncer").sync())
+            .await
+            .map_err(|e| JournalError::io(&self.location, false, e))?
+            .map_err(io)
     }
 
     fn corrupt(&self, what: String, offset: u64, reason: String) -> JournalError {

@@ -54,7 +54,9 @@ pub(super) fn open_blocking(path: &Path, location: &str) -> Result<Opened, Journ
     Ok((db, log, meta, state, recovery))
 }
 
-/// Verifies every value, cuts a torn tail, finishes an interrupted purge; returns the marks.
+/// Verifies every value, finishes an interrupted purge; returns the marks. A value that fails
+/// its checksum is `Corrupt` wherever it is: sled batches are atomic, so no acknowledged
+/// write of ours can be half there (a torn write of sled's own log is sled's to discard).
 fn recover(
     location: &str,
     log: &sled::Tree,
@@ -117,35 +119,19 @@ fn recover(
     }
 
     let mut recovery = Recovery::default();
-    let mut bad: Option<(u64, String)> = None;
     for item in log.iter() {
         let (key, value) = item.map_err(sled)?;
         let index = key_index(&key).map_err(|r| corrupt("tree `log`", 0, r))?;
         let what = format!("tree `log`, key = entry {index}; offset = that index");
-        if let Some((bad_index, reason)) = bad.take() {
-            // A bad value with entries after it is not a torn tail.
-            let what = format!("tree `log`, key = entry {bad_index}; offset = that index");
-            return Err(corrupt(&what, bad_index, reason));
-        }
         if let Some(last) = state.last_index {
             if index != last + 1 {
                 return Err(corrupt(&what, index, format!("entry {index} follows {last}")));
             }
         }
-        if let Err(reason) = unseal(&value) {
-            bad = Some((index, reason));
-            continue;
-        }
+        unseal(&value).map_err(|reason| corrupt(&what, index, reason))?;
         state.first_index = state.first_index.or(Some(index));
         state.last_index = Some(index);
         recovery.entries += 1;
-    }
-    if let Some((index, reason)) = bad {
-        log.remove(index.to_be_bytes()).map_err(sled)?;
-        recovery.truncated_tail = Some(format!(
-            "{location}: the last log entry ({index}) failed its checksum ({reason}); \
-             removed it as a torn tail (it was never acknowledged)"
-        ));
     }
     Ok((state, recovery))
 }

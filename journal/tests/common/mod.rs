@@ -135,19 +135,28 @@ impl Backend {
         db.flush().unwrap();
     }
 
-    /// Damages the last log record, as a crash in the middle of writing it would.
-    /// The journal must be closed.
-    pub async fn damage_tail(&self) {
+    /// Damages the last log record (the last entry in sled; the last segment, cut 3 bytes
+    /// short, in an object store), written by an append of that entry alone as the journal's
+    /// `index`-th write. The journal must be closed. Returns what the `Corrupt` error must
+    /// name, as [`Backend::damage_entry`] does.
+    pub async fn damage_tail(&self, index: u64) -> (String, u64) {
         match self.kind {
-            Kind::Sled => self.with_sled_log(|log| {
-                let (key, value) = log.last().unwrap().unwrap();
-                let mut value = value.to_vec();
-                *value.last_mut().unwrap() ^= 0xff;
-                log.insert(key, value).unwrap();
-            }),
+            Kind::Sled => {
+                self.with_sled_log(|log| {
+                    let (key, value) = log.last().unwrap().unwrap();
+                    assert_eq!(key.as_ref(), index.to_be_bytes());
+                    let mut value = value.to_vec();
+                    *value.last_mut().unwrap() ^= 0xff;
+                    log.insert(key, value).unwrap();
+                });
+                (self.sled_dir().canonicalize().unwrap().display().to_string(), index)
+            }
             _ => {
                 let last = self.segments().await.pop().unwrap();
+                let name = format!("log/{:020}.seg", index + 1);
+                assert!(last.as_ref().ends_with(&name), "{last} is not {name}");
                 self.rewrite(&last, |bytes| bytes.truncate(bytes.len() - 3)).await;
+                (name, OBJECT_HEADER as u64)
             }
         }
     }
