@@ -10,7 +10,8 @@ use std::io::{BufRead, BufReader, Read};
 
 use crate::error::DatasetError;
 use crate::formats::tfrecord::TfRecordReader;
-use crate::io;
+use crate::io::{self, DataRoots};
+use crate::registry::DatasetFn;
 use crate::tensor::{DType, Element, Tensor};
 
 use super::stream::ElementIter;
@@ -26,14 +27,33 @@ pub(crate) enum FileFormat {
     TextLines,
 }
 
-/// The elements of `url` in `format`, opening it on first pull.
-pub(crate) fn elements(url: String, format: FileFormat) -> ElementIter {
-    Box::new(LazyFile { url, format, inner: None, done: false })
+/// The built-in dataset functions that open the file an element names, by name.
+pub(crate) fn file_function(name: &str) -> Option<FileFormat> {
+    match name {
+        "tfrecord" => Some(FileFormat::TfRecord { skip_corrupt: false }),
+        "tfrecord_skip_corrupt" => Some(FileFormat::TfRecord { skip_corrupt: true }),
+        "text_lines" => Some(FileFormat::TextLines),
+        _ => None,
+    }
+}
+
+/// The dataset function reading files in `format` under `roots` (what the
+/// registry hands the executor for a [`file_function`]).
+pub(crate) fn dataset_fn(format: FileFormat, roots: DataRoots) -> DatasetFn {
+    std::sync::Arc::new(move |e, _| {
+        Ok(elements(crate::builtins::file_name(&e)?, format, roots.clone()))
+    })
+}
+
+/// The elements of `url` in `format`, opening it on first pull, if `roots` admit it.
+pub(crate) fn elements(url: String, format: FileFormat, roots: DataRoots) -> ElementIter {
+    Box::new(LazyFile { url, format, roots, inner: None, done: false })
 }
 
 struct LazyFile {
     url: String,
     format: FileFormat,
+    roots: DataRoots,
     inner: Option<ElementIter>,
     done: bool,
 }
@@ -46,7 +66,7 @@ impl Iterator for LazyFile {
             return None;
         }
         if self.inner.is_none() {
-            match io::open(&self.url) {
+            match io::open_in(&self.url, &self.roots) {
                 Ok(reader) => self.inner = Some(reader_elements(reader, &self.url, self.format)),
                 Err(e) => {
                     self.done = true;
