@@ -266,7 +266,7 @@ impl fmt::Debug for FunctionRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FunctionRegistry")
             .field("functions", &self.names())
-            .field("data_roots", &self.data_roots)
+            .field("data_roots", &format_args!("{}", self.data_roots))
             .finish()
     }
 }

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use sluice_dataset::io::DataRoots;
+
 use crate::error::DispatcherError;
 
 #[derive(Clone, Debug)]
@@ -68,6 +70,11 @@ pub struct DispatcherConfig {
     /// Also collect DYNAMIC iterations. Off by default (tf.data): a collected
     /// iteration cannot be rejoined, and a new one hands out every split again.
     pub gc_dynamic_jobs: bool,
+    /// The files and objects a registered spec may name (`sluice dispatcher
+    /// --data-roots`): a spec naming anything else is refused at registration.
+    /// `None`: the defaults for the listen address ([`DataRoots::defaults`]: the
+    /// current and temp directories on loopback, nothing elsewhere).
+    pub data_roots: Option<DataRoots>,
 }
 
 impl Default for DispatcherConfig {
@@ -88,6 +95,7 @@ impl Default for DispatcherConfig {
             job_gc_timeout: Duration::from_secs(300),
             gc_dynamic_jobs: false,
             max_client_wait: Duration::from_secs(1),
+            data_roots: None,
         }
     }
 }
@@ -159,6 +167,11 @@ impl DispatcherConfig {
             Some(u) if u.contains("://") && !u.starts_with("memory://") => 1_000,
             _ => 10_000,
         }
+    }
+
+    /// The data roots this node enforces, listening on `address`.
+    pub fn data_roots_at(&self, address: &std::net::SocketAddr) -> DataRoots {
+        self.data_roots.clone().unwrap_or_else(|| DataRoots::defaults(address.ip().is_loopback()))
     }
 
     /// Where node `node_id` journals, from `work_dir`.

@@ -45,6 +45,9 @@ pub async fn run_with_metrics(
 ) -> Result<(), DispatcherError> {
     config.validate()?;
     let address = listener.local_addr()?;
+    let data_roots = config.data_roots_at(&address);
+    tracing::info!(%data_roots, "specs may name files only under these data roots");
+    let registry = registry.with_data_roots(data_roots);
     let core = Arc::new(Core::start(&config, &address.to_string()).await?);
     // Stops when dropped, at the end of this function.
     let _metrics = match metrics {

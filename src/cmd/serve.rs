@@ -74,6 +74,8 @@ pub struct DispatcherArgs {
     /// "Metrics").
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    #[command(flatten)]
+    pub data_roots: super::DataRootsFlag,
 }
 
 #[derive(Args, Debug)]
@@ -113,6 +115,8 @@ pub struct WorkerArgs {
     /// "Metrics").
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    #[command(flatten)]
+    pub data_roots: super::DataRootsFlag,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -181,6 +185,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         heartbeat_interval: Duration::from_millis(a.raft_heartbeat_ms),
         election_timeout_min: Duration::from_millis(a.election_timeout_ms.0),
         election_timeout_max: Duration::from_millis(a.election_timeout_ms.1),
+        data_roots: a.data_roots.roots()?,
         ..DispatcherConfig::default()
     };
     config.validate()?;
@@ -223,6 +228,7 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     config.drain_timeout = std::time::Duration::from_secs(a.drain_timeout_secs);
     config.exit_when_idle =
         a.exit_when_idle.then(|| std::time::Duration::from_secs(a.idle_grace_secs));
+    config.data_roots = a.data_roots.roots()?;
     config.validate()?;
     let stop = stop_signal()?;
     let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;

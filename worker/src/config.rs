@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use sluice_client::RetryPolicy;
+use sluice_dataset::io::DataRoots;
 use sluice_proto::MAX_MESSAGE_BYTES;
 
 use crate::error::WorkerError;
@@ -40,6 +41,12 @@ pub struct WorkerConfig {
     /// Exit once no task has been unfinished for this long, after at least one
     /// task ran (`sluice worker --exit-when-idle`). `None`: serve until stopped.
     pub exit_when_idle: Option<Duration>,
+    /// The files and objects this worker's pipelines may open (`sluice worker
+    /// --data-roots`); every file is checked right before it is opened, and a
+    /// refused one fails that task's read with an error naming it. `None`: the
+    /// defaults for the listen address ([`DataRoots::defaults`]: the current and
+    /// temp directories on loopback, nothing elsewhere).
+    pub data_roots: Option<DataRoots>,
 }
 
 /// 256 MiB per cache task. tf.data defaults to 10 GiB, sized for dedicated
@@ -63,6 +70,7 @@ impl Default for WorkerConfig {
             cross_trainer_cache_bytes: DEFAULT_CROSS_TRAINER_CACHE_BYTES,
             drain_timeout: Duration::ZERO,
             exit_when_idle: None,
+            data_roots: None,
         }
     }
 }

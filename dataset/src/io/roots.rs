@@ -225,7 +225,7 @@ impl fmt::Display for DataRoots {
 }
 
 fn parse_root(root: &str) -> Result<Root, DatasetError> {
-    let bad = |m: String| DatasetError::InvalidSpec { field: DATA_ROOTS_FLAG.into(), message: m };
+    let bad = |m: String| DatasetError::Unsupported(format!("{DATA_ROOTS_FLAG}: {m}"));
     for scheme in ["s3", "gs"] {
         if let Some(rest) = root.strip_prefix(scheme).and_then(|r| r.strip_prefix("://")) {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
