@@ -9,7 +9,9 @@ def canonical_spec(spec_json: str) -> str:
     """Parses a JSON dataset spec with Sluice's parser and returns its canonical
     JSON. Raises ``InvalidArgumentError`` naming the field of a malformed spec."""
 
-def start_quorum(n: int = 3, work_dir: Optional[str] = None) -> list[DispatchServer]:
+def start_quorum(
+    n: int = 3, work_dir: Optional[str] = None, data_roots: Optional[list[str]] = None
+) -> list[DispatchServer]:
     """Starts ``n`` dispatchers of one Raft group on loopback with free ports."""
 
 class TensorData:
@@ -75,6 +77,7 @@ class DispatchServer:
         client_timeout: float = 60.0,
         job_gc_timeout: float = 300.0,
         snapshot_every: Optional[int] = None,
+        data_roots: Optional[list[str]] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...
@@ -92,6 +95,7 @@ class WorkerServer:
         heartbeat_interval: float = 0.5,
         drain_timeout: float = 0.0,
         dispatcher_timeout: float = 60.0,
+        data_roots: Optional[list[str]] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...

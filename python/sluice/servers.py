@@ -62,6 +62,11 @@ class DispatchServer(_Server):
     ``peers`` (node id → ``"host:port"`` of every voter, or ``"1=h:p,2=h:p"``)
     makes it node ``node_id`` of a Raft group; it then listens on its own entry.
     For a group on loopback with free ports, use ``sluice.start_quorum``.
+
+    ``data_roots`` (``--data-roots``) lists the only directories (or ``file://``,
+    ``s3://bucket/prefix``, ``gs://`` URLs) a registered spec may name; a spec naming
+    anything else is refused with ``InvalidArgumentError``. ``None``: on loopback the
+    current and temp directories, elsewhere nothing (docs/security.md).
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class DispatchServer(_Server):
         client_timeout: float = 60.0,
         job_gc_timeout: float = 300.0,
         snapshot_every: int | None = None,
+        data_roots: Union[str, Sequence[str], None] = None,
     ) -> None:
         if isinstance(peers, str):
             peers = _parse_peers(peers)
@@ -93,6 +99,7 @@ class DispatchServer(_Server):
             client_timeout=client_timeout,
             job_gc_timeout=job_gc_timeout,
             snapshot_every=snapshot_every,
+            data_roots=_roots(data_roots),
         )
 
 
@@ -114,7 +121,8 @@ class WorkerServer(_Server):
     """A worker: registers with the dispatchers, runs its tasks' pipelines and
     streams elements to readers. ``dispatcher_address`` takes anything a
     ``service`` argument takes (an address, a list, a ``DispatchServer``'s
-    ``.target``, a ``Quorum``)."""
+    ``.target``, a ``Quorum``). ``data_roots``: the only files its pipelines may
+    open, checked before each open (as ``DispatchServer``'s)."""
 
     def __init__(
         self,
@@ -127,6 +135,7 @@ class WorkerServer(_Server):
         heartbeat_interval: float = 0.5,
         drain_timeout: float = 0.0,
         dispatcher_timeout: float = 60.0,
+        data_roots: Union[str, Sequence[str], None] = None,
     ) -> None:
         self._native = _native.WorkerServer(
             addresses(dispatcher_address),
@@ -137,6 +146,7 @@ class WorkerServer(_Server):
             heartbeat_interval=heartbeat_interval,
             drain_timeout=drain_timeout,
             dispatcher_timeout=dispatcher_timeout,
+            data_roots=_roots(data_roots),
         )
 
 
@@ -177,7 +187,23 @@ class Quorum:
         return f"Quorum(addresses={self.addresses!r})"
 
 
-def start_quorum(n: int = 3, work_dir: str | None = None) -> Quorum:
+def start_quorum(
+    n: int = 3,
+    work_dir: str | None = None,
+    data_roots: Union[str, Sequence[str], None] = None,
+) -> Quorum:
     """Starts ``n`` dispatchers of one Raft group on loopback with free ports;
-    with ``work_dir`` each journals in ``work_dir/node-<id>``."""
-    return Quorum(_native.start_quorum(n, None if work_dir is None else str(work_dir)))
+    with ``work_dir`` each journals in ``work_dir/node-<id>``; ``data_roots`` as
+    ``DispatchServer``'s."""
+    return Quorum(
+        _native.start_quorum(n, None if work_dir is None else str(work_dir), _roots(data_roots))
+    )
+
+
+def _roots(roots: Union[str, Sequence[str], None]) -> list[str] | None:
+    """``"a,b"``, ``["a", Path("b")]`` or ``None`` as the native list."""
+    if roots is None:
+        return None
+    if isinstance(roots, str):
+        return [r for r in roots.split(",") if r.strip()]
+    return [str(r) for r in roots]

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::{BoxFuture, FutureExt, Shared};
 
 use pyo3::prelude::*;
+use sluice_dataset::io::DataRoots;
 use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_worker::{WorkerConfig, WorkerHandle};
@@ -119,7 +120,7 @@ impl DispatchServer {
     #[pyo3(signature = (port = 0, host = "127.0.0.1", work_dir = None, peers = None,
         node_id = 1, elements_per_split = 1, worker_addresses = None,
         worker_timeout = 10.0, client_timeout = 60.0, job_gc_timeout = 300.0,
-        snapshot_every = None))]
+        snapshot_every = None, data_roots = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -134,8 +135,10 @@ impl DispatchServer {
         client_timeout: f64,
         job_gc_timeout: f64,
         snapshot_every: Option<u64>,
+        data_roots: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let peers = peers.unwrap_or_default();
+        let data_roots = parse_roots(data_roots)?;
         let config = DispatcherConfig {
             elements_per_split,
             node_id,
@@ -147,6 +150,7 @@ impl DispatchServer {
             client_timeout: seconds("client_timeout", client_timeout)?,
             job_gc_timeout: seconds("job_gc_timeout", job_gc_timeout)?,
             peers,
+            data_roots,
             ..DispatcherConfig::default()
         };
         config.validate().map_err(|e| errors::invalid_argument(e.to_string()))?;
@@ -204,12 +208,14 @@ impl DispatchServer {
 /// way `sluice local` does: every listener is bound before any node starts, so
 /// each knows all its peers. `work_dir`: each node journals in `node-<id>` there.
 #[pyfunction]
-#[pyo3(signature = (n = 3, work_dir = None))]
+#[pyo3(signature = (n = 3, work_dir = None, data_roots = None))]
 pub fn start_quorum(
     py: Python<'_>,
     n: u64,
     work_dir: Option<String>,
+    data_roots: Option<Vec<String>>,
 ) -> PyResult<Vec<DispatchServer>> {
+    let data_roots = parse_roots(data_roots)?;
     if n == 0 {
         return Err(errors::invalid_argument("a quorum needs at least 1 dispatcher"));
     }
@@ -230,6 +236,7 @@ pub fn start_quorum(
             peers: peers.clone(),
             work_dir: work_dir.clone(),
             snapshot_every: DispatcherConfig::default_snapshot_every(work_dir.as_deref()),
+            data_roots: data_roots.clone(),
             ..DispatcherConfig::default()
         };
         servers.push(DispatchServer::start(py, rt.clone(), listener, config)?);
@@ -249,7 +256,7 @@ impl WorkerServer {
     #[new]
     #[pyo3(signature = (dispatcher_addresses, port = 0, host = "127.0.0.1",
         advertise = None, buffer = 256, heartbeat_interval = 0.5, drain_timeout = 0.0,
-        dispatcher_timeout = 60.0))]
+        dispatcher_timeout = 60.0, data_roots = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -261,8 +268,10 @@ impl WorkerServer {
         heartbeat_interval: f64,
         drain_timeout: f64,
         dispatcher_timeout: f64,
+        data_roots: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let mut config = WorkerConfig::new(dispatcher_addresses);
+        config.data_roots = parse_roots(data_roots)?;
         config.advertised_address = advertise;
         config.task_buffer_elements = buffer;
         config.heartbeat_interval = seconds("heartbeat_interval", heartbeat_interval)?;
@@ -299,4 +308,13 @@ impl WorkerServer {
     fn join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         self.0.join(py, timeout)
     }
+}
+
+/// `data_roots=[...]` (`sluice dispatcher --data-roots`): `None` keeps the defaults
+/// of the listen address; a list (possibly empty) is exactly the roots.
+fn parse_roots(roots: Option<Vec<String>>) -> PyResult<Option<DataRoots>> {
+    roots
+        .map(|r| DataRoots::parse(&r.join(",")))
+        .transpose()
+        .map_err(|e| errors::invalid_argument(e.to_string()))
 }
