@@ -517,6 +517,7 @@ impl DatasetDef {
             if i > 0 && stage.is_source() {
                 return Err(bad(i, &format!(".{name}"), "a source may only be the first stage"));
             }
+            crate::bounds::check(stage).map_err(|(field, m)| bad(i, &field, &m))?;
             match stage {
                 Stage::Range { step: 0, .. } => {
                     return Err(bad(i, ".range.step", "must not be 0"));

@@ -4,6 +4,9 @@
 //!   bounded record sizes and an optional skip of corrupt records.
 //! - [`example`] — `tf.train.Example` as messages generated from `proto/`, and the
 //!   `parse_example` conversion into named tensors.
+//! - [`example_bounds`] — the feature and value counts of a serialized Example,
+//!   checked against limits before it is decoded.
 
 pub mod example;
+pub mod example_bounds;
 pub mod tfrecord;
