@@ -41,13 +41,10 @@ pub(crate) fn check(stage: &Stage) -> Result<(), (String, String)> {
         Stage::Shuffle { buffer_size, .. } if *buffer_size > MAX_SHUFFLE_BUFFER => {
             over(".shuffle.buffer_size", *buffer_size, MAX_SHUFFLE_BUFFER, "MAX_SHUFFLE_BUFFER")
         }
-        Stage::ParseExample { features } => {
-            features.iter().enumerate().try_for_each(|(j, f)| {
-                check_feature(f).map_err(|(field, m)| {
-                    (format!(".parse_example.features[{j}]{field}"), m)
-                })
-            })
-        }
+        Stage::ParseExample { features } => features.iter().enumerate().try_for_each(|(j, f)| {
+            check_feature(f)
+                .map_err(|(field, m)| (format!(".parse_example.features[{j}]{field}"), m))
+        }),
         _ => Ok(()),
     }
 }

@@ -85,7 +85,11 @@ fn decode_png(t: &Tensor) -> Result<Tensor, String> {
     let limits = png::Limits { bytes: MAX_IMAGE_BYTES as usize };
     let mut decoder = png::Decoder::new_with_limits(std::io::Cursor::new(data.as_ref()), limits);
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
-    let mut reader = decoder.read_info().map_err(|e| format!("not a valid PNG: {e}"))?;
+    let mut reader = decoder.read_info().map_err(|e| match e {
+        // The png crate's own buffers (sized from the header) hit `limits`.
+        png::DecodingError::LimitsExceeded => over_limit(header_size(data), None),
+        e => format!("not a valid PNG: {e}"),
+    })?;
     check_declared_size(&reader)?;
     let mut buf = vec![0u8; reader.output_buffer_size()];
     let frame = reader.next_frame(&mut buf).map_err(|e| format!("not a valid PNG: {e}"))?;
@@ -110,12 +114,23 @@ fn check_declared_size<R: std::io::Read>(reader: &png::Reader<R>) -> Result<(), 
         .and_then(|n| n.checked_mul(color.samples() as u64 * sample_bytes));
     match bytes {
         Some(b) if b <= MAX_IMAGE_BYTES => Ok(()),
-        _ => Err(format!(
-            "the PNG header declares a {width}x{height} image of {} channel(s), over the \
-             limit of {MAX_IMAGE_BYTES} decoded bytes (MAX_IMAGE_BYTES); is the file damaged?",
-            color.samples()
-        )),
+        _ => Err(over_limit(Some((width, height)), Some(color.samples()))),
     }
+}
+
+/// Width and height from the IHDR chunk, which a valid PNG has first (bytes 16..24).
+fn header_size(data: &[u8]) -> Option<(u32, u32)> {
+    let field = |at: usize| Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?));
+    Some((field(16)?, field(20)?))
+}
+
+fn over_limit(size: Option<(u32, u32)>, channels: Option<usize>) -> String {
+    let size = size.map_or_else(|| "an image".into(), |(w, h)| format!("a {w}x{h} image"));
+    let channels = channels.map_or_else(String::new, |c| format!(" of {c} channel(s)"));
+    format!(
+        "the PNG header declares {size}{channels}, over the limit of {MAX_IMAGE_BYTES} decoded \
+         bytes (MAX_IMAGE_BYTES); is the file damaged?"
+    )
 }
 
 /// `uint8 [H, W, C]` → its centered `[h, w, C]` window.

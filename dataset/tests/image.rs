@@ -70,9 +70,10 @@ fn a_png_header_declaring_a_huge_image_fails_its_element_before_allocating() {
     // 2^31-1 squared × 4 channels: ~16 EiB, the u64 product overflows too; and one
     // that fits u64 but not the limit (64 Ki × 64 Ki × 4 = 16 GiB).
     for (w, h) in [(i32::MAX as u32, i32::MAX as u32), (1 << 16, 1 << 16)] {
-        let err = apply(Tensor::scalar_bytes(&png_claiming(w, h)), vec![("decode_png", vec![img()])])
-            .expect_err("refused")
-            .to_string();
+        let err =
+            apply(Tensor::scalar_bytes(&png_claiming(w, h)), vec![("decode_png", vec![img()])])
+                .expect_err("refused")
+                .to_string();
         assert!(
             err.contains(&format!("{w}x{h}")) && err.contains("MAX_IMAGE_BYTES"),
             "names the size and the limit: {err}"
