@@ -87,13 +87,23 @@ impl Client {
         let (job_name, capacity) = (job.job_name, opts.max_outstanding_requests);
         // The stream's manager: rounds for a coordinated read, else one reader per task.
         Ok(if let ReadKind::Coordinated { consumer_index, .. } = opts.kind {
-            ElementStream::start(d.clone(), job_name, it.iteration_id, client_id, capacity, |tx| {
-                coordinated::manage(d, client_id, consumer_index, opts, tx)
-            })
+            ElementStream::start(
+                d.clone(),
+                job_name,
+                it.iteration_id,
+                client_id,
+                capacity,
+                |tx, _| coordinated::manage(d, client_id, consumer_index, opts, tx),
+            )
         } else {
-            ElementStream::start(d.clone(), job_name, it.iteration_id, client_id, capacity, |tx| {
-                task_readers::manage(d, client_id, opts, tx)
-            })
+            ElementStream::start(
+                d.clone(),
+                job_name,
+                it.iteration_id,
+                client_id,
+                capacity,
+                |tx, loss| task_readers::manage(d, client_id, opts, tx, loss),
+            )
         })
     }
 

@@ -117,6 +117,7 @@ pub fn from_client(e: ClientError) -> PyErr {
         ClientError::Rpc { code, .. } => Kind::of_code(*code),
         ClientError::InvalidArgument(_) | ClientError::Dataset(_) => Kind::InvalidArgument,
         ClientError::Protocol { .. } => Kind::Internal,
+        ClientError::DataLost { .. } => Kind::DataLoss,
     };
     new_err(kind, e.to_string())
 }
