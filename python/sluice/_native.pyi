@@ -42,6 +42,10 @@ class Reader(Iterator[Any]):
     @property
     def elements(self) -> int:
         """Elements this reader has returned."""
+    @property
+    def loss_report(self) -> Optional[list[tuple[int, str]]]:
+        """After a read that accepted loss and lost data: (task_id, worker_address)
+        of each task ended with its lost worker; ``None`` otherwise."""
 
 class Client:
     """A handle to the service's dispatchers (per process)."""
@@ -61,6 +65,7 @@ class Client:
         num_consumers: Optional[int] = None,
         consumer_index: Optional[int] = None,
         trainer_id: Optional[str] = None,
+        accept_data_loss: bool = False,
     ) -> Reader: ...
 
 class DispatchServer:

@@ -204,6 +204,7 @@ class DistributedDataset:
         target_workers: str = "AUTO",
         cross_trainer_cache: CrossTrainerCache | None = None,
         dispatcher_timeout: float = DEFAULT_TIMEOUT,
+        accept_data_loss: bool = False,
     ) -> None:
         if (dataset is None) == (dataset_id is None):
             raise InvalidArgumentError("give exactly one of dataset and dataset_id")
@@ -222,6 +223,7 @@ class DistributedDataset:
         self.target_workers = str(target_workers)
         self.cross_trainer_cache = cross_trainer_cache
         self.dispatcher_timeout = float(dispatcher_timeout)
+        self.accept_data_loss = bool(accept_data_loss)
         self._iterations = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -255,6 +257,7 @@ class DistributedDataset:
             num_consumers=self.num_consumers,
             consumer_index=self.consumer_index,
             trainer_id=trainer,
+            accept_data_loss=self.accept_data_loss,
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -279,6 +282,7 @@ def distribute(
     cross_trainer_cache: CrossTrainerCache | None = None,
     *,
     dispatcher_timeout: float = DEFAULT_TIMEOUT,
+    accept_data_loss: bool = False,
 ) -> Callable[["Dataset"], DistributedDataset]:
     """A transformation reading a dataset through the service: apply it with
     ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``.
@@ -290,7 +294,10 @@ def distribute(
     elements among trainers. ``max_outstanding_requests`` bounds the reader's
     memory (element messages buffered, tasks streamed at once).
     ``dispatcher_timeout`` (Sluice's): seconds an unavailable dispatcher is
-    retried before ``UnavailableError``."""
+    retried before ``UnavailableError``. ``accept_data_loss`` (Sluice's): a read
+    that lost a worker's undelivered elements raises ``DataLossError`` at its end
+    unless this is true; then it ends normally and the reader's ``loss_report``
+    names the lost tasks and workers."""
 
     def apply(dataset: "Dataset") -> DistributedDataset:
         return DistributedDataset(
@@ -304,6 +311,7 @@ def distribute(
             target_workers=target_workers,
             cross_trainer_cache=cross_trainer_cache,
             dispatcher_timeout=dispatcher_timeout,
+            accept_data_loss=accept_data_loss,
         )
 
     return apply
@@ -322,6 +330,7 @@ def from_dataset_id(
     cross_trainer_cache: CrossTrainerCache | None = None,
     *,
     dispatcher_timeout: float = DEFAULT_TIMEOUT,
+    accept_data_loss: bool = False,
 ) -> DistributedDataset:
     """Reads a dataset registered earlier (``register_dataset``) by its id.
     ``element_spec`` is accepted for tf.data compatibility and not needed:
@@ -338,4 +347,5 @@ def from_dataset_id(
         target_workers=target_workers,
         cross_trainer_cache=cross_trainer_cache,
         dispatcher_timeout=dispatcher_timeout,
+        accept_data_loss=accept_data_loss,
     )
