@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{ChildStdout, Command};
 use std::time::Duration;
 
-use common::{collect_i64, counts, run_sluice, wait_until, Port, Proc, DEADLINE};
+use common::{collect_i64, counts, run_sluice, wait_until, Port, Proc};
 use futures::StreamExt;
 use sluice_client::status::{IterationStatus, WorkerStatus};
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy, ServiceStatus};
@@ -82,18 +82,6 @@ fn signal(p: &Proc, sig: &str) {
 }
 
 /// Reads DYNAMIC range(n) with two worker processes; SIGKILLs one mid-epoch.
-/// The rest of a read's int64 elements, to its end (which must come, and cleanly).
-async fn rest_of(stream: &mut sluice_client::ElementStream) -> Vec<i64> {
-    let mut out = vec![];
-    let read = tokio::time::timeout(DEADLINE, async {
-        while let Some(e) = stream.next().await {
-            out.push(e.expect("element").as_i64().expect("an int64 scalar"));
-        }
-    });
-    read.await.expect("the read ends before the deadline");
-    out
-}
-
 /// The stream (which accepted loss) reports one lost task, on `worker`.
 fn assert_lost(stream: &sluice_client::ElementStream, worker: &str) {
     let report = stream.loss_report().expect("the loss is reported");
@@ -128,7 +116,7 @@ async fn a_sigkilled_worker_in_dynamic_mode_is_lost_the_epoch_ends_once_and_the_
     tracing::info!("--- SIGKILL one worker mid-epoch; the read must still end");
     let dead = w1.address().to_string();
     w1.kill();
-    got.extend(rest_of(&mut stream).await);
+    got.extend(common::rest_i64(&mut stream).await);
     assert_lost(&stream, &dead);
 
     let c_got = counts(&got);
@@ -179,7 +167,7 @@ async fn a_sigkilled_worker_in_off_mode_is_lost_and_the_epoch_ends_with_its_copy
     tracing::info!("--- SIGKILL one worker mid-copy");
     let dead = w1.address().to_string();
     w1.kill();
-    got.extend(rest_of(&mut stream).await);
+    got.extend(common::rest_i64(&mut stream).await);
     assert_lost(&stream, &dead);
 
     let c_got = counts(&got);

@@ -51,7 +51,11 @@ fn read_while_a_worker_dies(extra: &[&str]) -> Outcome {
     tracing::info!("--- kill a worker in the middle of the read");
     let dead_worker = victim.address().to_string();
     victim.kill();
-    let lines = 100 + stdout.lines().map(|l| l.expect("a line")).count() as u64;
+    let mut lines = 100;
+    for l in stdout.lines() {
+        l.expect("a line");
+        lines += 1;
+    }
     wait_blocking("the reader exits", || reader.exited());
     let status = reader.try_wait().expect("status").expect("exited");
     Outcome { success: status.success(), lines, stderr: reader.stderr_tail(), dead_worker }

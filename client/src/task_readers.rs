@@ -103,17 +103,13 @@ pub(crate) async fn manage(
                     if task.finished {
                         // Never read here, and ended with its worker: its elements
                         // are gone (a task that finished normally went to others).
-                        if task.lost && !(opts.target_workers == TargetWorkers::Local
-                            && !local_workers::contains(&task.worker_address))
-                        {
+                        if task.lost && reads_worker(&opts, &task.worker_address) {
                             started.insert(task.task_id, watch::channel(true).0);
                             report.tasks.push(LostTask { task_id: task.task_id, worker_address: task.worker_address });
                         }
                         continue;
                     }
-                    if opts.target_workers == TargetWorkers::Local
-                        && !local_workers::contains(&task.worker_address)
-                    {
+                    if !reads_worker(&opts, &task.worker_address) {
                         debug!(task_id = task.task_id, worker = %task.worker_address, "not a local worker; skipping its task");
                         skipped.insert(task.task_id);
                         continue;
@@ -165,6 +161,12 @@ pub(crate) async fn manage(
             return;
         }
     }
+}
+
+/// Whether this reader reads the tasks of the worker at `address`
+/// (`TargetWorkers::Local` reads only workers in this process).
+fn reads_worker(opts: &ReadOptions, address: &str) -> bool {
+    opts.target_workers != TargetWorkers::Local || local_workers::contains(address)
 }
 
 async fn read_task(
