@@ -1,5 +1,6 @@
 //! Bounds on the spec parameters that size a worker's memory, checked by
-//! `DatasetDef::validate` wherever a spec is parsed (client, dispatcher at
+//! `DatasetDef::validate` (`def`, which calls the checks here: this module is a
+//! leaf) wherever a spec is parsed (client, dispatcher at
 //! registration, worker), so a hostile or mistyped number is refused naming its
 //! field and its limit instead of growing a buffer until the process is killed.
 //!
@@ -13,9 +14,6 @@
 //! (`image::MAX_IMAGE_BYTES`), TFRecord records (`formats::tfrecord::MAX_RECORD_BYTES`)
 //! and Examples (`formats::example_bounds`).
 
-use crate::def::{Arg, FeatureSpec, Stage};
-use crate::tensor::DType;
-
 /// Upper bound of `batch.size`: elements stacked into one.
 pub const MAX_BATCH_SIZE: u64 = 1 << 16;
 /// Upper bound of `shuffle.buffer_size`: elements held to shuffle from (tf.data
@@ -28,25 +26,12 @@ pub const MAX_FEATURE_VALUES: u64 = 1 << 24;
 /// (values × the default's length).
 pub const MAX_FEATURE_DEFAULT_BYTES: u64 = 64 << 20;
 
-/// Checks `stage`'s memory-sizing parameters; `Err((field, message))` names the
-/// field under the stage (e.g. `.batch.size`) and the limit.
-pub(crate) fn check(stage: &Stage) -> Result<(), (String, String)> {
-    let over = |field: &str, value: u64, limit: u64, name: &str| {
-        Err((field.to_string(), format!("{value} is over the limit of {limit} ({name})")))
-    };
-    match stage {
-        Stage::Batch { size, .. } if *size > MAX_BATCH_SIZE => {
-            over(".batch.size", *size, MAX_BATCH_SIZE, "MAX_BATCH_SIZE")
-        }
-        Stage::Shuffle { buffer_size, .. } if *buffer_size > MAX_SHUFFLE_BUFFER => {
-            over(".shuffle.buffer_size", *buffer_size, MAX_SHUFFLE_BUFFER, "MAX_SHUFFLE_BUFFER")
-        }
-        Stage::ParseExample { features } => features.iter().enumerate().try_for_each(|(j, f)| {
-            check_feature(f)
-                .map_err(|(field, m)| (format!(".parse_example.features[{j}]{field}"), m))
-        }),
-        _ => Ok(()),
+/// `Err(message)` naming the limit when `value` is over `limit`.
+pub(crate) fn at_most(value: u64, limit: u64, name: &str) -> Result<(), String> {
+    if value > limit {
+        return Err(format!("{value} is over the limit of {limit} ({name})"));
     }
+    Ok(())
 }
 
 /// The number of values of a fixed feature shape, `None` on overflow.
@@ -54,28 +39,30 @@ pub(crate) fn feature_values(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))
 }
 
-fn check_feature(f: &FeatureSpec) -> Result<(), (String, String)> {
-    let Some(shape) = &f.shape else {
-        return Ok(());
-    };
+/// Checks a `parse_example` feature's fixed `shape` and, for a string default of
+/// `default_len` bytes, the bytes its broadcast makes; `Err((field, message))`
+/// names the field under the feature (`.shape`, `.default`) and the limit.
+pub(crate) fn feature(
+    shape: &[u64],
+    default_len: Option<usize>,
+) -> Result<(), (&'static str, String)> {
     let values = feature_values(shape).filter(|&n| n <= MAX_FEATURE_VALUES).ok_or_else(|| {
         (
-            ".shape".to_string(),
+            ".shape",
             format!(
                 "shape {shape:?} holds more than {MAX_FEATURE_VALUES} values \
                  (MAX_FEATURE_VALUES)"
             ),
         )
     })?;
-    if let (Some(Arg::Str(s)), DType::Bytes | DType::String) = (&f.default, f.dtype) {
-        let bytes = values.checked_mul(s.len() as u64);
+    if let Some(len) = default_len {
+        let bytes = values.checked_mul(len as u64);
         if !matches!(bytes, Some(b) if b <= MAX_FEATURE_DEFAULT_BYTES) {
             return Err((
-                ".default".to_string(),
+                ".default",
                 format!(
-                    "a {}-byte default broadcast to shape {shape:?} makes more than \
-                     {MAX_FEATURE_DEFAULT_BYTES} bytes (MAX_FEATURE_DEFAULT_BYTES)",
-                    s.len()
+                    "a {len}-byte default broadcast to shape {shape:?} makes more than \
+                     {MAX_FEATURE_DEFAULT_BYTES} bytes (MAX_FEATURE_DEFAULT_BYTES)"
                 ),
             ));
         }

@@ -62,21 +62,6 @@ pub(crate) fn register_all(r: &mut FunctionRegistry) {
     crate::image::register(r);
 }
 
-/// The file name held by a one-component string (or bytes) scalar element, as
-/// `list_files` produces.
-pub(crate) fn file_name(e: &Element) -> Result<String, String> {
-    let name = match e.components.as_slice() {
-        [t] if t.shape().is_empty() && matches!(t.dtype(), DType::String | DType::Bytes) => {
-            t.items().map_err(|e| e.to_string())?.into_iter().next()
-        }
-        _ => None,
-    };
-    let name = name.ok_or_else(|| {
-        "expected a string scalar naming a file (e.g. from list_files)".to_string()
-    })?;
-    String::from_utf8(name.to_vec()).map_err(|_| "the file name is not UTF-8".to_string())
-}
-
 /// A numeric value: an int64, or any float widened to f64.
 #[derive(Clone, Copy, Debug)]
 enum Num {

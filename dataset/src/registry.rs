@@ -40,8 +40,9 @@ use std::sync::Arc;
 
 use crate::def::{Arg, DatasetDef, FnCall, FnKind};
 use crate::error::DatasetError;
-use crate::exec::files::{self, file_function, FileFormat};
+use crate::exec::files;
 use crate::exec::stream::ElementIter;
+use crate::formats::{file_function, FileFormat};
 use crate::io::DataRoots;
 use crate::tensor::Element;
 
@@ -203,7 +204,12 @@ impl FunctionRegistry {
     pub(crate) fn dataset_fn(&self, name: &str) -> Option<DatasetFn> {
         self.datasets.get(name).map(|e| match &e.f {
             DatasetEntry::Custom(f) => f.clone(),
-            DatasetEntry::File(format) => files::dataset_fn(*format, self.data_roots.clone()),
+            DatasetEntry::File(format) => {
+                let (format, roots) = (*format, self.data_roots.clone());
+                Arc::new(move |e: Element, _: &[Arg]| {
+                    Ok(files::elements(files::file_name(&e)?, format, roots.clone()))
+                })
+            }
         })
     }
 

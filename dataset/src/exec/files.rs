@@ -10,8 +10,8 @@ use std::io::{BufRead, BufReader, Read};
 
 use crate::error::DatasetError;
 use crate::formats::tfrecord::TfRecordReader;
+pub(crate) use crate::formats::FileFormat;
 use crate::io::{self, DataRoots};
-use crate::registry::DatasetFn;
 use crate::tensor::{DType, Element, Tensor};
 
 use super::stream::ElementIter;
@@ -20,29 +20,19 @@ use super::stream::ElementIter;
 /// have to be held whole).
 pub const MAX_LINE_BYTES: u64 = 64 << 20;
 
-/// How to turn a file into elements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FileFormat {
-    TfRecord { skip_corrupt: bool },
-    TextLines,
-}
-
-/// The built-in dataset functions that open the file an element names, by name.
-pub(crate) fn file_function(name: &str) -> Option<FileFormat> {
-    match name {
-        "tfrecord" => Some(FileFormat::TfRecord { skip_corrupt: false }),
-        "tfrecord_skip_corrupt" => Some(FileFormat::TfRecord { skip_corrupt: true }),
-        "text_lines" => Some(FileFormat::TextLines),
+/// The file name held by a one-component string (or bytes) scalar element, as
+/// `list_files` produces.
+pub(crate) fn file_name(e: &Element) -> Result<String, String> {
+    let name = match e.components.as_slice() {
+        [t] if t.shape().is_empty() && matches!(t.dtype(), DType::String | DType::Bytes) => {
+            t.items().map_err(|e| e.to_string())?.into_iter().next()
+        }
         _ => None,
-    }
-}
-
-/// The dataset function reading files in `format` under `roots` (what the
-/// registry hands the executor for a [`file_function`]).
-pub(crate) fn dataset_fn(format: FileFormat, roots: DataRoots) -> DatasetFn {
-    std::sync::Arc::new(move |e, _| {
-        Ok(elements(crate::builtins::file_name(&e)?, format, roots.clone()))
-    })
+    };
+    let name = name.ok_or_else(|| {
+        "expected a string scalar naming a file (e.g. from list_files)".to_string()
+    })?;
+    String::from_utf8(name.to_vec()).map_err(|_| "the file name is not UTF-8".to_string())
 }
 
 /// The elements of `url` in `format`, opening it on first pull, if `roots` admit it.

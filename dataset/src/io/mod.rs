@@ -32,7 +32,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::def::{DatasetDef, SliceValues, Stage};
 use crate::error::DatasetError;
-use crate::exec::files::file_function;
+use crate::formats::file_function;
 
 use self::url::{parse, Target};
 pub use object::READ_AHEAD_CHUNKS;
