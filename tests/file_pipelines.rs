@@ -12,8 +12,11 @@ use common::{Cluster, DEADLINE};
 use futures::StreamExt;
 use sluice_client::{ClientError, ElementStream, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::formats::tfrecord::TfRecordWriter;
+use sluice_dataset::io::DataRoots;
 use sluice_dataset::{DatasetDef, Element, FunctionRegistry, Stage};
+use sluice_dispatcher::DispatcherConfig;
 use sluice_journal::testing::MotoServer;
+use sluice_worker::WorkerConfig;
 
 fn opts(mode: ProcessingMode) -> ReadOptions {
     ReadOptions::new(mode).worker_retry(RetryPolicy::for_tests())
@@ -226,7 +229,15 @@ async fn tfrecord_files_in_a_bucket_are_listed_split_and_read_by_workers() {
     let base = format!("s3://{}/train", server.bucket());
     let b = base.clone();
     tokio::task::spawn_blocking(move || write_records(&b, 3, 4)).await.unwrap();
-    let cluster = Cluster::start(2).await;
+    // Objects are read only where the data roots say (nothing by default).
+    let roots = DataRoots::parse(&format!("s3://{}/train", server.bucket())).unwrap();
+    let config = DispatcherConfig { data_roots: Some(roots.clone()), ..Default::default() };
+    let mut cluster = Cluster::start_with(0, config).await;
+    for _ in 0..2 {
+        let mut config = WorkerConfig::for_tests(cluster.addresses());
+        config.data_roots = Some(roots.clone());
+        cluster.add_worker_with(config).await;
+    }
     cluster.wait_workers(2).await;
     let def = DatasetDef::list_files(&format!("{base}/*.tfrecord")).flat_map("tfrecord", vec![]);
     let got =
@@ -241,4 +252,12 @@ async fn tfrecord_files_in_a_bucket_are_listed_split_and_read_by_workers() {
     let bad = DatasetDef::list_files(&format!("{base}/*.csv"));
     let err = cluster.client().register_dataset(&bad, None).await.expect_err("no files");
     assert!(err.to_string().contains("*.csv"), "{err}");
+
+    // The root `s3://B/train` does not admit `s3://B/train-secret/…`.
+    let secret = format!("s3://{}/train-secret/part-0.tfrecord", server.bucket());
+    let def = DatasetDef {
+        stages: vec![Stage::TfRecord { files: vec![secret.clone()], skip_corrupt: false }],
+    };
+    let err = cluster.client().register_dataset(&def, None).await.expect_err("outside the root");
+    assert!(err.to_string().contains(&secret) && err.to_string().contains("--data-roots"), "{err}");
 }

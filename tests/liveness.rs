@@ -82,6 +82,13 @@ fn signal(p: &Proc, sig: &str) {
 }
 
 /// Reads DYNAMIC range(n) with two worker processes; SIGKILLs one mid-epoch.
+/// The stream (which accepted loss) reports one lost task, on `worker`.
+fn assert_lost(stream: &sluice_client::ElementStream, worker: &str) {
+    let report = stream.loss_report().expect("the loss is reported");
+    assert_eq!(report.tasks.len(), 1, "{report}");
+    assert_eq!(report.tasks[0].worker_address, worker, "{report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sigkilled_worker_in_dynamic_mode_is_lost_the_epoch_ends_once_and_the_loss_is_reported() {
     const N: i64 = 5000;
@@ -93,9 +100,12 @@ async fn a_sigkilled_worker_in_dynamic_mode_is_lost_the_epoch_ends_once_and_the_
     let c = client(&d);
     wait_status(&c, "two workers", |s| s.workers.len() == 2).await;
 
+    // This reader accepts loss: the read ends, with a loss report (a reader that
+    // does not fails with DataLost: `read_loss.rs`).
     let mut opts = ReadOptions::new(ProcessingMode::Dynamic)
         .max_outstanding_requests(1)
-        .worker_retry(RetryPolicy::for_tests());
+        .worker_retry(RetryPolicy::for_tests())
+        .accept_data_loss(true);
     opts.max_elements_per_message = 8;
     let mut stream = c.distribute(&DatasetDef::range(N), opts).await.unwrap();
     let mut got = vec![];
@@ -106,7 +116,8 @@ async fn a_sigkilled_worker_in_dynamic_mode_is_lost_the_epoch_ends_once_and_the_
     tracing::info!("--- SIGKILL one worker mid-epoch; the read must still end");
     let dead = w1.address().to_string();
     w1.kill();
-    got.extend(collect_i64(stream).await);
+    got.extend(common::rest_i64(&mut stream).await);
+    assert_lost(&stream, &dead);
 
     let c_got = counts(&got);
     assert!(c_got.values().all(|&n| n == 1), "no element twice");
@@ -146,15 +157,18 @@ async fn a_sigkilled_worker_in_off_mode_is_lost_and_the_epoch_ends_with_its_copy
 
     let opts = ReadOptions::new(ProcessingMode::Off)
         .max_outstanding_requests(1)
-        .worker_retry(RetryPolicy::for_tests());
+        .worker_retry(RetryPolicy::for_tests())
+        .accept_data_loss(true);
     let mut stream = c.distribute(&DatasetDef::range(N), opts).await.unwrap();
     let mut got = vec![];
     for _ in 0..100 {
         got.push(stream.next().await.unwrap().unwrap().as_i64().unwrap());
     }
     tracing::info!("--- SIGKILL one worker mid-copy");
+    let dead = w1.address().to_string();
     w1.kill();
-    got.extend(collect_i64(stream).await);
+    got.extend(common::rest_i64(&mut stream).await);
+    assert_lost(&stream, &dead);
 
     let c_got = counts(&got);
     assert_eq!(c_got.len() as i64, N, "the surviving worker's copy is complete");

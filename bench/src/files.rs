@@ -133,7 +133,7 @@ pub async fn run(exe: &Path, cfg: FilesConfig, dir: &Path, logs: &Path) -> anyho
         cases.push(case(name, "local, no service", &local, None));
         for workers in [1usize, 2] {
             tracing::info!("--- files: {name}, {workers} worker(s)");
-            let m = service(exe, &def, workers, logs).await?;
+            let m = service(exe, &def, workers, &data, logs).await?;
             if m.records != local.records {
                 anyhow::bail!(
                     "{name} with {workers} worker(s) delivered {} records, locally {}: \
@@ -190,25 +190,30 @@ async fn local(def: &DatasetDef) -> anyhow::Result<Measured> {
     .await?
 }
 
-/// One dispatcher (in memory) and `workers` worker processes; the reader is this
-/// process. Timed from the read request to the end of the stream.
+/// One dispatcher (in memory) and `workers` worker processes, all reading under
+/// `data` (their `--data-roots`); the reader is this process. Timed from the read
+/// request to the end of the stream.
 async fn service(
     exe: &Path,
     def: &DatasetDef,
     workers: usize,
+    data: &str,
     logs: &Path,
 ) -> anyhow::Result<Measured> {
     let spec = |args: Vec<String>, log: String| crate::service::spec(exe, args, &logs.join(log));
     // Held until the dispatcher is gone (it drops after `_dispatcher`).
     let port = Port::reserve()?;
     let address = port.address();
-    let dispatcher_args = vec!["dispatcher".into(), "--port".into(), port.number().to_string()];
+    let roots = ["--data-roots".to_string(), data.to_string()];
+    let mut dispatcher_args = vec!["dispatcher".into(), "--port".into(), port.number().to_string()];
+    dispatcher_args.extend(roots.clone());
     let _dispatcher =
         Child::start_async(&spec(dispatcher_args, format!("files-dispatcher-{workers}.log")))
             .await?;
     let mut procs = vec![];
     for i in 0..workers {
-        let args = vec!["worker".into(), "--dispatcher".into(), address.clone()];
+        let mut args = vec!["worker".into(), "--dispatcher".into(), address.clone()];
+        args.extend(roots.clone());
         procs.push(
             Child::start_async(&spec(args, format!("files-worker-{workers}-{i}.log"))).await?,
         );

@@ -98,15 +98,18 @@ impl Client {
         let (d, client_id) = (self.dispatcher.clone(), it.client_id);
         let (job_name, capacity) = (job.job_name, opts.max_outstanding_requests);
         // The stream's manager: rounds for a coordinated read, else one reader per task.
-        Ok(if let ReadKind::Coordinated { consumer_index, .. } = opts.kind {
-            ElementStream::start(d.clone(), job_name, it.iteration_id, client_id, capacity, |tx| {
-                coordinated::manage(d, client_id, consumer_index, opts, tx)
-            })
-        } else {
-            ElementStream::start(d.clone(), job_name, it.iteration_id, client_id, capacity, |tx| {
-                task_readers::manage(d, client_id, opts, tx)
-            })
-        })
+        let coordinated = match opts.kind {
+            ReadKind::Coordinated { consumer_index, .. } => Some(consumer_index),
+            _ => None,
+        };
+        let manage = move |tx, loss| async move {
+            match coordinated {
+                Some(index) => coordinated::manage(d, client_id, index, opts, tx).await,
+                None => task_readers::manage(d, client_id, opts, tx, loss).await,
+            }
+        };
+        let d = self.dispatcher.clone();
+        Ok(ElementStream::start(d, job_name, it.iteration_id, client_id, capacity, manage))
     }
 
     /// Registers `def` and reads it: `register_dataset` + `from_dataset_id`.

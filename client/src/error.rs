@@ -38,6 +38,15 @@ pub enum ClientError {
     Security(#[from] sluice_security::SecurityError),
     #[error("protocol error from {address}: {message}")]
     Protocol { address: String, message: String },
+    /// The read reached its end, but data was lost on the way: tasks it had not
+    /// read to their end were ended because their worker was lost. Not retryable:
+    /// the elements are gone (read again, in a new job, to get them).
+    #[error(
+        "the read lost data: {report}. Read the dataset again (a new job) to get every \
+         element, or accept the loss (ReadOptions::accept_data_loss, `sluice read \
+         --accept-data-loss`)"
+    )]
+    DataLost { report: crate::loss::LossReport },
 }
 
 impl ClientError {

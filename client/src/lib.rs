@@ -52,6 +52,8 @@
 //!   `TargetWorkers::Local` reads are limited to.
 //! - [`status`] — [`ServiceStatus`], what `Client::status` returns.
 //! - [`error`] — [`ClientError`].
+//! - [`loss`] — [`LossReport`]: the tasks a read lost with their worker, carried by
+//!   `ClientError::DataLost` or, for a reader that accepted loss, by the stream.
 
 pub mod blocking;
 mod channels;
@@ -60,6 +62,7 @@ pub mod coordinated;
 pub mod dispatcher;
 pub mod error;
 pub mod local_workers;
+pub mod loss;
 pub mod options;
 pub mod reader;
 pub mod retry;
@@ -71,6 +74,7 @@ mod worker_stream;
 pub use client::Client;
 pub use dispatcher::DispatcherClient;
 pub use error::ClientError;
+pub use loss::{LossReport, LostTask};
 pub use options::{ProcessingMode, ReadKind, ReadOptions, TargetWorkers};
 pub use reader::ElementStream;
 pub use retry::RetryPolicy;

@@ -214,6 +214,11 @@ pub struct ReadOptions {
     /// Plain, coordinated or through the cross-trainer cache: one enum, so a
     /// reader cannot be both (see [`ReadKind`]).
     pub kind: ReadKind,
+    /// When a task this reader had not read to its end was ended because its
+    /// worker was lost: `false` (default) ends the stream with
+    /// [`ClientError::DataLost`](crate::ClientError::DataLost); `true` ends it
+    /// normally and the loss is in [`ElementStream::loss_report`](crate::ElementStream::loss_report).
+    pub accept_data_loss: bool,
 }
 
 impl ReadOptions {
@@ -229,6 +234,7 @@ impl ReadOptions {
             long_poll: Duration::from_secs(1),
             worker_retry: RetryPolicy::default(),
             kind: ReadKind::Plain,
+            accept_data_loss: false,
         }
     }
 
@@ -263,6 +269,13 @@ impl ReadOptions {
 
     pub fn worker_retry(mut self, policy: RetryPolicy) -> Self {
         self.worker_retry = policy;
+        self
+    }
+
+    /// Ends a read that lost data normally, with a loss report, instead of with
+    /// [`ClientError::DataLost`](crate::ClientError::DataLost) (see `accept_data_loss`).
+    pub fn accept_data_loss(mut self, accept: bool) -> Self {
+        self.accept_data_loss = accept;
         self
     }
 

@@ -25,6 +25,7 @@ use tracing::{debug, Instrument};
 
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
+use crate::loss::{LossReport, LossSlot};
 
 /// Elements of one message, with the address of the worker that produced them.
 pub(crate) type Batch = Result<(Arc<str>, Vec<Element>), ClientError>;
@@ -45,11 +46,14 @@ pub struct ElementStream {
     iteration_id: u64,
     client_id: u64,
     job_name: String,
+    /// Set by the manager when a read that accepted loss lost data.
+    loss: LossSlot,
 }
 
 impl ElementStream {
-    /// Spawns the iteration's manager, `manage(tx)`, which sends the elements
-    /// through a channel of `capacity` batches and ends the stream by returning.
+    /// Spawns the iteration's manager, `manage(tx, loss)`, which sends the elements
+    /// through a channel of `capacity` batches and ends the stream by returning
+    /// (leaving in `loss` what a read that accepted loss lost).
     pub(crate) fn start<F, Fut>(
         dispatcher: DispatcherClient,
         job_name: String,
@@ -59,12 +63,13 @@ impl ElementStream {
         manage: F,
     ) -> Self
     where
-        F: FnOnce(mpsc::Sender<Batch>) -> Fut,
+        F: FnOnce(mpsc::Sender<Batch>, LossSlot) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(capacity);
         let span = tracing::info_span!("read", iteration_id, client_id, job = %job_name);
-        let manager = tokio::spawn(manage(tx).instrument(span));
+        let loss = LossSlot::default();
+        let manager = tokio::spawn(manage(tx, loss.clone()).instrument(span));
         ElementStream {
             rx,
             current: Vec::new().into_iter(),
@@ -75,7 +80,15 @@ impl ElementStream {
             iteration_id,
             client_id,
             job_name,
+            loss,
         }
+    }
+
+    /// What the read lost, once it has ended, if it accepted loss
+    /// (`ReadOptions::accept_data_loss`); `None` for a complete read (a read that
+    /// did not accept loss ends with `ClientError::DataLost` instead).
+    pub fn loss_report(&self) -> Option<LossReport> {
+        self.loss.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn iteration_id(&self) -> u64 {

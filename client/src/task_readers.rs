@@ -19,6 +19,13 @@
 //! A task reader whose worker fails retries per `ReadOptions::worker_retry`
 //! (`retry.rs`); each message that arrives restarts the failure clock, and a task
 //! the dispatcher saw finish is not fetched again even if its worker is gone.
+//!
+//! Loss: a task the dispatcher ended because its worker was lost (`TaskInfo.lost`),
+//! and that this reader had not read to its end of sequence, lost elements. The
+//! read then does not end like a complete one: its last item is
+//! `ClientError::DataLost` naming the tasks and workers, or, with
+//! `ReadOptions::accept_data_loss`, it ends with the report in the stream
+//! (`loss.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -33,6 +40,7 @@ use crate::channels::worker_channel;
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
 use crate::local_workers;
+use crate::loss::{LossReport, LossSlot, LostTask};
 use crate::options::{ReadOptions, TargetWorkers};
 use crate::reader::Batch;
 use crate::retry::{describe, is_retryable_status, Attempt};
@@ -40,14 +48,27 @@ use crate::view_poll::ViewPoll;
 use crate::worker_stream;
 use sluice_security::ClientSecurity;
 
+/// How a task reader ended without error.
+enum Ended {
+    /// It read the task's end of sequence: nothing of the task is missing here.
+    EndOfSequence,
+    /// The dispatcher saw the task finish before this reader read its end (its
+    /// elements went to another consumer, or its worker was lost).
+    FinishedElsewhere,
+}
+
 pub(crate) async fn manage(
     dispatcher: DispatcherClient,
     client_id: u64,
     opts: ReadOptions,
     tx: mpsc::Sender<Batch>,
+    loss: LossSlot,
 ) {
     let permits = Arc::new(Semaphore::new(opts.max_outstanding_requests));
-    let mut readers: JoinSet<Result<(), ClientError>> = JoinSet::new();
+    let mut readers: JoinSet<Result<(u64, Ended), ClientError>> = JoinSet::new();
+    // Tasks the dispatcher ended because their worker was lost → that worker.
+    let mut lost: HashMap<u64, String> = HashMap::new();
+    let mut report = LossReport::default();
     // Per started task: tells its reader the dispatcher saw the task finish.
     let mut started: HashMap<u64, watch::Sender<bool>> = HashMap::new();
     // One long poll always in flight (kept across select rounds: dropping it
@@ -69,18 +90,28 @@ pub(crate) async fn manage(
                     }
                 };
                 for task in hb.tasks {
+                    if task.lost {
+                        lost.insert(task.task_id, task.worker_address.clone());
+                    }
                     if let Some(done) = started.get(&task.task_id) {
                         if task.finished {
                             let _ = done.send(true);
                         }
                         continue;
                     }
-                    if task.finished || skipped.contains(&task.task_id) {
+                    if skipped.contains(&task.task_id) {
                         continue;
                     }
-                    if opts.target_workers == TargetWorkers::Local
-                        && !local_workers::contains(&task.worker_address)
-                    {
+                    if task.finished {
+                        // Never read here, and ended with its worker: its elements
+                        // are gone (a task that finished normally went to others).
+                        if task.lost && reads_worker(&opts, &task.worker_address) {
+                            started.insert(task.task_id, watch::channel(true).0);
+                            report.tasks.push(LostTask { task_id: task.task_id, worker_address: task.worker_address });
+                        }
+                        continue;
+                    }
+                    if !reads_worker(&opts, &task.worker_address) {
                         debug!(task_id = task.task_id, worker = %task.worker_address, "not a local worker; skipping its task");
                         skipped.insert(task.task_id);
                         continue;
@@ -102,19 +133,42 @@ pub(crate) async fn manage(
                     address: "client".into(),
                     message: format!("task reader panicked: {e}"),
                 }));
-                if let Err(e) = result {
-                    let _ = tx.send(Err(e)).await;
-                    return;
+                match result {
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                    Ok((task_id, Ended::FinishedElsewhere)) => {
+                        if let Some(worker_address) = lost.get(&task_id) {
+                            let worker_address = worker_address.clone();
+                            report.tasks.push(LostTask { task_id, worker_address });
+                        }
+                    }
+                    Ok((_, Ended::EndOfSequence)) => {}
                 }
             }
         }
         // Every started reader has returned: its task reached end of sequence.
         let own_tasks_done = !skipped.is_empty() && !started.is_empty() && readers.is_empty();
         if (finished || own_tasks_done) && readers.is_empty() {
+            if !report.is_empty() {
+                tracing::warn!(%report, "the read lost data");
+                if opts.accept_data_loss {
+                    *loss.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
+                } else {
+                    let _ = tx.send(Err(ClientError::DataLost { report })).await;
+                }
+            }
             // Dropping `tx` ends the stream.
             return;
         }
     }
+}
+
+/// Whether this reader reads the tasks of the worker at `address`
+/// (`TargetWorkers::Local` reads only workers in this process).
+fn reads_worker(opts: &ReadOptions, address: &str) -> bool {
+    opts.target_workers != TargetWorkers::Local || local_workers::contains(address)
 }
 
 async fn read_task(
@@ -125,7 +179,8 @@ async fn read_task(
     tx: mpsc::Sender<Batch>,
     permits: Arc<Semaphore>,
     finished: watch::Receiver<bool>,
-) -> Result<(), ClientError> {
+) -> Result<(u64, Ended), ClientError> {
+    let task_id = task.task_id;
     let _permit = permits.acquire_owned().await.map_err(|_| ClientError::Protocol {
         address: task.worker_address.clone(),
         message: "reader stopped".into(),
@@ -148,6 +203,7 @@ async fn read_task(
     // consumer): there is nothing left to fetch, even if the worker is gone.
     let task_finished = async move {
         let _ = until_finished.wait_for(|f| *f).await;
+        Ended::FinishedElsewhere
     };
     let retry = policy.retry("worker", &address);
     retry
@@ -176,10 +232,11 @@ async fn read_task(
                             if !elements.is_empty()
                                 && tx.send(Ok((source.clone(), elements))).await.is_err()
                             {
-                                return Attempt::Done(()); // the reader was dropped
+                                // The reader was dropped.
+                                return Attempt::Done(Ended::EndOfSequence);
                             }
                             if batch.end_of_sequence {
-                                return Attempt::Done(());
+                                return Attempt::Done(Ended::EndOfSequence);
                             }
                         }
                         Ok(None) => {
@@ -196,7 +253,7 @@ async fn read_task(
                 return Attempt::GiveUp(ClientError::rpc("worker", source, "GetElements", &status));
             }
             if *finished_ref.borrow() {
-                return Attempt::Done(());
+                return Attempt::Done(Ended::FinishedElsewhere);
             }
             if progressed {
                 Attempt::FailedAfterProgress(describe(&status))
@@ -205,4 +262,5 @@ async fn read_task(
             }
         })
         .await
+        .map(|ended| (task_id, ended))
 }

@@ -53,34 +53,13 @@ pub(crate) fn register_all(r: &mut FunctionRegistry) {
     r.register_filter("gt", 1, |e, args| compare(e, args, |o| o.is_gt()));
     r.register_filter("eq", 1, |e, args| compare(e, args, |o| o.is_eq()));
 
-    // Dataset functions for flat_map / interleave: the element names a file.
-    use crate::exec::files::{elements, FileFormat};
-    r.register_dataset_fn("tfrecord", 0, |e, _| {
-        Ok(elements(file_name(&e)?, FileFormat::TfRecord { skip_corrupt: false }))
-    });
-    r.register_dataset_fn("tfrecord_skip_corrupt", 0, |e, _| {
-        Ok(elements(file_name(&e)?, FileFormat::TfRecord { skip_corrupt: true }))
-    });
-    r.register_dataset_fn("text_lines", 0, |e, _| {
-        Ok(elements(file_name(&e)?, FileFormat::TextLines))
-    });
+    // Dataset functions for flat_map / interleave: the element names a file, read
+    // under the registry's data roots (`FunctionRegistry::with_data_roots`).
+    for name in ["tfrecord", "tfrecord_skip_corrupt", "text_lines"] {
+        r.register_file_fn(name);
+    }
 
     crate::image::register(r);
-}
-
-/// The file name held by a one-component string (or bytes) scalar element, as
-/// `list_files` produces.
-fn file_name(e: &Element) -> Result<String, String> {
-    let name = match e.components.as_slice() {
-        [t] if t.shape().is_empty() && matches!(t.dtype(), DType::String | DType::Bytes) => {
-            t.items().map_err(|e| e.to_string())?.into_iter().next()
-        }
-        _ => None,
-    };
-    let name = name.ok_or_else(|| {
-        "expected a string scalar naming a file (e.g. from list_files)".to_string()
-    })?;
-    String::from_utf8(name.to_vec()).map_err(|_| "the file name is not UTF-8".to_string())
 }
 
 /// A numeric value: an int64, or any float widened to f64.

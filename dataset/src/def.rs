@@ -517,6 +517,7 @@ impl DatasetDef {
             if i > 0 && stage.is_source() {
                 return Err(bad(i, &format!(".{name}"), "a source may only be the first stage"));
             }
+            check_bounds(stage).map_err(|(field, m)| bad(i, &field, &m))?;
             match stage {
                 Stage::Range { step: 0, .. } => {
                     return Err(bad(i, ".range.step", "must not be 0"));
@@ -662,6 +663,32 @@ impl DatasetDef {
             Stage::TfRecord { files, .. } | Stage::TextLines { files } => Some(files.len() as u64),
             _ => None,
         }
+    }
+}
+
+/// The memory-sizing parameters of `stage` against `bounds`; `Err((field, message))`
+/// names the field under the stage and the limit.
+fn check_bounds(stage: &Stage) -> Result<(), (String, String)> {
+    use crate::bounds::{at_most, MAX_BATCH_SIZE, MAX_SHUFFLE_BUFFER};
+    match stage {
+        Stage::Batch { size, .. } => at_most(*size, MAX_BATCH_SIZE, "MAX_BATCH_SIZE")
+            .map_err(|m| (".batch.size".to_string(), m)),
+        Stage::Shuffle { buffer_size, .. } => {
+            at_most(*buffer_size, MAX_SHUFFLE_BUFFER, "MAX_SHUFFLE_BUFFER")
+                .map_err(|m| (".shuffle.buffer_size".to_string(), m))
+        }
+        Stage::ParseExample { features } => features.iter().enumerate().try_for_each(|(j, f)| {
+            let Some(shape) = &f.shape else { return Ok(()) };
+            let default_len = match (&f.default, f.dtype) {
+                (Some(Arg::Str(s)), crate::tensor::DType::Bytes | crate::tensor::DType::String) => {
+                    Some(s.len())
+                }
+                _ => None,
+            };
+            crate::bounds::feature(shape, default_len)
+                .map_err(|(field, m)| (format!(".parse_example.features[{j}]{field}"), m))
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -27,6 +27,10 @@ pub enum DatasetError {
     /// Reading, writing or listing a file or object failed (`file` is its URL or path).
     #[error("I/O error on `{file}`: {message}")]
     Io { file: String, message: String },
+    /// A file or object lies outside the data roots (`io::DataRoots`): refused
+    /// before anything is opened; `message` names the roots and the flag.
+    #[error("`{file}` may not be read: {message}")]
+    Forbidden { file: String, message: String },
     /// A file's content is malformed at byte `offset` (e.g. a TFRecord checksum
     /// mismatch); `format` names the file format.
     #[error("corrupt {format} in `{file}` at byte {offset}: {message}")]

@@ -25,6 +25,8 @@
 //! - `image` — the built-in image maps (`decode_png`, `center_crop`, `normalize`).
 //! - [`sample`] — a sample image dataset writer and the pipeline that reads it.
 //! - [`error`] — [`DatasetError`], the crate's one error type.
+//! - [`bounds`] — the limits of the spec parameters that size memory (batch,
+//!   shuffle, `parse_example` shapes), checked by `DatasetDef::validate`.
 //!
 //! File sources (`list_files`, `tfrecord`, `text_lines`) read through [`io`]; their
 //! split unit is a file, opened lazily by the executor's source stage (`exec`).
@@ -33,6 +35,7 @@
 //! stores it, a worker executes it and streams `Element`s; the same executor runs it
 //! locally, which tests use as the oracle.
 
+pub mod bounds;
 mod builtins;
 pub mod cardinality;
 pub mod def;

@@ -40,7 +40,10 @@ use std::sync::Arc;
 
 use crate::def::{Arg, DatasetDef, FnCall, FnKind};
 use crate::error::DatasetError;
+use crate::exec::files;
 use crate::exec::stream::ElementIter;
+use crate::formats::{file_function, FileFormat};
+use crate::io::DataRoots;
 use crate::tensor::Element;
 
 /// A map function: takes an element and the call's constant arguments.
@@ -62,12 +65,22 @@ struct Entry<F> {
     check: Option<ArgCheck>,
 }
 
-/// Named map and filter functions. Cheap to clone (the functions are shared).
+/// A dataset function: registered code, or a built-in file reader, which the
+/// registry binds to its data roots when asked for it.
+#[derive(Clone)]
+enum DatasetEntry {
+    Custom(DatasetFn),
+    File(FileFormat),
+}
+
+/// Named map and filter functions, and the data roots under which the built-in
+/// file functions and file sources read. Cheap to clone (the functions are shared).
 #[derive(Clone)]
 pub struct FunctionRegistry {
     maps: BTreeMap<String, Entry<MapFn>>,
     filters: BTreeMap<String, Entry<FilterFn>>,
-    datasets: BTreeMap<String, Entry<DatasetFn>>,
+    datasets: BTreeMap<String, Entry<DatasetEntry>>,
+    data_roots: DataRoots,
 }
 
 impl FunctionRegistry {
@@ -77,6 +90,7 @@ impl FunctionRegistry {
             maps: BTreeMap::new(),
             filters: BTreeMap::new(),
             datasets: BTreeMap::new(),
+            data_roots: DataRoots::unrestricted(),
         }
     }
 
@@ -110,7 +124,29 @@ impl FunctionRegistry {
         arity: usize,
         f: impl Fn(Element, &[Arg]) -> Result<ElementIter, String> + Send + Sync + 'static,
     ) {
-        self.datasets.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
+        let f = DatasetEntry::Custom(Arc::new(f));
+        self.datasets.insert(name.to_string(), Entry { arity, f, check: None });
+    }
+
+    /// Registers the built-in file reader `name` (see `exec::files::file_function`).
+    pub(crate) fn register_file_fn(&mut self, name: &str) {
+        if let Some(format) = file_function(name) {
+            let f = DatasetEntry::File(format);
+            self.datasets.insert(name.to_string(), Entry { arity: 0, f, check: None });
+        }
+    }
+
+    /// This registry with its file sources and built-in file functions reading only
+    /// under `roots`. A worker sets its configured roots here; the default
+    /// ([`DataRoots::unrestricted`]) suits a program reading its own files.
+    pub fn with_data_roots(mut self, roots: DataRoots) -> Self {
+        self.data_roots = roots;
+        self
+    }
+
+    /// The roots the registry's file readers read under.
+    pub fn data_roots(&self) -> &DataRoots {
+        &self.data_roots
     }
 
     /// Attaches an argument check to an already registered function.
@@ -163,9 +199,18 @@ impl FunctionRegistry {
         self.filters.get(name).map(|e| &e.f)
     }
 
-    /// The dataset function `name`, if registered.
-    pub(crate) fn dataset_fn(&self, name: &str) -> Option<&DatasetFn> {
-        self.datasets.get(name).map(|e| &e.f)
+    /// The dataset function `name`, if registered (a file reader bound to the
+    /// registry's data roots).
+    pub(crate) fn dataset_fn(&self, name: &str) -> Option<DatasetFn> {
+        self.datasets.get(name).map(|e| match &e.f {
+            DatasetEntry::Custom(f) => f.clone(),
+            DatasetEntry::File(format) => {
+                let (format, roots) = (*format, self.data_roots.clone());
+                Arc::new(move |e: Element, _: &[Arg]| {
+                    Ok(files::elements(files::file_name(&e)?, format, roots.clone()))
+                })
+            }
+        })
     }
 
     fn lookup(&self, kind: FnKind, name: &str) -> Option<(usize, Option<ArgCheck>)> {
@@ -225,6 +270,9 @@ impl FunctionRegistry {
 
 impl fmt::Debug for FunctionRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FunctionRegistry").field("functions", &self.names()).finish()
+        f.debug_struct("FunctionRegistry")
+            .field("functions", &self.names())
+            .field("data_roots", &format_args!("{}", self.data_roots))
+            .finish()
     }
 }

@@ -41,6 +41,49 @@ fn apply(t: Tensor, maps: Vec<(&str, Vec<Arg>)>) -> Result<Element, DatasetError
     common::run_with(&def, &registry).remove(0)
 }
 
+/// A valid 1×1 RGBA PNG whose header then claims `width` × `height`, with the
+/// header's checksum made right again, so only the size is hostile.
+fn png_claiming(width: u32, height: u32) -> Vec<u8> {
+    let mut bytes = png(1, 1, png::ColorType::Rgba, png::BitDepth::Eight, &[1, 2, 3, 4]);
+    // Signature (8), IHDR length (4), "IHDR" (4), then width and height.
+    bytes[16..20].copy_from_slice(&width.to_be_bytes());
+    bytes[20..24].copy_from_slice(&height.to_be_bytes());
+    let crc = crc32(&bytes[12..29]); // the chunk type and its 13 data bytes
+    bytes[29..33].copy_from_slice(&crc.to_be_bytes());
+    bytes
+}
+
+/// PNG's CRC-32 (ISO 3309), bit by bit.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn a_png_header_declaring_a_huge_image_fails_its_element_before_allocating() {
+    // 2^31-1 squared × 4 channels: ~16 EiB, the u64 product overflows too; and one
+    // that fits u64 but not the limit (64 Ki × 64 Ki × 4 = 16 GiB).
+    for (w, h) in [(i32::MAX as u32, i32::MAX as u32), (1 << 16, 1 << 16)] {
+        let err =
+            apply(Tensor::scalar_bytes(&png_claiming(w, h)), vec![("decode_png", vec![img()])])
+                .expect_err("refused")
+                .to_string();
+        assert!(
+            err.contains(&format!("{w}x{h}")) && err.contains("MAX_IMAGE_BYTES"),
+            "names the size and the limit: {err}"
+        );
+    }
+    // The untouched image still decodes: only the declared size was at fault.
+    let ok = apply(Tensor::scalar_bytes(&png_claiming(1, 1)), vec![("decode_png", vec![img()])]);
+    assert_eq!(ok.expect("decodes").components[1].shape(), [1, 1, 4]);
+}
+
 fn img() -> Arg {
     Arg::Str("img".into())
 }

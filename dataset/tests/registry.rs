@@ -112,7 +112,10 @@ fn check_validates_the_structure_first() {
 fn debug_prints_the_names() {
     let mut r = FunctionRegistry::empty();
     r.register_map("m", 0, |e, _| Ok(e));
-    assert_eq!(format!("{r:?}"), r#"FunctionRegistry { functions: ["map:m"] }"#);
+    assert_eq!(
+        format!("{r:?}"),
+        r#"FunctionRegistry { functions: ["map:m"], data_roots: (unrestricted) }"#
+    );
 }
 
 #[test]

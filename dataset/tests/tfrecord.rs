@@ -117,5 +117,18 @@ fn huge_length_is_refused_without_allocating() {
     bytes.extend_from_slice(&masked_crc(&len).to_le_bytes());
     let out = read(bytes, false);
     let err = out[0].clone().unwrap_err().to_string();
-    assert!(err.contains("exceeds the maximum"), "{err}");
+    assert!(err.contains("exceeds the maximum") && err.contains("MAX_RECORD_BYTES"), "{err}");
+}
+
+#[test]
+fn a_short_file_claiming_the_largest_record_is_truncated_not_allocated() {
+    let len = MAX_RECORD_BYTES.to_le_bytes();
+    let mut bytes = len.to_vec();
+    bytes.extend_from_slice(&masked_crc(&len).to_le_bytes());
+    bytes.extend_from_slice(b"only a few bytes");
+    let out = read(bytes, false);
+    let err = out[0].clone().unwrap_err().to_string();
+    // 12 bytes of header, the data, 4 of footer.
+    let whole = format!("28 of {} bytes", MAX_RECORD_BYTES + 16);
+    assert!(err.contains("truncated") && err.contains(&whole), "{err}");
 }

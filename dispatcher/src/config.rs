@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use sluice_dataset::io::DataRoots;
+
 use crate::access::DispatcherSecurity;
 use crate::error::DispatcherError;
 use crate::limits::Limits;
@@ -90,6 +92,11 @@ pub struct DispatcherConfig {
     /// keepalives); see [`DispatcherConfig::server_limits`] for the timeout
     /// actually applied.
     pub server: ServerLimits,
+    /// The files and objects a registered spec may name (`sluice dispatcher
+    /// --data-roots`): a spec naming anything else is refused at registration.
+    /// `None`: the defaults for the listen address ([`DataRoots::defaults`]: the
+    /// current and temp directories on loopback, nothing elsewhere).
+    pub data_roots: Option<DataRoots>,
 }
 
 impl Default for DispatcherConfig {
@@ -115,6 +122,7 @@ impl Default for DispatcherConfig {
             max_client_wait: Duration::from_secs(1),
             limits: Limits::default(),
             server: ServerLimits::default(),
+            data_roots: None,
         }
     }
 }
@@ -223,6 +231,11 @@ impl DispatcherConfig {
         let held = self.max_client_wait.max(Duration::from_secs(5));
         let floor = held.saturating_add(Duration::from_secs(10));
         ServerLimits { request_timeout: self.server.request_timeout.max(floor), ..self.server }
+    }
+
+    /// The data roots this node enforces, listening on `address`.
+    pub fn data_roots_at(&self, address: &std::net::SocketAddr) -> DataRoots {
+        self.data_roots.clone().unwrap_or_else(|| DataRoots::defaults(address.ip().is_loopback()))
     }
 
     /// Where node `node_id` journals, from `work_dir`.

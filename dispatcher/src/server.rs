@@ -83,6 +83,8 @@ pub async fn run_with_listeners(
             let own = config.raft_peers.get(&config.node_id).ok_or_else(|| {
                 DispatcherError::Config(format!("node {} has no Raft address", config.node_id))
             })?;
+            // Refused before binding: nothing listens off loopback unprotected.
+            config.check_raft_exposure(own.rsplit_once(':').map_or(own.as_str(), |(h, _)| h))?;
             Some(TcpListener::bind(own).await.map_err(|e| {
                 DispatcherError::Config(format!(
                     "cannot listen for Raft on {own} (is the port in use?): {e}"
@@ -94,6 +96,9 @@ pub async fn run_with_listeners(
     if let Some(l) = &raft_listener {
         config.check_raft_exposure(&l.local_addr()?.ip().to_string())?;
     }
+    let data_roots = config.data_roots_at(&address);
+    tracing::info!(%data_roots, "specs may name files only under these data roots");
+    let registry = registry.with_data_roots(data_roots);
     let core = Arc::new(Core::start(&config, &address.to_string()).await?);
     // Stops when dropped, at the end of this function.
     let _metrics = match metrics {

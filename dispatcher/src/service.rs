@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_dataset::io::DataRoots;
 use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, Stage};
 use sluice_proto::v1 as pb;
 use sluice_security::Caller;
@@ -133,7 +134,9 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         self.check_functions(&def).await?;
         // `list_files` is listed once, here, so the file list (and with it the
         // split order and every static shard) is part of the replicated state.
-        let def = resolve_files(def).await?;
+        // Every file it names must lie under the data roots (checked again, per
+        // file, by the worker that opens it).
+        let def = resolve_files(def, self.registry.data_roots().clone()).await?;
         let dataset_id: Option<DatasetId> = Some(req.dataset_id).filter(|id| !id.is_empty());
         match self
             .core
@@ -390,9 +393,21 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
     }
 }
 
-/// Lists the files of `list_files` stages, off the runtime's threads (it may block
-/// on a file system or object store).
-async fn resolve_files(mut def: DatasetDef) -> Result<DatasetDef, Status> {
+/// Checks the files `def` names against `roots` and lists the files of its
+/// `list_files` stages (each match checked too), off the runtime's threads (it may
+/// block on a file system or object store).
+async fn resolve_files(mut def: DatasetDef, roots: DataRoots) -> Result<DatasetDef, Status> {
+    if roots.is_unrestricted() && !def.has_unresolved_files() {
+        return Ok(def);
+    }
+    let checked = {
+        let roots = roots.clone();
+        tokio::task::spawn_blocking(move || def.check_files(&roots).map(|()| def))
+    };
+    def = checked
+        .await
+        .map_err(|e| Status::internal(format!("checking files: {e}")))?
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
     if !def.has_unresolved_files() {
         return Ok(def);
     }
@@ -404,7 +419,7 @@ async fn resolve_files(mut def: DatasetDef) -> Result<DatasetDef, Status> {
             _ => None,
         })
         .collect();
-    let resolved = tokio::task::spawn_blocking(move || def.resolve_files().map(|()| def))
+    let resolved = tokio::task::spawn_blocking(move || def.resolve_files_in(&roots).map(|()| def))
         .await
         .map_err(|e| Status::internal(format!("listing files: {e}")))?;
     resolved.map_err(|e| {

@@ -13,6 +13,7 @@ def start_quorum(
     n: int = 3,
     work_dir: Optional[str] = None,
     limits: Optional[dict[str, float]] = None,
+    data_roots: Optional[list[str]] = None,
     tls_cert: Optional[str] = None,
     tls_key: Optional[str] = None,
     tls_ca: Optional[str] = None,
@@ -50,6 +51,10 @@ class Reader(Iterator[Any]):
     @property
     def elements(self) -> int:
         """Elements this reader has returned."""
+    @property
+    def loss_report(self) -> Optional[list[tuple[int, str]]]:
+        """After a read that accepted loss and lost data: (task_id, worker_address)
+        of each task ended with its lost worker; ``None`` otherwise."""
 
 class Client:
     """A handle to the service's dispatchers (per process)."""
@@ -75,6 +80,7 @@ class Client:
         num_consumers: Optional[int] = None,
         consumer_index: Optional[int] = None,
         trainer_id: Optional[str] = None,
+        accept_data_loss: bool = False,
     ) -> Reader: ...
 
 class DispatchServer:
@@ -98,6 +104,7 @@ class DispatchServer:
         auth_tokens: Optional[str] = None,
         peer_ca: Optional[str] = None,
         peer_secret_file: Optional[str] = None,
+        data_roots: Optional[list[str]] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...
@@ -120,6 +127,7 @@ class WorkerServer:
         tls_ca: Optional[str] = None,
         auth_tokens: Optional[str] = None,
         token: Optional[str] = None,
+        data_roots: Optional[list[str]] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...

@@ -232,6 +232,7 @@ class DistributedDataset:
         dispatcher_timeout: float = DEFAULT_TIMEOUT,
         tls_ca: str | os.PathLike[str] | None = None,
         token: str | None = None,
+        accept_data_loss: bool = False,
     ) -> None:
         if (dataset is None) == (dataset_id is None):
             raise InvalidArgumentError("give exactly one of dataset and dataset_id")
@@ -252,6 +253,7 @@ class DistributedDataset:
         self.dispatcher_timeout = float(dispatcher_timeout)
         self.tls_ca = None if tls_ca is None else os.fspath(tls_ca)
         self.token = token
+        self.accept_data_loss = bool(accept_data_loss)
         self._iterations = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -289,6 +291,7 @@ class DistributedDataset:
             num_consumers=self.num_consumers,
             consumer_index=self.consumer_index,
             trainer_id=trainer,
+            accept_data_loss=self.accept_data_loss,
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -315,6 +318,7 @@ def distribute(
     dispatcher_timeout: float = DEFAULT_TIMEOUT,
     tls_ca: str | os.PathLike[str] | None = None,
     token: str | None = None,
+    accept_data_loss: bool = False,
 ) -> Callable[["Dataset"], DistributedDataset]:
     """A transformation reading a dataset through the service: apply it with
     ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``.
@@ -328,7 +332,10 @@ def distribute(
     ``dispatcher_timeout`` (Sluice's): seconds an unavailable dispatcher is
     retried before ``UnavailableError``. ``tls_ca`` and ``token`` (Sluice's): the
     CA to verify servers with (dial over TLS) and the client token to present;
-    default ``$SLUICE_TLS_CA`` and ``$SLUICE_TOKEN`` (docs/security.md)."""
+    default ``$SLUICE_TLS_CA`` and ``$SLUICE_TOKEN`` (docs/security.md).
+    ``accept_data_loss`` (Sluice's): a read that lost a worker's undelivered
+    elements raises ``DataLossError`` at its end unless this is true; then it ends
+    normally and the reader's ``loss_report`` names the lost tasks and workers."""
 
     def apply(dataset: "Dataset") -> DistributedDataset:
         return DistributedDataset(
@@ -344,6 +351,7 @@ def distribute(
             dispatcher_timeout=dispatcher_timeout,
             tls_ca=tls_ca,
             token=token,
+            accept_data_loss=accept_data_loss,
         )
 
     return apply
@@ -364,6 +372,7 @@ def from_dataset_id(
     dispatcher_timeout: float = DEFAULT_TIMEOUT,
     tls_ca: str | os.PathLike[str] | None = None,
     token: str | None = None,
+    accept_data_loss: bool = False,
 ) -> DistributedDataset:
     """Reads a dataset registered earlier (``register_dataset``) by its id.
     ``element_spec`` is accepted for tf.data compatibility and not needed:
@@ -382,4 +391,5 @@ def from_dataset_id(
         dispatcher_timeout=dispatcher_timeout,
         tls_ca=tls_ca,
         token=token,
+        accept_data_loss=accept_data_loss,
     )

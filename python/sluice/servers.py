@@ -80,6 +80,10 @@ class DispatchServer(_Server):
     ``request_timeout`` in seconds) are those of ``sluice dispatcher``'s
     ``--max-*`` flags; ``None`` keeps the default. A request beyond a cap raises
     ``ResourceExhaustedError`` naming it.
+    ``data_roots`` (``--data-roots``) lists the only directories (or ``file://``,
+    ``s3://bucket/prefix``, ``gs://`` URLs) a registered spec may name; a spec naming
+    anything else is refused with ``InvalidArgumentError``. ``None``: on loopback the
+    current and temp directories, elsewhere nothing (docs/security.md).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class DispatchServer(_Server):
         auth_tokens: _Path | None = None,
         peer_ca: _Path | None = None,
         peer_secret_file: _Path | None = None,
+        data_roots: Union[str, Sequence[str], None] = None,
     ) -> None:
         limits = _limits(
             max_datasets=max_datasets,
@@ -138,6 +143,7 @@ class DispatchServer(_Server):
             job_gc_timeout=job_gc_timeout,
             snapshot_every=snapshot_every,
             limits=limits,
+            data_roots=_roots(data_roots),
             **_paths(
                 tls_cert=tls_cert,
                 tls_key=tls_key,
@@ -176,7 +182,8 @@ class WorkerServer(_Server):
     """A worker: registers with the dispatchers, runs its tasks' pipelines and
     streams elements to readers. ``dispatcher_address`` takes anything a
     ``service`` argument takes (an address, a list, a ``DispatchServer``'s
-    ``.target``, a ``Quorum``).
+    ``.target``, a ``Quorum``). ``data_roots``: the only files its pipelines may
+    open, checked before each open (as ``DispatchServer``'s).
 
     Security (docs/security.md): ``tls_cert`` + ``tls_key`` serve element streams
     over TLS and ``tls_ca`` verifies the dispatcher; ``auth_tokens`` requires a
@@ -198,6 +205,7 @@ class WorkerServer(_Server):
         tls_ca: _Path | None = None,
         auth_tokens: _Path | None = None,
         token: str | None = None,
+        data_roots: Union[str, Sequence[str], None] = None,
     ) -> None:
         self._native = _native.WorkerServer(
             addresses(dispatcher_address),
@@ -209,6 +217,7 @@ class WorkerServer(_Server):
             drain_timeout=drain_timeout,
             dispatcher_timeout=dispatcher_timeout,
             token=token,
+            data_roots=_roots(data_roots),
             **_paths(tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, auth_tokens=auth_tokens),
         )
 
@@ -253,6 +262,7 @@ class Quorum:
 def start_quorum(
     n: int = 3,
     work_dir: str | None = None,
+    data_roots: Union[str, Sequence[str], None] = None,
     *,
     tls_cert: _Path | None = None,
     tls_key: _Path | None = None,
@@ -263,14 +273,15 @@ def start_quorum(
     **limits: float | None,
 ) -> Quorum:
     """Starts ``n`` dispatchers of one Raft group on loopback with free ports;
-    with ``work_dir`` each journals in ``work_dir/node-<id>``. The security
-    keywords and ``limits`` (``max_datasets=``, ``finished_job_ttl=``, ...) are
-    ``DispatchServer``'s, the same for every node."""
+    with ``work_dir`` each journals in ``work_dir/node-<id>``. ``data_roots``, the
+    security keywords and ``limits`` (``max_datasets=``, ``finished_job_ttl=``, ...)
+    are ``DispatchServer``'s, the same for every node."""
     return Quorum(
         _native.start_quorum(
             n,
             None if work_dir is None else str(work_dir),
             _limits(**limits),
+            _roots(data_roots),
             **_paths(
                 tls_cert=tls_cert,
                 tls_key=tls_key,
@@ -281,3 +292,12 @@ def start_quorum(
             ),
         )
     )
+
+
+def _roots(roots: Union[str, Sequence[str], None]) -> list[str] | None:
+    """``"a,b"``, ``["a", Path("b")]`` or ``None`` as the native list."""
+    if roots is None:
+        return None
+    if isinstance(roots, str):
+        return [r for r in roots.split(",") if r.strip()]
+    return [str(r) for r in roots]

@@ -83,7 +83,7 @@ impl Client {
     /// Gets or creates the job and its iteration, and returns a reader of it.
     #[pyo3(signature = (dataset_id, processing_mode, job_name = None, target_workers = "auto",
         max_outstanding_requests = None, repetition = 0, num_consumers = None,
-        consumer_index = None, trainer_id = None))]
+        consumer_index = None, trainer_id = None, accept_data_loss = false))]
     #[allow(clippy::too_many_arguments)]
     fn read(
         &self,
@@ -97,12 +97,14 @@ impl Client {
         num_consumers: Option<u32>,
         consumer_index: Option<u32>,
         trainer_id: Option<String>,
+        accept_data_loss: bool,
     ) -> PyResult<Reader> {
         let mode: ProcessingMode = processing_mode.parse().map_err(errors::from_client)?;
         let target: TargetWorkers = target_workers.parse().map_err(errors::from_client)?;
         let mut opts = ReadOptions::new(mode).target_workers(target);
         opts.job_name = job_name;
         opts.repetition = repetition;
+        opts.accept_data_loss = accept_data_loss;
         if let Some(n) = max_outstanding_requests {
             opts = opts.max_outstanding_requests(n);
         }
@@ -264,5 +266,16 @@ impl Reader {
     #[getter]
     fn elements(&self) -> u64 {
         self.elements.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// After the end of a read that accepted loss (`accept_data_loss=True`) and
+    /// lost data: `[(task_id, worker_address), ...]`, the tasks ended with their
+    /// lost worker before this reader read them to the end. `None` otherwise.
+    #[getter]
+    fn loss_report(&self) -> Option<Vec<(u64, String)>> {
+        let guard = self.state.try_lock().ok()?;
+        let (_, stream) = guard.as_ref()?.get("reader").ok()?;
+        let report = stream.loss_report()?;
+        Some(report.tasks.into_iter().map(|t| (t.task_id, t.worker_address)).collect())
     }
 }

@@ -119,6 +119,7 @@ pub fn from_client(e: ClientError) -> PyErr {
             Kind::InvalidArgument
         }
         ClientError::Protocol { .. } => Kind::Internal,
+        ClientError::DataLost { .. } => Kind::DataLoss,
     };
     new_err(kind, e.to_string())
 }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::{BoxFuture, FutureExt, Shared};
 
 use pyo3::prelude::*;
+use sluice_dataset::io::DataRoots;
 use sluice_dataset::FunctionRegistry;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_worker::{WorkerConfig, WorkerHandle};
@@ -122,8 +123,8 @@ impl DispatchServer {
     #[pyo3(signature = (port = 0, host = "127.0.0.1", work_dir = None, peers = None,
         node_id = 1, elements_per_split = 1, worker_addresses = None,
         worker_timeout = 10.0, client_timeout = 60.0, job_gc_timeout = 300.0,
-        snapshot_every = None, limits = None, tls_cert = None, tls_key = None, tls_ca = None,
-        auth_tokens = None, peer_ca = None, peer_secret_file = None))]
+        snapshot_every = None, limits = None, data_roots = None, tls_cert = None, tls_key = None,
+        tls_ca = None, auth_tokens = None, peer_ca = None, peer_secret_file = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -139,6 +140,7 @@ impl DispatchServer {
         job_gc_timeout: f64,
         snapshot_every: Option<u64>,
         limits: Option<BTreeMap<String, f64>>,
+        data_roots: Option<Vec<String>>,
         tls_cert: Option<PathBuf>,
         tls_key: Option<PathBuf>,
         tls_ca: Option<PathBuf>,
@@ -159,6 +161,7 @@ impl DispatchServer {
         let group: Vec<String> = peers.iter().map(|(id, a)| format!("{id}={a}")).collect();
         let (peers, raft_peers) = sluice_dispatcher::parse_group(&group.join(","))
             .map_err(|e| errors::invalid_argument(e.to_string()))?;
+        let data_roots = parse_roots(data_roots)?;
         let mut config = DispatcherConfig {
             elements_per_split,
             node_id,
@@ -172,6 +175,7 @@ impl DispatchServer {
             peers,
             raft_peers,
             security: keywords.security()?,
+            data_roots,
             ..DispatcherConfig::default()
         };
         crate::limits::apply(&mut config, limits)?;
@@ -231,14 +235,15 @@ impl DispatchServer {
 /// way `sluice local` does: every listener is bound before any node starts, so
 /// each knows all its peers. `work_dir`: each node journals in `node-<id>` there.
 #[pyfunction]
-#[pyo3(signature = (n = 3, work_dir = None, limits = None, tls_cert = None, tls_key = None,
-    tls_ca = None, auth_tokens = None, peer_ca = None, peer_secret_file = None))]
+#[pyo3(signature = (n = 3, work_dir = None, limits = None, data_roots = None, tls_cert = None,
+    tls_key = None, tls_ca = None, auth_tokens = None, peer_ca = None, peer_secret_file = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn start_quorum(
     py: Python<'_>,
     n: u64,
     work_dir: Option<String>,
     limits: Option<BTreeMap<String, f64>>,
+    data_roots: Option<Vec<String>>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
@@ -249,6 +254,7 @@ pub fn start_quorum(
     let keywords =
         DispatcherKeywords { tls_cert, tls_key, tls_ca, auth_tokens, peer_ca, peer_secret_file };
     let security = keywords.security()?;
+    let data_roots = parse_roots(data_roots)?;
     if n == 0 {
         return Err(errors::invalid_argument("a quorum needs at least 1 dispatcher"));
     }
@@ -283,6 +289,7 @@ pub fn start_quorum(
             security: security.clone(),
             work_dir: work_dir.clone(),
             snapshot_every: DispatcherConfig::default_snapshot_every(work_dir.as_deref()),
+            data_roots: data_roots.clone(),
             ..DispatcherConfig::default()
         };
         crate::limits::apply(&mut config, limits.clone())?;
@@ -304,8 +311,8 @@ impl WorkerServer {
     #[new]
     #[pyo3(signature = (dispatcher_addresses, port = 0, host = "127.0.0.1",
         advertise = None, buffer = 256, heartbeat_interval = 0.5, drain_timeout = 0.0,
-        dispatcher_timeout = 60.0, tls_cert = None, tls_key = None, tls_ca = None,
-        auth_tokens = None, token = None))]
+        dispatcher_timeout = 60.0, data_roots = None, tls_cert = None, tls_key = None,
+        tls_ca = None, auth_tokens = None, token = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -317,6 +324,7 @@ impl WorkerServer {
         heartbeat_interval: f64,
         drain_timeout: f64,
         dispatcher_timeout: f64,
+        data_roots: Option<Vec<String>>,
         tls_cert: Option<PathBuf>,
         tls_key: Option<PathBuf>,
         tls_ca: Option<PathBuf>,
@@ -324,6 +332,7 @@ impl WorkerServer {
         token: Option<String>,
     ) -> PyResult<Self> {
         let mut config = WorkerConfig::new(dispatcher_addresses);
+        config.data_roots = parse_roots(data_roots)?;
         config.security =
             crate::security::worker((tls_cert, tls_key, tls_ca), auth_tokens, token.as_deref())?;
         config.advertised_address = advertise;
@@ -362,4 +371,13 @@ impl WorkerServer {
     fn join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         self.0.join(py, timeout)
     }
+}
+
+/// `data_roots=[...]` (`sluice dispatcher --data-roots`): `None` keeps the defaults
+/// of the listen address; a list (possibly empty) is exactly the roots.
+fn parse_roots(roots: Option<Vec<String>>) -> PyResult<Option<DataRoots>> {
+    roots
+        .map(|r| DataRoots::parse(&r.join(",")))
+        .transpose()
+        .map_err(|e| errors::invalid_argument(e.to_string()))
 }

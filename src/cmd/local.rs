@@ -31,6 +31,8 @@ pub struct LocalArgs {
     /// Print only the summary line.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub data_roots: super::DataRootsFlag,
 }
 
 /// The sample: squares of 0..20, keeping the even ones, plus one.
@@ -54,6 +56,7 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
         anyhow::bail!("--dispatchers must be at least 1");
     }
     let registry = FunctionRegistry::builtin();
+    let data_roots = a.data_roots.roots()?;
     // Bind every node first, so each knows all peers' addresses.
     let mut listeners = Vec::new();
     for _ in 0..a.dispatchers {
@@ -82,6 +85,7 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
             peers: peers.clone(),
             raft_peers: raft_peers.clone(),
             work_dir: a.work_dir.clone(),
+            data_roots: data_roots.clone(),
             ..DispatcherConfig::default()
         };
         let raft = raft_listeners.next();
@@ -92,6 +96,7 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
     for _ in 0..a.workers {
         let mut config = WorkerConfig::new(addresses.clone());
         config.heartbeat_interval = Duration::from_millis(100);
+        config.data_roots = data_roots.clone();
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         workers.push(sluice_worker::spawn(listener, config, registry.clone()).await?);
     }

@@ -53,6 +53,29 @@ impl DispatcherFlags {
     }
 }
 
+/// `--data-roots`: what the servers of a command may read (docs/security.md, "File
+/// access: data roots").
+#[derive(Args, Clone, Debug)]
+pub struct DataRootsFlag {
+    /// The only files and objects dataset specs may name, comma-separated:
+    /// directories (or file:///DIR), s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX].
+    /// Default: on a loopback listen address the current directory and the system
+    /// temp directory; on any other address nothing (every file read is refused).
+    #[arg(long = "data-roots", env = "SLUICE_DATA_ROOTS", value_name = "ROOTS")]
+    pub data_roots: Option<String>,
+}
+
+impl DataRootsFlag {
+    /// The parsed roots; `None` for the defaults of the listen address.
+    pub fn roots(&self) -> anyhow::Result<Option<sluice_dataset::io::DataRoots>> {
+        self.data_roots
+            .as_deref()
+            .map(sluice_dataset::io::DataRoots::parse)
+            .transpose()
+            .map_err(Into::into)
+    }
+}
+
 pub fn init_tracing(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));

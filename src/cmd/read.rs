@@ -47,6 +47,11 @@ pub struct ReadArgs {
     /// Print only the summary line, not the elements.
     #[arg(long)]
     pub quiet: bool,
+    /// When a worker is lost with elements of this read undelivered, end the read
+    /// normally (exit 0) and report the loss on stderr. Without it such a read
+    /// fails (exit non-zero) naming the lost tasks and workers.
+    #[arg(long)]
+    pub accept_data_loss: bool,
 }
 
 pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
@@ -57,6 +62,7 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         .max_outstanding_requests(a.max_outstanding_requests);
     opts.job_name = a.job_name.clone();
     opts.worker_retry = a.dispatcher.retry();
+    opts.accept_data_loss = a.accept_data_loss;
     // clap requires the two coordinated flags together.
     if let (Some(n), Some(i)) = (a.num_consumers, a.consumer_index) {
         opts = opts.coordinated(n, i);
@@ -86,13 +92,19 @@ pub struct Summary {
     pub elements: u64,
     pub bytes: u64,
     pub started: Instant,
+    /// What a read that accepted loss lost.
+    pub loss: Option<sluice_client::LossReport>,
 }
 
 impl Summary {
     pub fn line(&self) -> String {
         let secs = self.started.elapsed().as_secs_f64();
+        let loss = match &self.loss {
+            Some(report) => format!("; DATA LOST (accepted): {report}"),
+            None => String::new(),
+        };
         format!(
-            "{} elements, {} payload bytes in {:.3} s ({:.0} elements/s, {:.1} MB/s)",
+            "{} elements, {} payload bytes in {:.3} s ({:.0} elements/s, {:.1} MB/s){loss}",
             self.elements,
             self.bytes,
             secs,
@@ -122,7 +134,7 @@ pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::R
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut summary = Summary { elements: 0, bytes: 0, started };
+    let mut summary = Summary { elements: 0, bytes: 0, started, loss: None };
     loop {
         let next = match stream.next().now_or_never() {
             Some(next) => next,
@@ -148,6 +160,7 @@ pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::R
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    summary.loss = stream.loss_report();
     Ok(summary)
 }
 

@@ -86,6 +86,8 @@ pub struct DispatcherArgs {
     pub auth: super::security::ServerAuthFlags,
     #[command(flatten)]
     pub peer: super::security::PeerFlags,
+    #[command(flatten)]
+    pub data_roots: super::DataRootsFlag,
 }
 
 #[derive(Args, Debug)]
@@ -129,6 +131,8 @@ pub struct WorkerArgs {
     pub server: super::limits::ServerArgs,
     #[command(flatten)]
     pub auth: super::security::ServerAuthFlags,
+    #[command(flatten)]
+    pub data_roots: super::DataRootsFlag,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -206,6 +210,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         heartbeat_interval: Duration::from_millis(a.raft_heartbeat_ms),
         election_timeout_min: Duration::from_millis(a.election_timeout_ms.0),
         election_timeout_max: Duration::from_millis(a.election_timeout_ms.1),
+        data_roots: a.data_roots.roots()?,
         ..DispatcherConfig::default()
     };
     a.limits.apply(&mut config)?;
@@ -270,6 +275,7 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
         token: a.dispatcher.token.secret()?,
         insecure: a.auth.insecure,
     };
+    config.data_roots = a.data_roots.roots()?;
     config.validate()?;
     // Refused before anything is bound: nothing listens off loopback unprotected.
     let s = &config.security;

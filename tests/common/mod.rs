@@ -160,6 +160,12 @@ impl Cluster {
 
 /// Reads a stream of int64 scalars to the end.
 pub async fn collect_i64(mut stream: ElementStream) -> Vec<i64> {
+    rest_i64(&mut stream).await
+}
+
+/// Reads the rest of a stream of int64 scalars to its end, keeping the stream
+/// (e.g. for its `loss_report`).
+pub async fn rest_i64(stream: &mut ElementStream) -> Vec<i64> {
     let mut out = vec![];
     let read = tokio::time::timeout(DEADLINE, async {
         while let Some(e) = stream.next().await {

@@ -5,6 +5,7 @@ use sluice_proto::limits::ServerLimits;
 use std::time::Duration;
 
 use sluice_client::RetryPolicy;
+use sluice_dataset::io::DataRoots;
 use sluice_proto::MAX_MESSAGE_BYTES;
 
 use crate::access::WorkerSecurity;
@@ -49,6 +50,12 @@ pub struct WorkerConfig {
     pub server: ServerLimits,
     /// TLS and tokens (`access.rs`).
     pub security: WorkerSecurity,
+    /// The files and objects this worker's pipelines may open (`sluice worker
+    /// --data-roots`); every file is checked right before it is opened, and a
+    /// refused one fails that task's read with an error naming it. `None`: the
+    /// defaults for the listen address ([`DataRoots::defaults`]: the current and
+    /// temp directories on loopback, nothing elsewhere).
+    pub data_roots: Option<DataRoots>,
 }
 
 /// 256 MiB per cache task. tf.data defaults to 10 GiB, sized for dedicated
@@ -74,6 +81,7 @@ impl Default for WorkerConfig {
             exit_when_idle: None,
             server: ServerLimits::default(),
             security: WorkerSecurity::default(),
+            data_roots: None,
         }
     }
 }

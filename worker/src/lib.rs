@@ -145,6 +145,12 @@ pub async fn run_with_metrics(
         &security.missing(),
         security.insecure,
     )?;
+    let data_roots = config.data_roots.clone().unwrap_or_else(|| {
+        sluice_dataset::io::DataRoots::defaults(
+            listener.local_addr().is_ok_and(|a| a.ip().is_loopback()),
+        )
+    });
+    let registry = registry.with_data_roots(data_roots);
     let dispatcher = DispatcherClient::with_security(
         &config.dispatcher_addresses,
         config.dispatcher_retry.clone(),
@@ -153,6 +159,9 @@ pub async fn run_with_metrics(
     // Tells this process from an earlier one at the same address (GetSplit keys).
     let worker_uid: u64 = rand::random();
     let span = tracing::info_span!("worker", worker = %address, worker_uid);
+    span.in_scope(|| {
+        tracing::info!(data_roots = %registry.data_roots(), "pipelines may open files only under these data roots")
+    });
     let worker = Arc::new(Worker::new(
         address,
         worker_uid,

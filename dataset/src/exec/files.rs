@@ -10,7 +10,8 @@ use std::io::{BufRead, BufReader, Read};
 
 use crate::error::DatasetError;
 use crate::formats::tfrecord::TfRecordReader;
-use crate::io;
+pub(crate) use crate::formats::FileFormat;
+use crate::io::{self, DataRoots};
 use crate::tensor::{DType, Element, Tensor};
 
 use super::stream::ElementIter;
@@ -19,21 +20,30 @@ use super::stream::ElementIter;
 /// have to be held whole).
 pub const MAX_LINE_BYTES: u64 = 64 << 20;
 
-/// How to turn a file into elements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FileFormat {
-    TfRecord { skip_corrupt: bool },
-    TextLines,
+/// The file name held by a one-component string (or bytes) scalar element, as
+/// `list_files` produces.
+pub(crate) fn file_name(e: &Element) -> Result<String, String> {
+    let name = match e.components.as_slice() {
+        [t] if t.shape().is_empty() && matches!(t.dtype(), DType::String | DType::Bytes) => {
+            t.items().map_err(|e| e.to_string())?.into_iter().next()
+        }
+        _ => None,
+    };
+    let name = name.ok_or_else(|| {
+        "expected a string scalar naming a file (e.g. from list_files)".to_string()
+    })?;
+    String::from_utf8(name.to_vec()).map_err(|_| "the file name is not UTF-8".to_string())
 }
 
-/// The elements of `url` in `format`, opening it on first pull.
-pub(crate) fn elements(url: String, format: FileFormat) -> ElementIter {
-    Box::new(LazyFile { url, format, inner: None, done: false })
+/// The elements of `url` in `format`, opening it on first pull, if `roots` admit it.
+pub(crate) fn elements(url: String, format: FileFormat, roots: DataRoots) -> ElementIter {
+    Box::new(LazyFile { url, format, roots, inner: None, done: false })
 }
 
 struct LazyFile {
     url: String,
     format: FileFormat,
+    roots: DataRoots,
     inner: Option<ElementIter>,
     done: bool,
 }
@@ -46,7 +56,7 @@ impl Iterator for LazyFile {
             return None;
         }
         if self.inner.is_none() {
-            match io::open(&self.url) {
+            match io::open_in(&self.url, &self.roots) {
                 Ok(reader) => self.inner = Some(reader_elements(reader, &self.url, self.format)),
                 Err(e) => {
                     self.done = true;

@@ -29,7 +29,7 @@ use crate::registry::FunctionRegistry;
 /// Everything an instantiation of a stage needs, shared by all of them.
 pub(super) struct Plan {
     pub(super) stages: Vec<Stage>,
-    registry: FunctionRegistry,
+    pub(super) registry: FunctionRegistry,
     pub(super) splits: Option<SharedSplits>,
     /// Per stage: the RNG of a shuffle stage, seeded once per pipeline.
     rngs: Vec<Option<Arc<Mutex<ChaCha8Rng>>>>,
@@ -62,7 +62,7 @@ impl Plan {
                 });
             }
             let mut copy = def.clone();
-            copy.resolve_files()?;
+            copy.resolve_files_in(registry.data_roots())?;
             resolved = copy;
             &resolved
         } else {
@@ -175,7 +175,7 @@ impl Plan {
                 Some(f) => Box::new(interleave::Interleave::new(
                     input(),
                     call.clone(),
-                    f.clone(),
+                    f,
                     interleave::Shape { cycle_length: 1, block_length: 1, parallelism: 1 },
                 )),
                 None => Box::new(std::iter::once(Err(self.unknown(FnKind::Dataset, &call.name)))),
@@ -185,7 +185,7 @@ impl Plan {
                     Some(f) => Box::new(interleave::Interleave::new(
                         input(),
                         FnCall::new(name.clone(), args.clone()),
-                        f.clone(),
+                        f,
                         interleave::Shape {
                             cycle_length: *cycle_length as usize,
                             block_length: *block_length as usize,

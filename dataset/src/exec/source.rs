@@ -79,7 +79,7 @@ fn element_at(plan: &Plan, stage: &Stage, i: u64) -> Result<Element, DatasetErro
 
 /// The elements of file unit `i` of a `tfrecord` / `text_lines` source, or `None`
 /// for a source whose unit is one element.
-fn file_unit(stage: &Stage, i: u64) -> Option<Result<ElementIter, DatasetError>> {
+fn file_unit(plan: &Plan, stage: &Stage, i: u64) -> Option<Result<ElementIter, DatasetError>> {
     let (files, format) = match stage {
         Stage::TfRecord { files, skip_corrupt } => {
             (files, FileFormat::TfRecord { skip_corrupt: *skip_corrupt })
@@ -89,7 +89,7 @@ fn file_unit(stage: &Stage, i: u64) -> Option<Result<ElementIter, DatasetError>>
     };
     let file = usize::try_from(i).ok().and_then(|i| files.get(i));
     Some(match file {
-        Some(f) => Ok(files::elements(f.clone(), format)),
+        Some(f) => Ok(files::elements(f.clone(), format, plan.registry.data_roots().clone())),
         None => Err(DatasetError::Split(format!("source file index {i} out of range"))),
     })
 }
@@ -164,7 +164,7 @@ impl Iterator for Source {
             let i = self.next;
             self.next += 1;
             let stage = self.plan.stages.first()?;
-            match file_unit(stage, i) {
+            match file_unit(&self.plan, stage, i) {
                 None => return Some(element_at(&self.plan, stage, i)),
                 Some(Ok(file)) => self.current = Some(file),
                 Some(Err(e)) => return Some(Err(e)),

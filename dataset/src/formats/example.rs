@@ -75,6 +75,7 @@ pub fn parse(
     features: &[FeatureSpec],
     names: &Arc<[String]>,
 ) -> Result<Element, DatasetError> {
+    super::example_bounds::check(&record)?;
     let example = Example::decode(record).map_err(|e| {
         DatasetError::BadExample(format!("the record is not a tf.train.Example: {e}"))
     })?;
@@ -99,7 +100,8 @@ fn component(spec: &FeatureSpec, feature: Option<Feature>) -> Result<Tensor, Dat
         match &spec.shape {
             None => Ok(vec![n as u64]),
             Some(shape) => {
-                let want: u64 = shape.iter().product();
+                // Validated specs keep this below `bounds::MAX_FEATURE_VALUES`.
+                let want = crate::bounds::feature_values(shape).unwrap_or(u64::MAX);
                 if want != n as u64 {
                     return Err(bad(
                         spec,
@@ -156,8 +158,10 @@ fn missing(spec: &FeatureSpec) -> Result<Tensor, DatasetError> {
         };
     };
     let shape = spec.shape.clone().unwrap_or_else(|| vec![1]);
-    let n = usize::try_from(shape.iter().product::<u64>())
-        .map_err(|_| bad(spec, format!("shape {shape:?} too large")))?;
+    let n = crate::bounds::feature_values(&shape)
+        .filter(|&n| n <= crate::bounds::MAX_FEATURE_VALUES)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| bad(spec, format!("shape {shape:?} too large (MAX_FEATURE_VALUES)")))?;
     let wrong =
         || bad(spec, format!("default {default:?} does not fit dtype {}", spec.dtype.name()));
     let t = match (spec.dtype, default) {

@@ -4,6 +4,29 @@
 //!   bounded record sizes and an optional skip of corrupt records.
 //! - [`example`] — `tf.train.Example` as messages generated from `proto/`, and the
 //!   `parse_example` conversion into named tensors.
+//! - [`example_bounds`] — the feature and value counts of a serialized Example,
+//!   checked against limits before it is decoded.
+//! - [`FileFormat`] and the names of the built-in functions that read files
+//!   (`file_function`), shared by the executor, the registry and the data-roots
+//!   check of `io`.
 
 pub mod example;
+pub mod example_bounds;
+
+/// How a file source or a built-in file function turns a file into elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFormat {
+    TfRecord { skip_corrupt: bool },
+    TextLines,
+}
+
+/// The built-in dataset functions that open the file an element names, by name.
+pub(crate) fn file_function(name: &str) -> Option<FileFormat> {
+    match name {
+        "tfrecord" => Some(FileFormat::TfRecord { skip_corrupt: false }),
+        "tfrecord_skip_corrupt" => Some(FileFormat::TfRecord { skip_corrupt: true }),
+        "text_lines" => Some(FileFormat::TextLines),
+        _ => None,
+    }
+}
 pub mod tfrecord;

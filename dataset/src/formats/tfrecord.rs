@@ -25,6 +25,8 @@ pub const MAX_RECORD_BYTES: u64 = 256 << 20;
 
 const FORMAT: &str = "TFRecord";
 const HEADER: usize = 12;
+/// The first allocation for a record's data; it grows as bytes arrive.
+const READ_CHUNK: u64 = 1 << 20;
 
 /// TensorFlow's masked CRC-32C.
 pub fn masked_crc(data: &[u8]) -> u32 {
@@ -105,15 +107,20 @@ impl<R: Read> TfRecordReader<R> {
         }
         if len > MAX_RECORD_BYTES {
             return Ok(Err(Bad::Fatal(format!(
-                "record length {len} exceeds the maximum of {MAX_RECORD_BYTES} bytes"
+                "record length {len} exceeds the maximum of {MAX_RECORD_BYTES} bytes \
+                 (MAX_RECORD_BYTES)"
             ))));
         }
-        // `len` is bounded above, so this allocation is too.
-        let mut data = vec![0u8; len as usize];
-        let got = self.read_full(&mut data)?;
+        // `len` is bounded above; the buffer also grows only with the bytes the file
+        // really has, so a short file claiming a large record allocates little.
+        let mut data = Vec::with_capacity(len.min(READ_CHUNK) as usize);
+        let got = (&mut self.input)
+            .take(len)
+            .read_to_end(&mut data)
+            .map_err(|e| DatasetError::io(&self.file, e))?;
         let mut footer = [0u8; 4];
-        let got_footer = if got == data.len() { self.read_full(&mut footer)? } else { 0 };
-        if got < data.len() || got_footer < 4 {
+        let got_footer = if got as u64 == len { self.read_full(&mut footer)? } else { 0 };
+        if (got as u64) < len || got_footer < 4 {
             return Ok(Err(Bad::Fatal(format!(
                 "truncated record ({} of {} bytes); the file was cut short",
                 HEADER + got + got_footer,

@@ -10,6 +10,8 @@
 //! - `url` — the accepted forms (path, `file://`, `s3://`, `gs://`) parsed into a target.
 //! - `writer` — [`FileWriter`], what `create` returns for both backends.
 //! - `local` — glob listing, buffered reads, temp-then-rename writes.
+//! - `roots` — [`DataRoots`], the files and objects a server may read, checked at
+//!   registration (the dispatcher) and before every open (the worker).
 //! - `object` — one cached store per bucket configured from `AWS_*` / `GOOGLE_*`
 //!   like the journal's, streaming reads with bounded read-ahead, multipart writes.
 //!
@@ -17,6 +19,7 @@
 
 mod local;
 mod object;
+mod roots;
 mod runtime;
 mod url;
 mod writer;
@@ -27,17 +30,27 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::def::{DatasetDef, Stage};
+use crate::def::{DatasetDef, SliceValues, Stage};
 use crate::error::DatasetError;
+use crate::formats::file_function;
 
 use self::url::{parse, Target};
 pub use object::READ_AHEAD_CHUNKS;
+pub use roots::{DataRoots, DATA_ROOTS_FLAG};
 pub use writer::FileWriter;
 
 /// The files matching `pattern` (`*`, `?` and `[…]` allowed in path components),
 /// sorted, in the pattern's form (a plain path, `file://…`, `s3://bucket/…`).
 /// No match is an error naming the pattern.
 pub fn list_files(pattern: &str) -> Result<Vec<String>, DatasetError> {
+    list_files_in(pattern, &DataRoots::unrestricted())
+}
+
+/// [`list_files`] under `roots`: the pattern's fixed directory must lie under a
+/// root, and so must every match (a symlink among them pointing out of the roots
+/// is refused, naming it).
+pub fn list_files_in(pattern: &str, roots: &DataRoots) -> Result<Vec<String>, DatasetError> {
+    roots.check_pattern(pattern)?;
     let mut files = match parse(pattern)? {
         Target::Local { path, file_url } => {
             let listed = local::list(&path.to_string_lossy())?;
@@ -55,6 +68,9 @@ pub fn list_files(pattern: &str) -> Result<Vec<String>, DatasetError> {
             format!("no files match `{pattern}`; check the path and the glob characters"),
         ));
     }
+    for f in &files {
+        roots.check(f)?;
+    }
     files.sort();
     Ok(files)
 }
@@ -62,8 +78,15 @@ pub fn list_files(pattern: &str) -> Result<Vec<String>, DatasetError> {
 /// Opens `url` for reading. Local files are buffered; objects stream with
 /// [`READ_AHEAD_CHUNKS`] chunks of read-ahead, never the whole object in memory.
 pub fn open(url: &str) -> Result<Box<dyn Read + Send>, DatasetError> {
+    open_in(url, &DataRoots::unrestricted())
+}
+
+/// [`open`] under `roots`: a local file is checked and then opened by its
+/// canonical path (what was checked is what is opened); an object by its URL.
+pub fn open_in(url: &str, roots: &DataRoots) -> Result<Box<dyn Read + Send>, DatasetError> {
+    let checked = roots.check(url)?;
     match parse(url)? {
-        Target::Local { path, .. } => local::open(url, &path),
+        Target::Local { .. } => local::open(url, std::path::Path::new(&checked)),
         Target::Object(o) => object::open(&o),
     }
 }
@@ -89,23 +112,89 @@ impl DatasetDef {
     /// order is part of the replicated state. Blocking: call it off an async
     /// runtime's worker threads (e.g. in `spawn_blocking`).
     pub fn resolve_files(&mut self) -> Result<(), DatasetError> {
+        self.resolve_files_in(&DataRoots::unrestricted())
+    }
+
+    /// [`Self::resolve_files`] under `roots` (see [`list_files_in`]).
+    pub fn resolve_files_in(&mut self, roots: &DataRoots) -> Result<(), DatasetError> {
         for stage in &mut self.stages {
             match stage {
                 Stage::ListFiles { pattern, shuffle, seed, files } if files.is_none() => {
-                    let mut listed = list_files(pattern)?;
+                    let mut listed = list_files_in(pattern, roots)?;
                     if *shuffle {
                         listed.shuffle(&mut ChaCha8Rng::seed_from_u64(*seed));
                     }
                     *files = Some(listed);
                 }
                 Stage::Zip { datasets } => {
-                    datasets.iter_mut().try_for_each(DatasetDef::resolve_files)?;
+                    datasets.iter_mut().try_for_each(|d| d.resolve_files_in(roots))?;
                 }
-                Stage::Concatenate { dataset } => dataset.resolve_files()?,
+                Stage::Concatenate { dataset } => dataset.resolve_files_in(roots)?,
                 _ => {}
             }
         }
         Ok(())
+    }
+
+    /// Checks every file this pipeline names against `roots`, nested pipelines
+    /// included: `list_files` patterns (by their fixed directory) and listed files,
+    /// the files of `tfrecord` / `text_lines` sources, and — when the pipeline calls
+    /// a file-reading function (`tfrecord`, `text_lines`, …) — the strings of its
+    /// `from_tensor_slices` sources, which then name files. The dispatcher calls it
+    /// at registration; workers check each file again before opening it.
+    pub fn check_files(&self, roots: &DataRoots) -> Result<(), DatasetError> {
+        if roots.is_unrestricted() {
+            return Ok(());
+        }
+        let named = self.calls_file_functions();
+        self.check_files_at(roots, named)
+    }
+
+    fn check_files_at(
+        &self,
+        roots: &DataRoots,
+        strings_name_files: bool,
+    ) -> Result<(), DatasetError> {
+        for stage in &self.stages {
+            match stage {
+                Stage::ListFiles { pattern, files, .. } => {
+                    roots.check_pattern(pattern)?;
+                    for f in files.iter().flatten() {
+                        roots.check(f)?;
+                    }
+                }
+                Stage::TfRecord { files, .. } | Stage::TextLines { files } => {
+                    files.iter().try_for_each(|f| roots.check(f).map(drop))?;
+                }
+                Stage::FromTensorSlices(SliceValues::Strings(v)) if strings_name_files => {
+                    v.iter().try_for_each(|f| roots.check(f).map(drop))?;
+                }
+                Stage::FromTensorSlices(SliceValues::Bytes(v)) if strings_name_files => {
+                    let names = v.iter().filter_map(|b| std::str::from_utf8(b).ok());
+                    names.into_iter().try_for_each(|f| roots.check(f).map(drop))?;
+                }
+                Stage::Zip { datasets } => {
+                    datasets.iter().try_for_each(|d| d.check_files_at(roots, strings_name_files))?
+                }
+                Stage::Concatenate { dataset } => {
+                    dataset.check_files_at(roots, strings_name_files)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a `flat_map` / `interleave` anywhere in the pipeline calls one of the
+    /// built-in functions that open the file an element names.
+    fn calls_file_functions(&self) -> bool {
+        self.stages.iter().any(|s| match s {
+            Stage::FlatMap(call) => file_function(&call.name).is_some(),
+            Stage::Interleave { name, .. } => file_function(name).is_some(),
+            Stage::Zip { datasets } => datasets.iter().any(DatasetDef::calls_file_functions),
+            Stage::Concatenate { dataset } => dataset.calls_file_functions(),
+            _ => false,
+        })
     }
 
     /// Whether some `list_files` stage (nested ones included) is not yet resolved.
