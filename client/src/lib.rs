@@ -52,6 +52,8 @@
 //!   `TargetWorkers::Local` reads are limited to.
 //! - [`status`] — [`ServiceStatus`], what `Client::status` returns.
 //! - [`error`] — [`ClientError`].
+//! - `fuzzing` (feature `fuzzing`) — the element-frame decoder's entry point for the fuzz
+//!   target in `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 
 pub mod blocking;
 mod channels;
@@ -59,6 +61,9 @@ pub mod client;
 pub mod coordinated;
 pub mod dispatcher;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod local_workers;
 pub mod options;
 pub mod reader;

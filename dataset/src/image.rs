@@ -65,7 +65,7 @@ fn on_component(
 /// A bytes scalar holding a PNG → `uint8 [h, w, c]`. Palette and low-bit images are
 /// expanded, 16-bit ones stripped to 8 bits. The png crate's default limits bound
 /// the decoded size, so a forged header cannot allocate gigabytes.
-fn decode_png(t: &Tensor) -> Result<Tensor, String> {
+pub(crate) fn decode_png(t: &Tensor) -> Result<Tensor, String> {
     if !t.shape().is_empty() || !matches!(t.dtype(), DType::Bytes | DType::String) {
         return Err(format!(
             "expected a bytes scalar (a PNG file), got {} {:?}",
@@ -90,7 +90,7 @@ fn decode_png(t: &Tensor) -> Result<Tensor, String> {
 }
 
 /// `uint8 [H, W, C]` → its centered `[h, w, C]` window.
-fn center_crop(t: &Tensor, h: u64, w: u64) -> Result<Tensor, String> {
+pub(crate) fn center_crop(t: &Tensor, h: u64, w: u64) -> Result<Tensor, String> {
     let &[height, width, c] = t.shape() else {
         return Err(format!(
             "expected a [height, width, channels] image, got shape {:?}",
@@ -116,7 +116,7 @@ fn center_crop(t: &Tensor, h: u64, w: u64) -> Result<Tensor, String> {
 }
 
 /// `uint8` → `float32` `x / 255`, same shape.
-fn normalize(t: &Tensor) -> Result<Tensor, String> {
+pub(crate) fn normalize(t: &Tensor) -> Result<Tensor, String> {
     if t.dtype() != DType::Uint8 {
         return Err(format!("expected uint8 pixels, got {}", t.dtype().name()));
     }

@@ -25,6 +25,8 @@
 //! - `image` — the built-in image maps (`decode_png`, `center_crop`, `normalize`).
 //! - [`sample`] — a sample image dataset writer and the pipeline that reads it.
 //! - [`error`] — [`DatasetError`], the crate's one error type.
+//! - `fuzzing` (feature `fuzzing`) — entry points for the fuzz targets in `fuzz/` and
+//!   the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 //!
 //! File sources (`list_files`, `tfrecord`, `text_lines`) read through [`io`]; their
 //! split unit is a file, opened lazily by the executor's source stage (`exec`).
@@ -39,6 +41,9 @@ pub mod def;
 pub mod error;
 pub mod exec;
 pub mod formats;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod image;
 pub mod io;
 mod json;

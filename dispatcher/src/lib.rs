@@ -39,6 +39,8 @@
 //!   process's counters (commands proposed and failed, GetSplit requests), which
 //!   `Core` and the handlers increment.
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
+//! - `fuzzing` (feature `fuzzing`): the Raft codec's entry point for the fuzz target in
+//!   `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 
 pub mod apply;
 mod cache_check;
@@ -51,6 +53,9 @@ pub mod core;
 mod counters;
 mod def_serde;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod liveness;
 mod long_poll;
 mod metrics;

@@ -18,6 +18,8 @@
 //!   claiming sequence numbers. `object::segment` is the byte format, `object::recover` the
 //!   fold and the torn-tail/corruption rules, `object::compact` what a purge lets us delete,
 //!   `object::remote` timeouts, retries and error classes around object_store.
+//! - `fuzzing` (feature `fuzzing`) — entry points for the fuzz targets in `fuzz/` and the
+//!   corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 //! - `testing` (feature `testing`) — the moto S3 server fixture for tests (the process is
 //!   `sluice_testkit`'s; this adds the journal's `OpenOptions` for it).
 //!
@@ -28,6 +30,9 @@
 
 mod error;
 mod frame;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod journal;
 mod location;
 mod object;

@@ -29,6 +29,8 @@
 //!   streamed, streams) and gauges read from the task table at scrape time, served
 //!   at `GET /metrics` ([`run_with_metrics`]).
 //! - [`error`]: [`WorkerError`], what stops a worker.
+//! - `fuzzing` (feature `fuzzing`): the route's request reader as an entry point for the
+//!   fuzz target in `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`).
 //!
 //! Modules depend one way only (`scripts/module-cycles.py` checks it): `task`
 //! on `buffer`, `runner`, `cache` and `coordinated`, those on `buffer`, never on
@@ -63,6 +65,9 @@ mod coordinated;
 mod counters;
 mod drain;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod heartbeat;
 mod metrics;
 mod producer;

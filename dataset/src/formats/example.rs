@@ -99,7 +99,7 @@ fn component(spec: &FeatureSpec, feature: Option<Feature>) -> Result<Tensor, Dat
         match &spec.shape {
             None => Ok(vec![n as u64]),
             Some(shape) => {
-                let want: u64 = shape.iter().product();
+                let want = shape_values(spec, shape)?;
                 if want != n as u64 {
                     return Err(bad(
                         spec,
@@ -156,8 +156,20 @@ fn missing(spec: &FeatureSpec) -> Result<Tensor, DatasetError> {
         };
     };
     let shape = spec.shape.clone().unwrap_or_else(|| vec![1]);
-    let n = usize::try_from(shape.iter().product::<u64>())
-        .map_err(|_| bad(spec, format!("shape {shape:?} too large")))?;
+    let n = shape_values(spec, &shape)?;
+    // Bounded before the broadcast allocates: an element must fit in one message.
+    let item = spec.dtype.width().unwrap_or(4 + default_len(default)) as u64;
+    if n.saturating_mul(item) > sluice_proto::MAX_MESSAGE_BYTES as u64 {
+        return Err(bad(
+            spec,
+            format!(
+                "the default broadcast to shape {shape:?} is {n} values, more than one \
+                 element may hold ({} bytes); give a smaller shape",
+                sluice_proto::MAX_MESSAGE_BYTES
+            ),
+        ));
+    }
+    let n = n as usize;
     let wrong =
         || bad(spec, format!("default {default:?} does not fit dtype {}", spec.dtype.name()));
     let t = match (spec.dtype, default) {
@@ -170,4 +182,20 @@ fn missing(spec: &FeatureSpec) -> Result<Tensor, DatasetError> {
         _ => return Err(wrong()),
     };
     t.map_err(|e| bad(spec, e.to_string()))
+}
+
+/// The number of values of a spec's fixed `shape`, refused when it overflows u64.
+fn shape_values(spec: &FeatureSpec, shape: &[u64]) -> Result<u64, DatasetError> {
+    shape
+        .iter()
+        .try_fold(1u64, |n, d| n.checked_mul(*d))
+        .ok_or_else(|| bad(spec, format!("shape {shape:?} has more values than fit in 64 bits")))
+}
+
+/// The byte length of a string default (0 for numbers).
+fn default_len(default: &Arg) -> usize {
+    match default {
+        Arg::Str(s) => s.len(),
+        _ => 0,
+    }
 }

@@ -17,7 +17,7 @@
 //! A purge writes its marker before deleting entries, and recovery deletes entries at or below
 //! the marker, so a crash between the two steps only leaves garbage that recovery removes.
 
-mod format;
+pub(crate) mod format;
 mod recover;
 
 #[cfg(feature = "testing")]

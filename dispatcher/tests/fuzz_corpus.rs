@@ -1,0 +1,8 @@
+//! The Raft codec under the inputs of its fuzz target
+//! (`fuzz/`), replayed on every committed seed and regression input: what the
+//! fuzzer found stays fixed, and CI runs each entry point without libFuzzer.
+
+#[test]
+fn fuzz_target_raft_message_replays_its_corpus_and_regressions() {
+    sluice_testkit::fuzz_corpus::replay("raft_message", sluice_dispatcher::fuzzing::raft_message);
+}
