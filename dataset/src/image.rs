@@ -63,8 +63,10 @@ fn on_component(
 }
 
 /// A bytes scalar holding a PNG → `uint8 [h, w, c]`. Palette and low-bit images are
-/// expanded, 16-bit ones stripped to 8 bits. The png crate's default limits bound
-/// the decoded size, so a forged header cannot allocate gigabytes.
+/// expanded, 16-bit ones stripped to 8 bits. The decoded size is computed from the
+/// header and bounded by one message before the pixel buffer is allocated: the png
+/// crate's limits do not cover that buffer, and a 70-byte file whose header claims
+/// 15,599,616 × 131,072 pixels used to allocate 2 TB for it (found by fuzzing).
 pub(crate) fn decode_png(t: &Tensor) -> Result<Tensor, String> {
     if !t.shape().is_empty() || !matches!(t.dtype(), DType::Bytes | DType::String) {
         return Err(format!(
@@ -78,6 +80,18 @@ pub(crate) fn decode_png(t: &Tensor) -> Result<Tensor, String> {
     let mut decoder = png::Decoder::new(std::io::Cursor::new(data.as_ref()));
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
     let mut reader = decoder.read_info().map_err(|e| format!("not a valid PNG: {e}"))?;
+    let (width, height) = (reader.info().width, reader.info().height);
+    let (color, depth) = reader.output_color_type();
+    let decoded = u64::from(width)
+        .checked_mul(u64::from(height))
+        .and_then(|n| n.checked_mul(color.samples() as u64 * (depth as u64).div_ceil(8)));
+    if !decoded.is_some_and(|n| n <= sluice_proto::MAX_MESSAGE_BYTES as u64) {
+        return Err(format!(
+            "a PNG of {width}x{height} pixels ({color:?}) is larger than one element may hold \
+             ({} bytes decoded); resize the image",
+            sluice_proto::MAX_MESSAGE_BYTES
+        ));
+    }
     let mut buf = vec![0u8; reader.output_buffer_size()];
     let frame = reader.next_frame(&mut buf).map_err(|e| format!("not a valid PNG: {e}"))?;
     if frame.bit_depth != png::BitDepth::Eight {
