@@ -1,48 +1,16 @@
 //! Memory that outside input can make the dataset crate allocate, measured by the
-//! largest single allocation (this test binary's global allocator records it).
+//! largest single allocation (this test binary's global allocator records it:
+//! `sluice_testkit::fuzz_corpus::LargestAllocation`).
 //! Both were found by fuzzing (`fuzz/regressions/example/`): a 20-byte input made
 //! `parse_example` take 512 MiB at once.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use bytes::Bytes;
 use sluice_dataset::formats::example;
 use sluice_dataset::{Arg, DType, FeatureSpec, Tensor};
-
-/// The system allocator, recording the largest allocation since the last reset.
-struct Largest;
-
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Largest {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        System.realloc(ptr, layout, new_size)
-    }
-}
+use sluice_testkit::fuzz_corpus::{largest_allocation, LargestAllocation};
 
 #[global_allocator]
-static ALLOCATOR: Largest = Largest;
-
-/// Tests run on threads of one process: one measurement at a time.
-static MEASURING: Mutex<()> = Mutex::new(());
-
-/// The largest single allocation `f` made.
-fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let _one = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
-    LARGEST.store(0, Ordering::Relaxed);
-    let out = f();
-    (out, LARGEST.load(Ordering::Relaxed))
-}
+static ALLOCATOR: LargestAllocation = LargestAllocation;
 
 #[test]
 fn checking_a_string_tensor_counts_its_items_without_collecting_them() {
