@@ -89,10 +89,10 @@ fn bound(def: &mut DatasetDef, repeats: &mut usize) -> bool {
     for stage in &mut def.stages {
         match stage {
             s if s.is_file_source() => return false,
-            Stage::Range { start, stop, step } => {
-                if crate::range_len(*start, *stop, *step) > MAX_RANGE as u64 {
-                    *stop = start.saturating_add(step.saturating_mul(MAX_RANGE));
-                }
+            Stage::Range { start, stop, step }
+                if crate::range_len(*start, *stop, *step) > MAX_RANGE as u64 =>
+            {
+                *stop = start.saturating_add(step.saturating_mul(MAX_RANGE));
             }
             Stage::Repeat { count } => {
                 *repeats += 1;
@@ -100,12 +100,14 @@ fn bound(def: &mut DatasetDef, repeats: &mut usize) -> bool {
                 *count = Some(count.unwrap_or(most).min(most));
             }
             Stage::Zip { datasets } => {
-                if !datasets.iter_mut().all(|d| bound(d, repeats)) {
+                let runs = datasets.iter_mut().all(|d| bound(d, repeats));
+                if !runs {
                     return false;
                 }
             }
             Stage::Concatenate { dataset } => {
-                if !bound(dataset, repeats) {
+                let runs = bound(dataset, repeats);
+                if !runs {
                     return false;
                 }
             }

@@ -85,7 +85,7 @@ pub(crate) fn decode_png(t: &Tensor) -> Result<Tensor, String> {
     let decoded = u64::from(width)
         .checked_mul(u64::from(height))
         .and_then(|n| n.checked_mul(color.samples() as u64 * (depth as u64).div_ceil(8)));
-    if !decoded.is_some_and(|n| n <= sluice_proto::MAX_MESSAGE_BYTES as u64) {
+    if decoded.filter(|&n| n <= sluice_proto::MAX_MESSAGE_BYTES as u64).is_none() {
         return Err(format!(
             "a PNG of {width}x{height} pixels ({color:?}) is larger than one element may hold \
              ({} bytes decoded); resize the image",
