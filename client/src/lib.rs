@@ -54,6 +54,8 @@
 //! - [`error`] — [`ClientError`].
 //! - [`loss`] — [`LossReport`]: the tasks a read lost with their worker, carried by
 //!   `ClientError::DataLost` or, for a reader that accepted loss, by the stream.
+//! - `fuzzing` (feature `fuzzing`) — the element-frame decoder's entry point for the fuzz
+//!   target in `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 
 pub mod blocking;
 mod channels;
@@ -61,6 +63,9 @@ pub mod client;
 pub mod coordinated;
 pub mod dispatcher;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod local_workers;
 pub mod loss;
 pub mod options;

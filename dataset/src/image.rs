@@ -71,8 +71,9 @@ pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
 /// expanded, 16-bit ones stripped to 8 bits. The size the header declares is checked
 /// against [`MAX_IMAGE_BYTES`] before the output buffer is allocated (the png
 /// crate's `Limits` bound only its own buffers, not the output), so a forged
-/// header fails its element instead of allocating gigabytes.
-fn decode_png(t: &Tensor) -> Result<Tensor, String> {
+/// header fails its element instead of allocating gigabytes (a 70-byte file whose
+/// header claims 15,599,616 × 131,072 pixels used to allocate 2 TB; found by fuzzing).
+pub(crate) fn decode_png(t: &Tensor) -> Result<Tensor, String> {
     if !t.shape().is_empty() || !matches!(t.dtype(), DType::Bytes | DType::String) {
         return Err(format!(
             "expected a bytes scalar (a PNG file), got {} {:?}",
@@ -134,7 +135,7 @@ fn over_limit(size: Option<(u32, u32)>, channels: Option<usize>) -> String {
 }
 
 /// `uint8 [H, W, C]` → its centered `[h, w, C]` window.
-fn center_crop(t: &Tensor, h: u64, w: u64) -> Result<Tensor, String> {
+pub(crate) fn center_crop(t: &Tensor, h: u64, w: u64) -> Result<Tensor, String> {
     let &[height, width, c] = t.shape() else {
         return Err(format!(
             "expected a [height, width, channels] image, got shape {:?}",
@@ -160,7 +161,7 @@ fn center_crop(t: &Tensor, h: u64, w: u64) -> Result<Tensor, String> {
 }
 
 /// `uint8` → `float32` `x / 255`, same shape.
-fn normalize(t: &Tensor) -> Result<Tensor, String> {
+pub(crate) fn normalize(t: &Tensor) -> Result<Tensor, String> {
     if t.dtype() != DType::Uint8 {
         return Err(format!("expected uint8 pixels, got {}", t.dtype().name()));
     }

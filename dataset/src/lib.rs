@@ -27,6 +27,8 @@
 //! - [`error`] — [`DatasetError`], the crate's one error type.
 //! - [`bounds`] — the limits of the spec parameters that size memory (batch,
 //!   shuffle, `parse_example` shapes), checked by `DatasetDef::validate`.
+//! - `fuzzing` (feature `fuzzing`) — entry points for the fuzz targets in `fuzz/` and
+//!   the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 //!
 //! File sources (`list_files`, `tfrecord`, `text_lines`) read through [`io`]; their
 //! split unit is a file, opened lazily by the executor's source stage (`exec`).
@@ -42,6 +44,9 @@ pub mod def;
 pub mod error;
 pub mod exec;
 pub mod formats;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod image;
 pub mod io;
 mod json;

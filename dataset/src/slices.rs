@@ -68,7 +68,22 @@ impl SliceValues {
     /// Checks what parsing cannot: every tensor has rank ≥ 1 and the same first
     /// dimension, `names` (if any) one non-empty, distinct name per tensor. The error
     /// is `(path below the op, message)`, e.g. `(".tensors[1]", "first dimension …")`.
+    /// Floats must be finite: the JSON form (what the dispatcher stores and
+    /// replicates) has no infinity or NaN, so a value beyond float32's range (a JSON
+    /// `1e39` read as f32 is infinite) would be written as `null` and never read back.
     pub fn check(&self) -> Result<(), (String, String)> {
+        if let SliceValues::Floats(values) = self {
+            if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+                return Err((
+                    format!(".floats[{i}]"),
+                    format!(
+                        "{} is not a finite float32 (the largest is about 3.4e38); give a \
+                         finite value, or float64 data in the `tensors` form",
+                        values[i]
+                    ),
+                ));
+            }
+        }
         let SliceValues::Tensors { tensors, names } = self else {
             return Ok(());
         };

@@ -215,3 +215,18 @@ fn sample_dataset_runs_through_the_image_pipeline() {
     assert_eq!(labels.shape(), &[11]);
     assert!(labels.i64_values().expect("int").iter().all(|l| (0..10).contains(l)));
 }
+
+/// Found by fuzzing (`fuzz/regressions/png/`): a 70-byte PNG whose header claims
+/// 15,599,616 × 131,072 1-bit gray pixels made `decode_png` allocate 2 TB for them
+/// (an abort); it now fails that element naming the size, before allocating.
+#[test]
+fn a_png_header_claiming_more_pixels_than_an_element_holds_fails_before_allocating() {
+    // The fuzz input is [mode, crop h, crop w] then the file, its chunk CRCs made valid
+    // (the png crate skips them in fuzz builds, under `cfg(fuzzing)`).
+    let file =
+        &include_bytes!("../../fuzz/regressions/png/header_claims_15599616_by_131072_pixels")[3..];
+    let err = apply(Tensor::scalar_bytes(file), vec![("decode_png", vec![img()])])
+        .expect_err("too large")
+        .to_string();
+    assert!(err.contains("15599616x131072 pixels") && err.contains("resize"), "{err}");
+}

@@ -188,3 +188,17 @@ fn file_sources_use_their_documented_op_names() {
     let old = DatasetDef::from_json(r#"{"stages": [{"tf_record": {"files": ["a"]}}]}"#);
     assert_eq!(old.expect("tf_record still parses"), DatasetDef::tfrecord(vec!["a"]));
 }
+
+/// Found by fuzzing (`fuzz/regressions/dataset_spec/`): `1e39` parsed as an f32 is
+/// infinite, which the JSON form writes as `null`; the spec was accepted, and its
+/// canonical form (what the dispatcher replicates in its log) could not be read back.
+#[test]
+fn a_float_beyond_float32_is_refused_naming_the_value() {
+    let (field, message) = err(r#"{"stages": [{"from_tensor_slices": {"floats": [1.5, 1e39]}}]}"#);
+    assert_eq!(field, "stages[0].from_tensor_slices.floats[1]");
+    assert!(message.contains("inf is not a finite float32"), "{message}");
+    let def = DatasetDef::from_floats(vec![f32::NAN]);
+    assert!(def.validate().is_err(), "NaN has no JSON form either");
+    let ok = DatasetDef::from_json(r#"{"stages": [{"from_tensor_slices": {"floats": [3e38]}}]}"#);
+    assert!(DatasetDef::from_json(&ok.expect("in range").to_json()).is_ok(), "3e38 round-trips");
+}

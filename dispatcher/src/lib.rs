@@ -49,6 +49,8 @@
 //! - [`limits`]: the caps on what callers can make one dispatcher hold
 //!   (stamped into commands, enforced by `apply`).
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
+//! - `fuzzing` (feature `fuzzing`): the Raft codec's entry point for the fuzz target in
+//!   `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 
 pub mod access;
 pub mod apply;
@@ -63,6 +65,9 @@ pub mod core;
 mod counters;
 mod def_serde;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 mod liveness;
 mod long_poll;

@@ -19,6 +19,8 @@
 //!   claiming sequence numbers. `object::segment` is the byte format, `object::recover` the
 //!   fold and the torn-tail/corruption rules, `object::compact` what a purge lets us delete,
 //!   `object::remote` timeouts, retries and error classes around object_store.
+//! - `fuzzing` (feature `fuzzing`) — entry points for the fuzz targets in `fuzz/` and the
+//!   corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 //! - `testing` (feature `testing`) — the moto S3 server fixture for tests (the process is
 //!   `sluice_testkit`'s; this adds the journal's `OpenOptions` for it).
 //!
@@ -30,6 +32,9 @@
 mod error;
 mod frame;
 mod fs_sync;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod journal;
 mod location;
 mod object;

@@ -31,6 +31,8 @@
 //! - `access`: [`WorkerSecurity`] — TLS of the port, the client-token guard
 //!   in front of every route, and what the worker presents to the dispatcher.
 //! - [`error`]: [`WorkerError`], what stops a worker.
+//! - `fuzzing` (feature `fuzzing`): the route's request reader as an entry point for the
+//!   fuzz target in `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`).
 //!
 //! Modules depend one way only (`scripts/module-cycles.py` checks it): `task`
 //! on `buffer`, `runner`, `cache` and `coordinated`, those on `buffer`, never on
@@ -66,6 +68,9 @@ mod coordinated;
 mod counters;
 mod drain;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod heartbeat;
 mod metrics;
 mod producer;

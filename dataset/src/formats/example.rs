@@ -168,8 +168,10 @@ fn missing(spec: &FeatureSpec) -> Result<Tensor, DatasetError> {
         (DType::Int64, Arg::Int(v)) => Tensor::from_i64s(shape, &vec![*v; n]),
         (DType::Float32, Arg::Float(v)) => Tensor::from_f32s(shape, &vec![*v as f32; n]),
         (DType::Float32, Arg::Int(v)) => Tensor::from_f32s(shape, &vec![*v as f32; n]),
+        // One item's encoding repeated: no slice per value on the way.
         (DType::Bytes | DType::String, Arg::Str(s)) => {
-            Tensor::from_items(spec.dtype, shape, &vec![s.as_bytes(); n])
+            Tensor::from_items(spec.dtype, vec![], &[s.as_bytes()])
+                .and_then(|one| Tensor::new(spec.dtype, shape, Bytes::from(one.data().repeat(n))))
         }
         _ => return Err(wrong()),
     };

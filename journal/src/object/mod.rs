@@ -22,9 +22,9 @@
 //! are refused until the journal is reopened, which recovers what is durable.
 
 mod compact;
-mod recover;
+pub(crate) mod recover;
 mod remote;
-mod segment;
+pub(crate) mod segment;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex};

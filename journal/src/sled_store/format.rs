@@ -14,12 +14,12 @@ pub(crate) const KEY_VOTE: &[u8] = b"vote";
 pub(crate) const KEY_PURGED: &[u8] = b"purged";
 pub(crate) const KEY_SNAPSHOT: &[u8] = b"snapshot";
 
-pub(super) fn key_index(key: &[u8]) -> Result<u64, String> {
+pub(crate) fn key_index(key: &[u8]) -> Result<u64, String> {
     let bytes: [u8; 8] = key.try_into().map_err(|_| format!("log key is {} bytes", key.len()))?;
     Ok(u64::from_be_bytes(bytes))
 }
 
-pub(super) fn split_snapshot(value: &[u8]) -> Result<(Bytes, Bytes), String> {
+pub(crate) fn split_snapshot(value: &[u8]) -> Result<(Bytes, Bytes), String> {
     if value.len() < 8 {
         return Err(format!("snapshot value is {} bytes", value.len()));
     }
@@ -30,4 +30,18 @@ pub(super) fn split_snapshot(value: &[u8]) -> Result<(Bytes, Bytes), String> {
     }
     let (meta, data) = rest.split_at(meta_len as usize);
     Ok((Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data)))
+}
+
+/// The format version a `format_version` value holds.
+pub(crate) fn parse_format_version(value: &[u8]) -> Result<u32, String> {
+    let bytes: [u8; 4] = value.try_into().map_err(|_| format!("{} bytes", value.len()))?;
+    Ok(u32::from_le_bytes(bytes))
+}
+
+/// The `purged` value: `[u64 LE upto][marker]`.
+pub(crate) fn split_purged(value: &[u8]) -> Result<(u64, Bytes), String> {
+    let Some((upto, marker)) = value.split_first_chunk::<8>() else {
+        return Err(format!("{} bytes", value.len()));
+    };
+    Ok((u64::from_le_bytes(*upto), Bytes::copy_from_slice(marker)))
 }

@@ -20,7 +20,7 @@
 //! the marker, so a crash between the two steps only leaves garbage that recovery removes.
 
 mod durable;
-mod format;
+pub(crate) mod format;
 mod recover;
 
 #[cfg(feature = "testing")]

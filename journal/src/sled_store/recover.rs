@@ -7,10 +7,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use super::format::{
-    key_index, split_snapshot, FORMAT_VERSION, KEY_FORMAT, KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE,
+    key_index, parse_format_version, split_purged, split_snapshot, FORMAT_VERSION, KEY_FORMAT,
+    KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE,
 };
 use crate::frame::{seal, unseal};
 use crate::{JournalError, LogState, Recovery};
@@ -79,9 +78,8 @@ fn recover(
 
     match meta_value(KEY_FORMAT)? {
         Some(v) => {
-            let found = u32::from_le_bytes(v.as_slice().try_into().map_err(|_| {
-                corrupt("tree `meta`, key `format_version`", 0, format!("{} bytes", v.len()))
-            })?);
+            let found = parse_format_version(&v)
+                .map_err(|r| corrupt("tree `meta`, key `format_version`", 0, r))?;
             if found != FORMAT_VERSION {
                 return Err(JournalError::UnsupportedVersion {
                     location: location.to_string(),
@@ -104,12 +102,10 @@ fn recover(
     }
     let mut state = LogState::default();
     if let Some(v) = meta_value(KEY_PURGED)? {
-        if v.len() < 8 {
-            return Err(corrupt("tree `meta`, key `purged`", 0, format!("{} bytes", v.len())));
-        }
-        let upto = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+        let (upto, marker) =
+            split_purged(&v).map_err(|r| corrupt("tree `meta`, key `purged`", 0, r))?;
         state.purged_index = Some(upto);
-        state.purged_marker = Some(Bytes::copy_from_slice(&v[8..]));
+        state.purged_marker = Some(marker);
         // Finish a purge that crashed between writing its marker and deleting entries.
         let mut batch = sled::Batch::default();
         for item in log.range(..=upto.to_be_bytes()) {

@@ -10,7 +10,7 @@
 //! status in trailers. To clients it is the same protocol: any gRPC client reads it.
 
 pub(crate) mod body;
-mod request;
+pub(crate) mod request;
 
 use std::convert::Infallible;
 use std::future::Future;

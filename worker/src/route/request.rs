@@ -16,7 +16,7 @@ use sluice_proto::contract::element_route::{
 
 /// Why a GetElements request was refused.
 #[derive(Debug, Error)]
-pub(super) enum BadRequest {
+pub(crate) enum BadRequest {
     #[error(
         "GetElements requests must not be compressed (the message's compressed flag is set); \
          send it uncompressed"
@@ -49,7 +49,7 @@ impl From<BadRequest> for Status {
 }
 
 /// Reads `body` until its first message is complete, and decodes it.
-pub(super) async fn read(mut body: Body) -> Result<pb::GetElementsRequest, BadRequest> {
+pub(crate) async fn read(mut body: Body) -> Result<pb::GetElementsRequest, BadRequest> {
     let mut buf = BytesMut::new();
     loop {
         if let Some(expected) = message_len(&buf)? {

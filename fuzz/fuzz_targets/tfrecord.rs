@@ -1,0 +1,4 @@
+//! Fuzz target `tfrecord`: calls `sluice_dataset::fuzzing::tfrecord` (its doc says what the input means).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sluice_dataset::fuzzing::tfrecord(data));
