@@ -6,13 +6,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum SecurityError {
     /// A file named by a flag could not be read.
-    #[error("{flag} {}: cannot read it: {source}", path.display())]
-    Read {
-        flag: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// (`error` is in the message, and not a `source`, so a report that prints
+    /// the chain does not repeat it.)
+    #[error("{flag} {}: cannot read it: {error}", path.display())]
+    Read { flag: &'static str, path: PathBuf, error: std::io::Error },
     /// A file was read but its content is not what the flag needs.
     #[error("{flag} {}: {reason}", path.display())]
     BadFile { flag: &'static str, path: PathBuf, reason: String },

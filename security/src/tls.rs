@@ -34,10 +34,10 @@ impl std::fmt::Debug for TlsSettings {
 
 /// Reads `path` and checks it holds a PEM block of `kind` (e.g. `CERTIFICATE`).
 pub fn read_pem(flag: &'static str, path: &Path, kind: &str) -> Result<Vec<u8>, SecurityError> {
-    let bytes = std::fs::read(path).map_err(|source| SecurityError::Read {
+    let bytes = std::fs::read(path).map_err(|error| SecurityError::Read {
         flag,
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let text = String::from_utf8_lossy(&bytes);
     let found = text

@@ -90,10 +90,10 @@ impl Secret {
 
     /// The secret read from `path` (the whole file, trimmed), for `flag`.
     pub fn from_file(flag: &'static str, path: &Path) -> Result<Secret, SecurityError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SecurityError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| SecurityError::Read {
             flag,
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         Secret::parse(text.trim()).map_err(|reason| SecurityError::BadFile {
             flag,
@@ -130,10 +130,10 @@ pub struct TokenSet {
 impl TokenSet {
     /// Reads a token file (format in the module docs) named by `flag`.
     pub fn from_file(flag: &'static str, path: &Path) -> Result<TokenSet, SecurityError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SecurityError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| SecurityError::Read {
             flag,
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let set = TokenSet::parse(&text).map_err(|(line, reason)| SecurityError::TokenLine {
             flag,
