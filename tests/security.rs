@@ -122,9 +122,12 @@ async fn a_worker_is_bound_to_the_token_it_registered_with() {
         DispatcherClient::with_security(&addresses, policy(), security(&pki, false, Some(t)))
             .unwrap()
     };
+    // The process that registered (the dispatcher refuses another uid, SEC-L1):
+    // only the token is wrong in the refusals below.
+    let worker_uid = status.status().await.unwrap().workers[0].worker_uid;
     let heartbeat = || pb::WorkerHeartbeatRequest {
         address: w.address().to_string(),
-        worker_uid: 1,
+        worker_uid,
         current_tasks: vec![],
         finished_tasks: vec![],
         wait_for_change_ms: 0,

@@ -228,5 +228,5 @@ fn a_png_header_claiming_more_pixels_than_an_element_holds_fails_before_allocati
     let err = apply(Tensor::scalar_bytes(file), vec![("decode_png", vec![img()])])
         .expect_err("too large")
         .to_string();
-    assert!(err.contains("15599616x131072 pixels") && err.contains("resize"), "{err}");
+    assert!(err.contains("15599616x131072") && err.contains("MAX_IMAGE_BYTES"), "{err}");
 }
