@@ -414,4 +414,13 @@ fn a_listen_address_off_loopback_is_refused_before_binding_naming_the_flags() {
     let (ok, _, stderr) = sluice.run(&args, None);
     assert!(!ok, "{stderr}");
     assert!(stderr.contains("Raft listener") && stderr.contains("--peer-secret-file"), "{stderr}");
+
+    // The metrics endpoint (plain HTTP, no authentication) off loopback, on a
+    // dispatcher that is otherwise on loopback.
+    let args = ["dispatcher", "--port", "0", "--metrics-addr", "0.0.0.0:0"];
+    let (ok, _, stderr) = sluice.run(&args, None);
+    assert!(!ok, "{stderr}");
+    for want in ["--metrics-addr", "metrics endpoint would listen on 0.0.0.0", "--insecure"] {
+        assert!(stderr.contains(want), "missing {want}: {stderr}");
+    }
 }

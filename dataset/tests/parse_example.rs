@@ -151,8 +151,12 @@ fn the_wire_format_is_tensorflows() {
 #[test]
 fn shapes_that_overflow_or_exceed_the_limit_never_reach_the_parser() {
     for shape in [vec![1 << 32, 1 << 32], vec![1 << 20, 1 << 20]] {
-        let def = DatasetDef::tfrecord(vec!["x.tfrecord"])
-            .parse_example(vec![spec("x", DType::Int64, Some(shape), Some(Arg::Int(1)))]);
+        let def = DatasetDef::tfrecord(vec!["x.tfrecord"]).parse_example(vec![spec(
+            "x",
+            DType::Int64,
+            Some(shape),
+            Some(Arg::Int(1)),
+        )]);
         let e = def.validate().expect_err("refused").to_string();
         assert!(e.contains("MAX_FEATURE_VALUES"), "{e}");
     }

@@ -145,8 +145,14 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
 
 /// The `--metrics-addr` listener, if asked for. Its address goes to the log (not
 /// stdout, whose first line scripts read for the service address).
-async fn bind_metrics(addr: Option<&str>) -> anyhow::Result<Option<TcpListener>> {
+/// The metrics listener. It is plain HTTP without authentication, so off loopback
+/// it needs `--insecure` (refused before binding, as the service's listeners).
+async fn bind_metrics(addr: Option<&str>, insecure: bool) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = addr else { return Ok(None) };
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let missing = ["TLS and authentication (the metrics endpoint has neither)"];
+    sluice_security::require_secure_off_loopback("metrics endpoint", host, &missing, insecure)
+        .context("--metrics-addr")?;
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("--metrics-addr {addr}: cannot listen (is the port in use?)"))?;
@@ -236,7 +242,7 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         let raft_host = raft.rsplit_once(':').map_or(raft.as_str(), |(h, _)| h);
         config.check_raft_exposure(raft_host)?;
     }
-    let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
+    let metrics = bind_metrics(a.metrics_addr.as_deref(), config.security.insecure).await?;
     let raft = match config.raft_peers.get(&config.node_id) {
         Some(own) if config.peers.len() > 1 => {
             Some(TcpListener::bind(own).await.with_context(|| {
@@ -281,7 +287,7 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     let s = &config.security;
     sluice_security::require_secure_off_loopback("worker", &a.host, &s.missing(), s.insecure)?;
     let stop = stop_signal()?;
-    let metrics = bind_metrics(a.metrics_addr.as_deref()).await?;
+    let metrics = bind_metrics(a.metrics_addr.as_deref(), a.auth.insecure).await?;
     let listener = bind(&a.host, a.port).await?;
     let registry = FunctionRegistry::builtin();
     sluice_worker::run_with_metrics(listener, metrics, config, registry, stop).await?;
