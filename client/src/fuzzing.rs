@@ -1,4 +1,4 @@
-//! Entry point for the element-frame fuzz target (`fuzz/`) and its corpus-replay test
+//! Entry points for the element-frame fuzz target (`fuzz/`) and its corpus-replay test
 //! (`tests/fuzz_corpus.rs`); feature `fuzzing`, not an API.
 //!
 //! Why here: the frame decoder (`worker_stream::Chunks`) is crate-private, and the
@@ -13,18 +13,10 @@ use crate::worker_stream::Chunks;
 
 /// A `GetElements` response body as the reader receives it: the input, cut into DATA
 /// frames, through [`Chunks`] and `ElementBatch` decoding, then each element into the
-/// dataset's types. Input: `[mode][frame size][body]`; frame size 0 = one frame; mode
-/// bit 0 puts a gRPC message prefix (uncompressed, the body's length) before the body.
+/// dataset's types. Input: as [`grpc_body`] reads it.
 /// A message decoded over its frames must equal the same bytes decoded in one piece.
 pub fn element_frames(data: &[u8]) {
-    let [mode, step, body @ ..] = data else { return };
-    let mut wire = Vec::with_capacity(body.len() + 5);
-    if mode & 1 == 1 {
-        wire.push(0);
-        wire.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    }
-    wire.extend_from_slice(body);
-    let step = if *step == 0 { wire.len().max(1) } else { usize::from(*step) };
+    let Some((_, wire, step)) = grpc_body(data) else { return };
     let mut chunks = Chunks::default();
     let mut at = 0;
     for frame in wire.chunks(step) {
@@ -48,4 +40,20 @@ pub fn element_frames(data: &[u8]) {
             }
         }
     }
+}
+
+/// A gRPC body from a fuzz input `[mode][frame size][body]`: the mode byte, the body
+/// (with bit 0 of the mode, behind a gRPC message prefix: uncompressed, the body's
+/// length) and the size of the DATA frames to cut it into (frame size 0 = one frame).
+/// Shared with the worker's request target, which reads the same shape of input.
+pub fn grpc_body(data: &[u8]) -> Option<(u8, Vec<u8>, usize)> {
+    let [mode, step, body @ ..] = data else { return None };
+    let mut wire = Vec::with_capacity(body.len() + 5);
+    if mode & 1 == 1 {
+        wire.push(0);
+        wire.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    }
+    wire.extend_from_slice(body);
+    let step = if *step == 0 { wire.len().max(1) } else { usize::from(*step) };
+    Some((*mode, wire, step))
 }

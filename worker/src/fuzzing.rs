@@ -13,19 +13,11 @@ use crate::route::request;
 
 /// A GetElements request body as the worker's route reads it: the input cut into DATA
 /// frames, optionally ending in trailers or a body error, through `request::read`, and
-/// a refusal into the status the client would get. Input: `[mode][frame size][body]`;
-/// frame size 0 = one frame; mode bit 0 puts a gRPC message prefix (uncompressed, the
-/// body's length) before the body, bit 1 ends the body with trailers, bit 2 with an
-/// error.
+/// a refusal into the status the client would get. Input: as
+/// `sluice_client::fuzzing::grpc_body` reads it (mode bit 0: a message prefix, frame
+/// size 0: one frame); mode bit 1 ends the body with trailers, bit 2 with an error.
 pub fn get_elements_request(data: &[u8]) {
-    let [mode, step, body @ ..] = data else { return };
-    let mut wire = Vec::with_capacity(body.len() + 5);
-    if mode & 1 == 1 {
-        wire.push(0);
-        wire.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    }
-    wire.extend_from_slice(body);
-    let step = if *step == 0 { wire.len().max(1) } else { usize::from(*step) };
+    let Some((mode, wire, step)) = sluice_client::fuzzing::grpc_body(data) else { return };
     let mut frames: Vec<Result<Frame<Bytes>, Status>> =
         wire.chunks(step).map(|c| Ok(Frame::data(Bytes::copy_from_slice(c)))).collect();
     if mode & 2 == 2 {
