@@ -189,6 +189,9 @@ impl DispatchServer {
                 })?,
             None => (host.to_string(), port),
         };
+        // Refused before binding, as `sluice dispatcher`: nothing listens off
+        // loopback unprotected, not even for a moment.
+        config.check_exposure(&host).map_err(|e| errors::failed_precondition(e.to_string()))?;
         let rt = runtime::get()?;
         let listener = bind(py, &rt, &host, port)?;
         Self::start(py, rt, listener, None, config)
@@ -343,6 +346,10 @@ impl WorkerServer {
             .dispatcher_retry
             .with_deadline(seconds("dispatcher_timeout", dispatcher_timeout)?);
         config.validate().map_err(|e| errors::invalid_argument(e.to_string()))?;
+        // Refused before binding, as `sluice worker`.
+        let s = &config.security;
+        sluice_security::require_secure_off_loopback("worker", host, &s.missing(), s.insecure)
+            .map_err(|e| errors::failed_precondition(e.to_string()))?;
         let rt = runtime::get()?;
         let listener = bind(py, &rt, host, port)?;
         let registry = FunctionRegistry::builtin();

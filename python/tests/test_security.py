@@ -83,3 +83,13 @@ def test_a_token_file_with_a_bad_line_is_refused_naming_the_line(pki: Path) -> N
     bad.write_text(f"client trainer {CLIENT_TOKEN}\nadmin root {WORKER_TOKEN}\n")
     with pytest.raises(sluice.errors.InvalidArgumentError, match="line 2: unknown role `admin`"):
         sluice.DispatchServer(auth_tokens=bad)
+
+
+def test_a_server_off_loopback_without_tls_and_tokens_is_refused_before_it_binds() -> None:
+    # Refused before the socket is bound: nothing listens on 0.0.0.0 here.
+    with pytest.raises(sluice.errors.FailedPreconditionError, match="not loopback") as e:
+        sluice.DispatchServer(host="0.0.0.0")
+    assert "--tls-cert/--tls-key" in str(e.value) and "--auth-tokens" in str(e.value)
+    refused = sluice.errors.FailedPreconditionError
+    with pytest.raises(refused, match="worker would listen on 0.0.0.0"):
+        sluice.WorkerServer("127.0.0.1:1", host="0.0.0.0")
