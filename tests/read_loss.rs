@@ -58,7 +58,7 @@ fn read_while_a_worker_dies(extra: &[&str]) -> Outcome {
     }
     wait_blocking("the reader exits", || reader.exited());
     let status = reader.try_wait().expect("status").expect("exited");
-    Outcome { success: status.success(), lines, stderr: reader.stderr_tail(), dead_worker }
+    Outcome { success: status.success(), lines, stderr: reader.last_words(), dead_worker }
 }
 
 #[test]

@@ -26,7 +26,7 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a killed or exited child's stderr may take to close, so its last
 /// lines reach the tail before an error quotes it.
-const STDERR_CLOSE: Duration = Duration::from_secs(2);
+const STDERR_CLOSE: Duration = Duration::from_secs(5);
 
 /// How to start one process (kept to start it again, e.g. on the same port).
 #[derive(Clone, Debug)]
@@ -213,8 +213,10 @@ impl Child {
         self.stderr.describe()
     }
 
-    /// The tail of a killed or exited child, once its stderr has closed (bounded).
-    pub(crate) fn last_words(&self) -> String {
+    /// The tail of a killed or exited child, once its stderr has closed (waits a
+    /// few seconds at most): what a test reads after the child ended, since
+    /// the draining thread may not yet have read the pipe's last lines.
+    pub fn last_words(&self) -> String {
         self.stderr.wait_closed(STDERR_CLOSE);
         self.stderr.describe()
     }
