@@ -52,7 +52,12 @@ fn stage_cardinality(stage: &Stage, input: Cardinality, first: bool) -> Cardinal
         Stage::Enumerate { .. } | Stage::ParseExample { .. } => input,
         // Over an infinite input these never reach end of sequence either (they
         // may stop yielding, which is the user's to avoid).
-        Stage::Filter(_) | Stage::FlatMap(_) | Stage::Interleave { .. } => match input {
+        Stage::Python(p) if p.op == crate::python::PyOp::Map => input,
+        Stage::Filter(_)
+        | Stage::FlatMap(_)
+        | Stage::Interleave { .. }
+        | Stage::Python(_)
+        | Stage::IgnoreErrors {} => match input {
             Finite(0) => Finite(0),
             Infinite => Infinite,
             _ => Unknown,

@@ -240,6 +240,12 @@ pub enum Stage {
     ParseExample {
         features: Vec<FeatureSpec>,
     },
+    /// Runs the user's Python function (`map`, `filter`, `flat_map`,
+    /// `map_batches`) on the worker's pool of Python processes (see `python`).
+    Python(crate::python::PythonStage),
+    /// Skips the elements whose computation failed in a user function upstream
+    /// (tf.data's `ignore_errors`), counting them; other errors still end the read.
+    IgnoreErrors {},
 }
 
 impl Stage {
@@ -266,6 +272,8 @@ impl Stage {
             Stage::Enumerate { .. } => "enumerate",
             Stage::Shard { .. } => "shard",
             Stage::ParseExample { .. } => "parse_example",
+            Stage::Python(_) => "python",
+            Stage::IgnoreErrors {} => "ignore_errors",
         }
     }
     pub fn is_source(&self) -> bool {
@@ -442,6 +450,14 @@ impl DatasetDef {
     pub fn prefetch(self, buffer_size: u64) -> Self {
         self.then(Stage::Prefetch { buffer_size })
     }
+    /// A stage running a Python function (see [`crate::python::PythonStage`]).
+    pub fn python(self, stage: crate::python::PythonStage) -> Self {
+        self.then(Stage::Python(stage))
+    }
+    /// Skips elements that failed in a user function upstream.
+    pub fn ignore_errors(self) -> Self {
+        self.then(Stage::IgnoreErrors {})
+    }
 
     /// Checks the structure (not the function names; see
     /// `FunctionRegistry::check`): a source first and only first, sizes positive,
@@ -528,6 +544,9 @@ impl DatasetDef {
                     })?;
                 }
                 Stage::Batch { size: 0, .. } => return Err(bad(i, ".batch.size", "must be > 0")),
+                Stage::Python(p) => {
+                    p.check().map_err(|(field, message)| bad(i, &field, &message))?;
+                }
                 Stage::Shuffle { buffer_size: 0, .. } => {
                     return Err(bad(i, ".shuffle.buffer_size", "must be > 0"));
                 }

@@ -42,9 +42,19 @@ pub enum DatasetError {
     /// `Function` error instead): a bug, reported rather than taken for the end.
     #[error("the pipeline panicked: {0}")]
     Panicked(String),
+    /// The user's Python function failed on an element (or could not be loaded).
+    /// The only error a stage may yield and then go on: `ignore_errors` skips it.
+    #[error("{0}")]
+    UserFunction(Box<crate::python::UserFunctionFailure>),
 }
 
 impl DatasetError {
+    /// Whether the error concerns one element only, so that the pipeline may go on
+    /// past it (a user function's failure); every other error ends the pipeline.
+    pub fn is_element_error(&self) -> bool {
+        matches!(self, DatasetError::UserFunction(f) if f.phase == crate::python::Phase::Call)
+    }
+
     /// An [`DatasetError::Io`] for `file`.
     pub fn io(file: impl Into<String>, message: impl std::fmt::Display) -> Self {
         DatasetError::Io { file: file.into(), message: message.to_string() }

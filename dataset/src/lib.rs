@@ -24,6 +24,9 @@
 //! - [`formats`] — TFRecord framing and `tf.train.Example` parsing.
 //! - `image` — the built-in image maps (`decode_png`, `center_crop`, `normalize`).
 //! - [`sample`] — a sample image dataset writer and the pipeline that reads it.
+//! - [`python`] — Python stages: the spec's [`PythonStage`], what a pipeline needs
+//!   of a worker ([`PythonNeeds`]), and the [`PythonExecutor`] trait a worker's
+//!   process pool implements (`exec::python` is the stage that calls it).
 //! - [`error`] — [`DatasetError`], the crate's one error type.
 //! - [`bounds`] — the limits of the spec parameters that size memory (batch,
 //!   shuffle, `parse_example` shapes), checked by `DatasetDef::validate`.
@@ -50,6 +53,7 @@ pub mod fuzzing;
 mod image;
 pub mod io;
 mod json;
+pub mod python;
 pub mod registry;
 pub mod sample;
 pub mod sharding;
@@ -64,6 +68,10 @@ pub use def::{
 };
 pub use error::DatasetError;
 pub use exec::{ElementIter, SplitProvider, SplitRange};
+pub use python::{
+    Phase, Pickled, PyCall, PyFailure, PyFunction, PyOp, PyOutcome, PyReply, PyResponse,
+    PythonExecutor, PythonNeeds, PythonStage, SharedPythonExecutor, UserFunctionFailure,
+};
 pub use registry::{DatasetFn, FilterFn, FunctionRegistry, MapFn};
 pub use sharding::StaticPolicy;
 pub use tensor::{DType, Element, Tensor};

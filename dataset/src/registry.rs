@@ -36,6 +36,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::def::{Arg, DatasetDef, FnCall, FnKind};
@@ -44,6 +45,7 @@ use crate::exec::files;
 use crate::exec::stream::ElementIter;
 use crate::formats::{file_function, FileFormat};
 use crate::io::DataRoots;
+use crate::python::SharedPythonExecutor;
 use crate::tensor::Element;
 
 /// A map function: takes an element and the call's constant arguments.
@@ -81,6 +83,12 @@ pub struct FunctionRegistry {
     filters: BTreeMap<String, Entry<FilterFn>>,
     datasets: BTreeMap<String, Entry<DatasetEntry>>,
     data_roots: DataRoots,
+    /// What runs Python stages: a worker's process pool (`--allow-python`); `None`
+    /// in a process that may not run user code (its Python stages then fail).
+    python: Option<SharedPythonExecutor>,
+    /// Elements `ignore_errors` stages skipped, over every pipeline run with this
+    /// registry (and its clones): the worker's metric and status figure.
+    errors_ignored: Arc<AtomicU64>,
 }
 
 impl FunctionRegistry {
@@ -91,6 +99,8 @@ impl FunctionRegistry {
             filters: BTreeMap::new(),
             datasets: BTreeMap::new(),
             data_roots: DataRoots::unrestricted(),
+            python: None,
+            errors_ignored: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -142,6 +152,22 @@ impl FunctionRegistry {
     pub fn with_data_roots(mut self, roots: DataRoots) -> Self {
         self.data_roots = roots;
         self
+    }
+
+    /// This registry with Python stages run by `executor`.
+    pub fn with_python(mut self, executor: SharedPythonExecutor) -> Self {
+        self.python = Some(executor);
+        self
+    }
+
+    /// The executor of Python stages, if this process may run them.
+    pub fn python(&self) -> Option<&SharedPythonExecutor> {
+        self.python.as_ref()
+    }
+
+    /// The counter of elements skipped by `ignore_errors` (shared by clones).
+    pub fn errors_ignored(&self) -> &Arc<AtomicU64> {
+        &self.errors_ignored
     }
 
     /// The roots the registry's file readers read under.

@@ -21,12 +21,16 @@ pub(super) struct Batch {
     size: usize,
     drop_remainder: bool,
     done: bool,
+    /// The batch being filled: kept across an element error from upstream (a user
+    /// function's failure, which `ignore_errors` downstream may skip), so the
+    /// elements before it are not lost.
+    elements: Vec<Element>,
 }
 
 impl Batch {
     pub(super) fn new(input: ElementIter, size: u64, drop_remainder: bool) -> Self {
         let size = usize::try_from(size).unwrap_or(usize::MAX);
-        Batch { input, size, drop_remainder, done: false }
+        Batch { input, size, drop_remainder, done: false, elements: Vec::new() }
     }
 }
 
@@ -37,10 +41,12 @@ impl Iterator for Batch {
         if self.done {
             return None;
         }
-        let mut elements = Vec::with_capacity(self.size.min(MAX_RESERVE));
-        while elements.len() < self.size {
+        if self.elements.capacity() == 0 {
+            self.elements.reserve(self.size.min(MAX_RESERVE));
+        }
+        while self.elements.len() < self.size {
             match self.input.next() {
-                Some(Ok(e)) => elements.push(e),
+                Some(Ok(e)) => self.elements.push(e),
                 Some(Err(e)) => return Some(Err(e)),
                 None => {
                     self.done = true;
@@ -48,6 +54,7 @@ impl Iterator for Batch {
                 }
             }
         }
+        let elements = std::mem::take(&mut self.elements);
         if elements.is_empty() || (elements.len() < self.size && self.drop_remainder) {
             return None;
         }

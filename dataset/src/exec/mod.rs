@@ -39,6 +39,7 @@ mod ops;
 mod parallel_map;
 mod plan;
 mod prefetch;
+mod python;
 mod repeat;
 mod shuffle;
 mod slices;

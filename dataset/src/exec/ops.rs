@@ -18,7 +18,9 @@ type Item = Result<Element, DatasetError>;
 
 /// Yields the inner items up to and including the first error, then nothing.
 /// The inner iterator is dropped as soon as it is done, releasing what it holds
-/// (a prefetch thread, buffered elements).
+/// (a prefetch thread, buffered elements). An element error (a user function
+/// failed on one element, [`DatasetError::is_element_error`]) does not end it: the
+/// stage goes on with the next element, and `ignore_errors` may skip the error.
 pub(super) struct Fuse {
     inner: Option<ElementIter>,
 }
@@ -34,7 +36,12 @@ impl Iterator for Fuse {
 
     fn next(&mut self) -> Option<Item> {
         let item = self.inner.as_mut()?.next();
-        if !matches!(item, Some(Ok(_))) {
+        let goes_on = match &item {
+            Some(Ok(_)) => true,
+            Some(Err(e)) => e.is_element_error(),
+            None => false,
+        };
+        if !goes_on {
             self.inner = None;
         }
         item
@@ -173,5 +180,37 @@ impl Iterator for Skip {
             }
         }
         self.input.next()
+    }
+}
+
+/// `ignore_errors`: skips element errors from upstream, counting them in
+/// `skipped`; any other error is yielded (and ends the pipeline).
+pub(super) struct IgnoreErrors {
+    input: ElementIter,
+    skipped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl IgnoreErrors {
+    pub(super) fn new(
+        input: ElementIter,
+        skipped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
+        IgnoreErrors { input, skipped }
+    }
+}
+
+impl Iterator for IgnoreErrors {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        loop {
+            match self.input.next()? {
+                Err(e) if e.is_element_error() => {
+                    self.skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(error = %e, "ignore_errors skipped an element");
+                }
+                item => return Some(item),
+            }
+        }
     }
 }

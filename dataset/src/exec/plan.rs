@@ -20,7 +20,8 @@ use rand_chacha::ChaCha8Rng;
 use super::slices::Slicer;
 use super::stream::{lock, Deferred, ElementIter, SharedSplits};
 use super::{
-    batch, combine, example, interleave, ops, parallel_map, prefetch, repeat, shuffle, source,
+    batch, combine, example, interleave, ops, parallel_map, prefetch, python, repeat, shuffle,
+    source,
 };
 use crate::def::{DatasetDef, FnCall, FnKind, ShardArg, SliceValues, Stage};
 use crate::error::DatasetError;
@@ -215,6 +216,15 @@ impl Plan {
             }
             Stage::ParseExample { features } => {
                 Box::new(example::ParseExample::new(input(), features.clone()))
+            }
+            Stage::Python(stage) => Box::new(python::PythonMap::new(
+                input(),
+                self.registry.python().cloned(),
+                stage.clone(),
+                format!("stages[{}]", end - 1),
+            )),
+            Stage::IgnoreErrors {} => {
+                Box::new(ops::IgnoreErrors::new(input(), self.registry.errors_ignored().clone()))
             }
         };
         Box::new(ops::Fuse::new(it))
