@@ -32,6 +32,7 @@ impl Ghost {
             address: address.clone(),
             worker_uid: 1,
             functions: vec![],
+            python_version: String::new(),
         };
         dispatcher.register_worker(reg).await.unwrap();
         let hb = pb::WorkerHeartbeatRequest { address, worker_uid: 1, ..Default::default() };

@@ -134,8 +134,12 @@ async fn the_stream_ends_only_when_the_dispatcher_says_the_iteration_finished() 
     // A second "worker" that registers but never serves: its task holds the
     // iteration open, as a slow worker would.
     let ghost = "127.0.0.1:9".to_string();
-    let reg =
-        pb::RegisterWorkerRequest { address: ghost.clone(), worker_uid: 1, functions: vec![] };
+    let reg = pb::RegisterWorkerRequest {
+        address: ghost.clone(),
+        worker_uid: 1,
+        functions: vec![],
+        python_version: String::new(),
+    };
     d.register_worker(reg).await.unwrap();
     let mut stream = cluster.client().distribute(&DatasetDef::range(10), dynamic()).await.unwrap();
     let mut got = vec![];

@@ -43,6 +43,7 @@ async fn a_request_from_another_worker_incarnation_is_refused_and_takes_nothing(
         address: address.clone(),
         worker_uid: uid,
         functions: vec![],
+        python_version: String::new(),
     };
     d.register_worker(register(1)).await.unwrap();
     let _ = dynamic_iteration(&client, 10).await;

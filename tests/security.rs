@@ -89,6 +89,7 @@ async fn the_dispatcher_refuses_missing_wrong_and_other_role_tokens_naming_them(
         address: "127.0.0.1:1".into(),
         worker_uid: 7,
         functions: vec![],
+        python_version: String::new(),
     };
     let (code, message) = refusal(as_client.register_worker(req).await);
     assert_eq!(code, Code::PermissionDenied, "{message}");
@@ -131,6 +132,7 @@ async fn a_worker_is_bound_to_the_token_it_registered_with() {
         current_tasks: vec![],
         finished_tasks: vec![],
         wait_for_change_ms: 0,
+        errors_ignored: 0,
     };
 
     tracing::info!("--- another worker token registering or heartbeating as it: PermissionDenied");
@@ -139,6 +141,7 @@ async fn a_worker_is_bound_to_the_token_it_registered_with() {
         address: w.address().to_string(),
         worker_uid: 2,
         functions: vec![],
+        python_version: String::new(),
     };
     for refused in [
         other.register_worker(req).await.map(|_| ()),

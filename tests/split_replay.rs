@@ -17,6 +17,7 @@ async fn a_replayed_get_split_returns_the_same_split_and_none_is_lost_or_doubled
         address: "127.0.0.1:1".into(),
         worker_uid: 9,
         functions: vec![],
+        python_version: String::new(),
     };
     d.register_worker(worker).await.unwrap();
     let client = cluster.client();

@@ -26,8 +26,12 @@ async fn a_held_heartbeat_is_answered_when_a_task_is_created_for_the_worker() {
     let cluster = patient_cluster().await;
     let client = cluster.client();
     let address = "127.0.0.1:9".to_string();
-    let reg =
-        pb::RegisterWorkerRequest { address: address.clone(), worker_uid: 1, functions: vec![] };
+    let reg = pb::RegisterWorkerRequest {
+        address: address.clone(),
+        worker_uid: 1,
+        functions: vec![],
+        python_version: String::new(),
+    };
     client.dispatcher().register_worker(reg).await.unwrap();
     let mut grpc = Grpc::connect(format!("http://{}", cluster.dispatcher_address)).await.unwrap();
     let hb = pb::WorkerHeartbeatRequest {

@@ -75,6 +75,7 @@ impl Fleet {
                 address: address.clone(),
                 worker_uid: uid,
                 functions: vec![],
+                python_version: String::new(),
             };
             let resp = client.register_worker(req).await.context("RegisterWorker")?;
             let tasks = resp.tasks.iter().map(|t| t.task_id).collect();
@@ -127,6 +128,7 @@ impl Fleet {
                     current_tasks: w.tasks.clone(),
                     finished_tasks: vec![],
                     wait_for_change_ms: 0,
+                    errors_ignored: 0,
                 })
                 .await
                 .context("WorkerHeartbeat")?;

@@ -243,6 +243,9 @@ impl Worker {
             address: self.address.clone(),
             worker_uid: self.worker_uid,
             functions: self.tasks.runner.registry.names(),
+            python_version: (self.tasks.runner.registry.python())
+                .map(|p| p.version().to_string())
+                .unwrap_or_default(),
         }
     }
 
@@ -256,6 +259,8 @@ impl Worker {
             current_tasks,
             finished_tasks: table.unreported.iter().copied().collect(),
             wait_for_change_ms: 0,
+            errors_ignored: (self.tasks.runner.registry.errors_ignored())
+                .load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
