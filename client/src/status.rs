@@ -30,6 +30,12 @@ pub struct WorkerStatus {
     /// Declared lost by the leader's worker timeout.
     pub lost: bool,
     pub worker_uid: u64,
+    /// The Python version its Python processes run; `None`: it runs no Python
+    /// stages (started without `--allow-python`).
+    pub python_version: Option<String>,
+    /// Elements its `ignore_errors` stages skipped since it started, as its last
+    /// heartbeat to this dispatcher said; `None` before one did.
+    pub errors_ignored: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -114,6 +120,8 @@ impl From<pb::WorkerStatus> for WorkerStatus {
             last_heartbeat_ms_ago: w.last_heartbeat_ms_ago,
             lost: w.lost,
             worker_uid: w.worker_uid,
+            python_version: Some(w.python_version).filter(|v| !v.is_empty()),
+            errors_ignored: w.errors_ignored,
         }
     }
 }

@@ -54,11 +54,14 @@ pub enum Command {
         client_id: ClientId,
     },
     /// Registers (or re-registers) a worker and gives it a task in every unfinished
-    /// iteration it has none in (up to `limits.max_tasks_per_worker`).
+    /// iteration it has none in and whose pipeline it can run (up to
+    /// `limits.max_tasks_per_worker`).
     RegisterWorker {
         address: String,
         worker_uid: u64,
         functions: Vec<String>,
+        /// The Python version its Python processes run; `None`: no Python stages.
+        python_version: Option<String>,
         limits: Limits,
     },
     /// Tasks that reached end of sequence on `worker_address`, reported by the

@@ -17,7 +17,9 @@
 //!   (RegisterWorker), `splits` (GetSplit), `liveness` (WorkerLost, GcIteration),
 //!   `coordinated` (the replicated half of coordinated reads); calls between them
 //!   go one way. `cache_check`: what a cross-trainer cache job requires (checked
-//!   by `apply` when the job is created).
+//!   by `apply` when the job is created). `python_check`: whether the registered
+//!   workers can run a pipeline's Python stages, and the refusals that say why not
+//!   (used by `apply` and by `service` at job creation).
 //! - [`core`] — [`Core`], the single owner of the state: commands go through Raft
 //!   ([`raft`]) and its journal before they are applied and answered; `batcher`
 //!   joins concurrent proposals into one log entry, within the entry cap.
@@ -36,6 +38,8 @@
 //!   `status`: the `GetStatus` rendering.
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
 //!   `ReleaseClient` and `GcIteration`; `apply::liveness`: what those do.
+//!   `worker_reports`: what workers' heartbeats report beside liveness (elements
+//!   `ignore_errors` skipped; soft state) for `status` and `metrics`.
 //! - [`server`] — `run` / `spawn` on the client listener (and the Raft listener of
 //!   a group) with an injectable shutdown.
 //! - [`access`] — who may call what: the TLS of each listener, the token guard of
@@ -72,6 +76,7 @@ pub mod limits;
 mod liveness;
 mod long_poll;
 mod metrics;
+mod python_check;
 pub mod raft;
 mod read_barrier;
 pub mod server;
@@ -79,6 +84,7 @@ mod service;
 pub mod state;
 mod status;
 mod worker_identity;
+mod worker_reports;
 mod worker_view;
 
 pub use access::DispatcherSecurity;

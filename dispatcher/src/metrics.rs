@@ -5,6 +5,7 @@
 //!                   └────────raft metrics──► role, term, log/applied/snapshot index
 //!  Core::propose ──► Counters (`counters.rs`; this process: proposed / failed by command kind)
 //!  GetSplit handler ──► Counters::get_split_request
+//!  WorkerHeartbeat handler ──► WorkerReports (`worker_reports.rs`) ──► worker_errors_ignored
 //! ```
 //!
 //! The gauges are computed from the replicated [`State`] at scrape time, so there
@@ -13,7 +14,9 @@
 //! which node's view is the leader's). The counters are soft state of this process
 //! and start from zero when it restarts.
 //!
-//! Label sets are bounded: nothing is labelled by job, iteration, task or worker.
+//! Label sets are bounded: nothing is labelled by job, iteration, task or worker
+//! (`sluice_worker_errors_ignored` is the total over workers; `sluice status`
+//! shows each worker's).
 
 use std::sync::Arc;
 
@@ -24,12 +27,14 @@ use prometheus_client::registry::Registry;
 
 use crate::core::Core;
 use crate::state::State;
+use crate::worker_reports::WorkerReports;
 
-/// Every metric of this node: the counters of `core` and the state's gauges.
-pub(crate) fn registry(core: Arc<Core>) -> Registry {
+/// Every metric of this node: the counters of `core`, the state's gauges and
+/// what workers' heartbeats reported to this node.
+pub(crate) fn registry(core: Arc<Core>, reports: Arc<WorkerReports>) -> Registry {
     let mut r = sluice_metrics::registry();
     core.counters().register(&mut r);
-    r.register_collector(Box::new(StateCollector { core }));
+    r.register_collector(Box::new(StateCollector { core, reports }));
     r
 }
 
@@ -159,6 +164,7 @@ impl StateGauges {
 /// Computes the gauges on each scrape from this node's replica and Raft metrics.
 struct StateCollector {
     core: Arc<Core>,
+    reports: Arc<WorkerReports>,
 }
 
 impl std::fmt::Debug for StateCollector {
@@ -179,6 +185,16 @@ impl Collector for StateCollector {
         for (name, help, v) in state.rows() {
             gauge(&mut enc, name, help, v)?;
         }
+        // Soft state of this node: the last totals the workers' heartbeats carried.
+        let ignored: u64 = self.reports.errors_ignored().values().sum();
+        gauge(
+            &mut enc,
+            "worker_errors_ignored",
+            "Elements the ignore_errors stages of the workers that heartbeat to this node \
+             skipped since each worker started (a user function failed on them), summed over \
+             workers",
+            ignored,
+        )?;
         let m = self.core.raft().metrics().borrow().clone();
         let leader = u64::from(m.state == openraft::ServerState::Leader);
         let raft = [
@@ -229,6 +245,7 @@ mod tests {
                 address: "w1".into(),
                 worker_uid: 1,
                 functions: vec![],
+                python_version: None,
                 limits: Limits::default(),
             },
         );
@@ -238,6 +255,7 @@ mod tests {
                 address: "w2".into(),
                 worker_uid: 2,
                 functions: vec![],
+                python_version: None,
                 limits: Limits::default(),
             },
         );

@@ -22,6 +22,7 @@ use crate::error::DispatcherError;
 use crate::liveness::Liveness;
 use crate::raft::peer_service::PeerService;
 use crate::service::DispatcherService;
+use crate::worker_reports::WorkerReports;
 
 /// How long a stopping dispatcher waits for the Raft node's tasks to close its
 /// journal.
@@ -100,17 +101,19 @@ pub async fn run_with_listeners(
     tracing::info!(%data_roots, "specs may name files only under these data roots");
     let registry = registry.with_data_roots(data_roots);
     let core = Arc::new(Core::start(&config, &address.to_string()).await?);
+    let reports = Arc::new(WorkerReports::default());
     // Stops when dropped, at the end of this function.
     let _metrics = match metrics {
         Some(l) => {
-            Some(sluice_metrics::spawn(l, Arc::new(crate::metrics::registry(core.clone())))?)
+            let metrics = crate::metrics::registry(core.clone(), reports.clone());
+            Some(sluice_metrics::spawn(l, Arc::new(metrics))?)
         }
         None => None,
     };
     let peer = PeerService::new(core.raft().clone(), core.vote_gate());
     let liveness = Arc::new(Liveness::default());
     let timers = liveness.spawn(core.clone(), config.clone());
-    let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness);
+    let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness, reports);
     tracing::info!(%address, node_id = config.node_id, "dispatcher serving");
     // Crash-only: if Raft stops on its own (e.g. its journal failed for longer
     // than the retry budget), stop serving and fail, so a supervisor restarts the

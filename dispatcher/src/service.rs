@@ -4,7 +4,7 @@
 //! Soft state (not replicated, rebuilt after a restart): the liveness timers
 //! (`liveness.rs`), fed by the heartbeat handlers here; the leader turns silence
 //! into replicated commands; which worker token each worker registered with
-//! (`worker_identity.rs`).
+//! (`worker_identity.rs`); what heartbeats report (`worker_reports.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -27,7 +27,8 @@ use crate::error::StateError;
 use crate::liveness::Liveness;
 use crate::state::{DatasetId, State};
 use crate::worker_identity::WorkerIdentities;
-use crate::worker_view;
+use crate::worker_reports::WorkerReports;
+use crate::{python_check, worker_view};
 
 /// How long `GetStatus` waits for a leader to confirm itself before answering
 /// with its local (possibly stale) view.
@@ -44,6 +45,8 @@ pub struct DispatcherService {
     coordinated: CoordinatedReads,
     /// Worker address and uid → the token name they registered with (soft state).
     identities: WorkerIdentities,
+    /// What workers' heartbeats reported (soft state).
+    reports: Arc<WorkerReports>,
 }
 
 impl DispatcherService {
@@ -52,10 +55,31 @@ impl DispatcherService {
         config: DispatcherConfig,
         registry: FunctionRegistry,
         liveness: Arc<Liveness>,
+        reports: Arc<WorkerReports>,
     ) -> Self {
         let coordinated = CoordinatedReads::new(core.clone());
         let identities = WorkerIdentities::default();
-        DispatcherService { core, config, registry, liveness, coordinated, identities }
+        DispatcherService { core, config, registry, liveness, coordinated, identities, reports }
+    }
+
+    /// A job whose pipeline has Python stages that no registered worker can run is
+    /// refused, naming the stage and what each worker runs, rather than created to
+    /// wait for a worker that may never come. Read on the leader; not replicated
+    /// (workers come and go: the next request is checked again).
+    async fn check_python_workers(&self, dataset_id: &str) -> Result<(), Status> {
+        let refusal = self
+            .core
+            .read_leader(|s| {
+                let def = &s.datasets.get(dataset_id)?.def;
+                python_check::refusal(def, s.workers.values())
+            })
+            .await?;
+        match refusal {
+            Some(why) => Err(Status::failed_precondition(format!(
+                "cannot run a job over dataset `{dataset_id}`: {why}"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn unexpected(cmd: &str, r: R) -> Status {
@@ -184,6 +208,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let mode = mode_from_wire(req.mode)?;
         let target_workers = target_workers_from_wire(req.target_workers)?;
         let job_name = Some(req.job_name).filter(|n| !n.is_empty());
+        self.check_python_workers(&req.dataset_id).await?;
         // Stamped here so the job keeps the list it was created with.
         let static_workers = self.config.worker_addresses.clone();
         let cmd = Command::GetOrCreateJob {
@@ -285,6 +310,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             address: req.address,
             worker_uid: req.worker_uid,
             functions: req.functions,
+            python_version: Some(req.python_version).filter(|v| !v.is_empty()),
             limits: self.config.limits,
         };
         match self.core.propose(cmd).await? {
@@ -336,6 +362,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                 }
             }
         }
+        self.reports.record(&address, req.errors_ignored);
         let current: BTreeSet<u64> = req.current_tasks.into_iter().collect();
         let wait = Duration::from_millis(req.wait_for_change_ms.into()).min(self.max_worker_wait());
         let seen = || self.liveness.worker_seen(&address, worker_uid);
@@ -377,10 +404,11 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         _req: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         let heartbeats = self.liveness.heartbeats();
+        let ignored = self.reports.errors_ignored();
         // The leader answers with everything committed applied (a new leader
         // re-applies the log after its first commit); a follower answers with what
         // it has, flagged as not from the leader.
-        let render = |s: &State| crate::status::render(s, &heartbeats);
+        let render = |s: &State| crate::status::render(s, &heartbeats, &ignored);
         // Bounded: a leader cut off from its quorum cannot confirm itself.
         let confirmed = tokio::time::timeout(STATUS_LEADER_CHECK, self.core.read_leader(render));
         let (mut status, from_leader) = match confirmed.await {

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use sluice_dataset::python::PythonNeeds;
 use sluice_dataset::{DatasetDef, StaticPolicy};
 
 use crate::error::StateError;
@@ -217,6 +218,17 @@ pub struct Worker {
     pub active_tasks: BTreeSet<TaskId>,
     /// Declared lost by the leader's worker timeout; cleared when it registers again.
     pub lost: bool,
+    /// The Python version its pool of Python processes runs (`3.11.7`), as it
+    /// registered; `None`: it runs no Python stage (started without
+    /// `--allow-python`). Decides which jobs' tasks it gets (`State::can_run`).
+    pub python_version: Option<String>,
+}
+
+impl Worker {
+    /// Whether this worker can run a pipeline that asks `needs` of its workers.
+    pub fn can_run(&self, needs: &PythonNeeds) -> bool {
+        needs.admits(self.python_version.as_deref())
+    }
 }
 
 /// The whole replicated state.
@@ -313,12 +325,25 @@ impl State {
         self.iterations.get(&iteration_id).and_then(|it| self.jobs.get(&it.job_id))
     }
 
-    /// Whether a worker at `address` takes part in an iteration: every worker for
-    /// OFF and DYNAMIC, only the listed ones for a static mode.
+    /// What the pipeline of `job` asks of the workers that run it (its Python
+    /// stages); nothing for an unknown dataset.
+    pub fn python_needs(&self, job: &Job) -> PythonNeeds {
+        self.datasets.get(&job.dataset_id).map(|d| d.def.python_needs()).unwrap_or_default()
+    }
+
+    /// Whether a worker at `address` takes part in an iteration: for OFF and
+    /// DYNAMIC every worker that can run the pipeline (a job with Python stages
+    /// only goes to workers whose Python admits it); for a static mode the listed
+    /// ones (the list of a job with Python stages holds only workers that could
+    /// run it when the job was made, see `apply/jobs.rs`; one that registers again
+    /// without Python gets its shard's task anyway, whose Python stage then fails
+    /// with an error the reader sees, rather than leaving the shard unread).
     pub fn takes_part(&self, iteration_id: IterationId, address: &str) -> bool {
         match self.job_of(iteration_id) {
             Some(job) if job.is_static() => job.static_workers.iter().any(|a| a == address),
-            Some(_) => true,
+            Some(job) => {
+                self.workers.get(address).is_some_and(|w| w.can_run(&self.python_needs(job)))
+            }
             None => false,
         }
     }

@@ -8,7 +8,13 @@ use sluice_proto::v1 as pb;
 use crate::convert::mode_to_wire;
 use crate::state::State;
 
-pub fn render(s: &State, heartbeats: &HashMap<String, Instant>) -> pb::GetStatusResponse {
+/// `heartbeats` and `errors_ignored` are this node's soft state (what workers'
+/// heartbeats told it), the rest the replicated state.
+pub fn render(
+    s: &State,
+    heartbeats: &HashMap<String, Instant>,
+    errors_ignored: &HashMap<String, u64>,
+) -> pb::GetStatusResponse {
     let workers = s
         .workers
         .values()
@@ -20,6 +26,8 @@ pub fn render(s: &State, heartbeats: &HashMap<String, Instant>) -> pb::GetStatus
                 .map(|t| t.elapsed().as_millis() as u64),
             lost: w.lost,
             worker_uid: w.worker_uid,
+            python_version: w.python_version.clone().unwrap_or_default(),
+            errors_ignored: errors_ignored.get(&w.address).copied(),
         })
         .collect();
     let datasets = s

@@ -120,6 +120,7 @@ fn a_worker_registering_during_more_iterations_than_its_cap_gets_tasks_up_to_it(
         address: "w1:1".into(),
         worker_uid: 1,
         functions: vec![],
+        python_version: None,
         limits,
     };
     let Response::WorkerRegistered { tasks } = ok(&mut s, c) else { panic!() };

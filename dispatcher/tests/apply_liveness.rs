@@ -220,6 +220,7 @@ fn liveness_commands_replay_to_the_same_state_and_survive_the_log_codec() {
                 address: "w:1".into(),
                 worker_uid: 1,
                 functions: vec![],
+                python_version: None,
                 limits: Limits::default(),
             },
             Command::RegisterDataset {

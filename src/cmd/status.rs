@@ -103,11 +103,20 @@ fn iteration_state(mode: &str, it: &IterationStatus) -> String {
 pub fn render(s: &ServiceStatus) -> String {
     let mut out = String::new();
     out.push_str(&format!("WORKERS ({})\n", s.workers.len()));
-    out.push_str(&format!("  {:<24} {:>12} {:>16}\n", "ADDRESS", "ACTIVE TASKS", "LAST HEARTBEAT"));
+    out.push_str(&format!(
+        "  {:<24} {:>12} {:>16} {:>8} {:>14}\n",
+        "ADDRESS", "ACTIVE TASKS", "LAST HEARTBEAT", "PYTHON", "ERRORS IGNORED"
+    ));
     for w in &s.workers {
         let hb = w.last_heartbeat_ms_ago.map(|ms| format!("{ms} ms ago")).unwrap_or("-".into());
         let lost = if w.lost { "  LOST (no heartbeat within the worker timeout)" } else { "" };
-        out.push_str(&format!("  {:<24} {:>12} {:>16}{lost}\n", w.address, w.active_tasks, hb));
+        // "-": the worker runs no Python stages / has not reported yet.
+        let python = w.python_version.as_deref().unwrap_or("-");
+        let ignored = w.errors_ignored.map(|n| n.to_string()).unwrap_or("-".into());
+        out.push_str(&format!(
+            "  {:<24} {:>12} {:>16} {:>8} {:>14}{lost}\n",
+            w.address, w.active_tasks, hb, python, ignored
+        ));
     }
     out.push_str(&format!("DATASETS ({})\n", s.datasets.len()));
     out.push_str(&format!("  {:<24} {:>18}\n", "ID", "SOURCE ELEMENTS"));

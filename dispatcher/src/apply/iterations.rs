@@ -1,5 +1,6 @@
 //! Iterations, their tasks and their consumers: `GetOrCreateIteration` (the
-//! iteration, one task per taking-part worker and a client id, in one command),
+//! iteration, one task per taking-part worker — for a pipeline with Python stages,
+//! per worker that can run them — and a client id, in one command),
 //! `ReleaseClient`, and `FinishTasks` (tasks that reached end of sequence, and the
 //! iterations that thereby finished).
 //!
@@ -63,7 +64,14 @@ pub(super) fn get_or_create_iteration(
                     .cloned()
                     .collect()
             } else {
-                state.workers.keys().cloned().collect()
+                // A pipeline with Python stages only on workers whose Python can run it.
+                let needs = state.python_needs(job);
+                state
+                    .workers
+                    .values()
+                    .filter(|w| w.can_run(&needs))
+                    .map(|w| w.address.clone())
+                    .collect()
             };
             // Every worker gets a task: one at its cap refuses the iteration.
             for address in &workers {

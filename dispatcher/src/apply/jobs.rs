@@ -9,11 +9,11 @@
 
 use sluice_dataset::DatasetDef;
 
-use crate::cache_check;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::limits::Limits;
 use crate::state::{Dataset, DatasetId, Job, Mode, State, TargetWorkers};
+use crate::{cache_check, python_check};
 
 pub(super) fn register_dataset(
     state: &mut State,
@@ -36,6 +36,9 @@ pub(super) fn register_dataset(
         }
     }
     Limits::check(state.datasets.len(), limits.max_datasets, "datasets", "--max-datasets")?;
+    if let Some(message) = python_check::conflict(&def.python_needs()) {
+        return Err(StateError::InvalidArgument(message));
+    }
     let id = match dataset_id {
         Some(id) => id,
         None => {
@@ -118,6 +121,7 @@ pub(super) fn get_or_create_job(
         }
     }
     Limits::check(state.jobs.len(), limits.max_jobs, "jobs", "--max-jobs")?;
+    let static_workers = python_static_workers(state, &dataset.def, mode, static_workers)?;
     check_sharding(&dataset.def, &dataset_id, mode, &static_workers)?;
     if cross_trainer_cache {
         cache_check::check(&dataset.def, &dataset_id, job_name.as_deref())?;
@@ -149,6 +153,36 @@ pub(super) fn get_or_create_job(
         },
     );
     Ok(Response::Job { job_id, job_name: name })
+}
+
+/// A static job over a pipeline with Python stages shards among the listed workers
+/// that registered and can run it (a listed worker that cannot would leave its
+/// shard unread, and one not registered yet may turn out unable to): its shard
+/// count is theirs. Refused when none of the listed workers can.
+fn python_static_workers(
+    state: &State,
+    def: &DatasetDef,
+    mode: Mode,
+    static_workers: Vec<String>,
+) -> Result<Vec<String>, StateError> {
+    let needs = def.python_needs();
+    if mode.static_policy().is_none() || !needs.any() || static_workers.is_empty() {
+        return Ok(static_workers);
+    }
+    let capable = python_check::capable_workers(&static_workers, &needs, |a| state.workers.get(a));
+    if capable.is_empty() {
+        let listed: Vec<_> = static_workers.iter().filter_map(|a| state.workers.get(a)).collect();
+        let why = python_check::refusal(def, listed).unwrap_or_else(|| {
+            "none of them has registered yet; start the workers first".to_string()
+        });
+        return Err(StateError::FailedPrecondition(format!(
+            "cannot create a {} job: its pipeline has Python stages, and no worker of the \
+             dispatcher's worker_addresses [{}] that can run them is registered: {why}",
+            mode.name(),
+            static_workers.join(", ")
+        )));
+    }
+    Ok(capable)
 }
 
 /// Whether `mode` can divide `def` (among `static_workers` for a static mode). The

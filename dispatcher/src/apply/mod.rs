@@ -73,8 +73,9 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
             )
         }
         Command::ReleaseClient { client_id } => iterations::release_client(state, client_id),
-        Command::RegisterWorker { address, worker_uid, functions, limits } => {
-            workers::register_worker(state, address, worker_uid, functions, &limits)
+        Command::RegisterWorker { address, worker_uid, functions, python_version, limits } => {
+            let capabilities = workers::Capabilities { functions, python_version };
+            workers::register_worker(state, address, worker_uid, capabilities, &limits)
         }
         Command::FinishTasks { worker_address, worker_uid, task_ids } => {
             iterations::finish_tasks(state, &worker_address, worker_uid, &task_ids)

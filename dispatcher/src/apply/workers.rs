@@ -1,6 +1,7 @@
 //! `RegisterWorker`: a worker registers, or registers again (after a dispatcher
 //! restart, after being declared lost, or as a new process with a new uid), and
-//! gets a task in every live iteration it takes part in and has none in. What a
+//! gets a task in every live iteration it takes part in and has none in (one
+//! whose pipeline has Python stages only if its Python can run them). What a
 //! registration with a new uid costs the predecessor's split ranges is recorded by
 //! `liveness.rs`; a coordinated iteration's new task waits in `coordinated.rs`.
 
@@ -12,13 +13,22 @@ use crate::error::StateError;
 use crate::limits::Limits;
 use crate::state::{IterationId, JobId, State, Worker};
 
+/// What a worker says it can run.
+pub(super) struct Capabilities {
+    /// Registry functions ("map:square", ...).
+    pub functions: Vec<String>,
+    /// The Python version of its Python processes; `None`: no Python stages.
+    pub python_version: Option<String>,
+}
+
 pub(super) fn register_worker(
     state: &mut State,
     address: String,
     worker_uid: u64,
-    functions: Vec<String>,
+    capabilities: Capabilities,
     limits: &Limits,
 ) -> Result<Response, StateError> {
+    let Capabilities { functions, python_version } = capabilities;
     if address.is_empty() {
         return Err(StateError::InvalidArgument("worker address must not be empty".into()));
     }
@@ -29,10 +39,13 @@ pub(super) fn register_worker(
         functions: BTreeSet::new(),
         active_tasks: BTreeSet::new(),
         lost: false,
+        python_version: None,
     });
     worker.worker_uid = worker_uid;
     worker.lost = false;
     worker.functions = functions.into_iter().collect();
+    // Before the tasks below: which iterations it takes part in depends on it.
+    worker.python_version = python_version.filter(|v| !v.is_empty());
     // A worker gets a task in every unfinished iteration it has none in: a new
     // worker joins running iterations, and a restarted one keeps the tasks it had.
     // A task ended because the worker was lost does not count: the worker, back,

@@ -203,6 +203,7 @@ impl Gen {
                     address,
                     worker_uid,
                     functions: vec![],
+                    python_version: None,
                     limits: self.limits(),
                 }
             }

@@ -35,10 +35,17 @@ pub fn iteration(s: &mut State, job_id: u64, elements_per_split: u64) -> (u64, u
 
 /// Registers a worker; returns its unfinished tasks.
 pub fn worker(s: &mut State, addr: &str, uid: u64) -> Vec<u64> {
+    python_worker(s, addr, uid, None)
+}
+
+/// Registers a worker whose Python processes run `python` (`None`: no Python
+/// stages); returns its unfinished tasks.
+pub fn python_worker(s: &mut State, addr: &str, uid: u64, python: Option<&str>) -> Vec<u64> {
     let c = Command::RegisterWorker {
         address: addr.into(),
         worker_uid: uid,
         functions: vec![],
+        python_version: python.map(String::from),
         limits: Limits::default(),
     };
     match ok(s, c) {
