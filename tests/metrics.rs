@@ -151,3 +151,34 @@ async fn a_workers_elements_streamed_counter_grows_with_a_read() {
     assert!(value(&s, "sluice_streamed_bytes_total", &[]).unwrap() > 0.0);
     assert!(value(&s, "sluice_streams_opened_total", &[]).unwrap() >= 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dispatcher_sums_the_elements_its_workers_ignore_errors_skipped() {
+    let mport = metrics_port();
+    let maddr = mport.address();
+    let d = common::server(&["dispatcher", "--port", "0", "--metrics-addr", &maddr]);
+    let s = scrape_until(&maddr, "the dispatcher's metrics", |s| {
+        value(s, "sluice_raft_leader", &[]) == Some(1.0)
+    })
+    .await;
+    assert_eq!(gauge(&s, "sluice_worker_errors_ignored"), 0.0);
+    // Two workers (the test speaking the protocol) report their running totals.
+    let dispatcher = client(d.address()).dispatcher().clone();
+    for (address, uid, ignored) in [("127.0.0.1:7001", 1, 3), ("127.0.0.1:7002", 2, 4)] {
+        let req = sluice_proto::v1::RegisterWorkerRequest {
+            address: address.into(),
+            worker_uid: uid,
+            ..Default::default()
+        };
+        dispatcher.register_worker(req).await.unwrap();
+        let hb = sluice_proto::v1::WorkerHeartbeatRequest {
+            address: address.into(),
+            worker_uid: uid,
+            errors_ignored: ignored,
+            ..Default::default()
+        };
+        dispatcher.worker_heartbeat(hb).await.unwrap();
+    }
+    let s = scrape(&maddr).await.expect("a scrape");
+    assert_eq!(gauge(&s, "sluice_worker_errors_ignored"), 7.0);
+}

@@ -264,7 +264,7 @@ async fn fetch(
             let deleted = reason == Some(Reason::TaskDeleted);
             if !is_retryable_status(&status) && !deleted {
                 let call = "CoordinatedGetElement";
-                return Attempt::GiveUp(ClientError::rpc("worker", &t.address, call, &status));
+                return Attempt::GiveUp(ClientError::from_worker(&t.address, call, &status));
             }
             if ctx.is_removed(t.task_id) {
                 return Attempt::Done(Got::Removed);

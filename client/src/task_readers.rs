@@ -250,7 +250,7 @@ async fn read_task(
                 Err(s) => s,
             };
             if !is_retryable_status(&status) {
-                return Attempt::GiveUp(ClientError::rpc("worker", source, "GetElements", &status));
+                return Attempt::GiveUp(ClientError::from_worker(source, "GetElements", &status));
             }
             if *finished_ref.borrow() {
                 return Attempt::Done(Ended::FinishedElsewhere);

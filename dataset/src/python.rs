@@ -376,6 +376,20 @@ pub struct UserFunctionFailure {
     pub failure: PyFailure,
 }
 
+impl UserFunctionFailure {
+    /// The JSON a worker puts in the details of the status that ends a read
+    /// (`sluice_proto::contract::Reason::UserFunction`).
+    pub fn to_details(&self) -> Vec<u8> {
+        // A struct of strings always serializes.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// What [`UserFunctionFailure::to_details`] wrote; `None` for anything else.
+    pub fn from_details(details: &[u8]) -> Option<Self> {
+        serde_json::from_slice(details).ok()
+    }
+}
+
 impl std::fmt::Display for UserFunctionFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let worker = if self.worker.is_empty() { "a worker" } else { &self.worker };

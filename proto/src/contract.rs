@@ -30,16 +30,22 @@ pub enum Reason {
     /// The worker is alive but has not yet heard of the task from the dispatcher
     /// (it learns of it in its next heartbeat answer): retry the same worker.
     TaskNotYetKnown,
+    /// A user's function in the pipeline (a Python stage) failed: the status's
+    /// details carry what failed as JSON (`sluice_dataset::UserFunctionFailure`:
+    /// the stage, the function, the worker, the exception and its traceback).
+    /// The pipeline ended; retrying runs the same function on the same element.
+    UserFunction,
 }
 
 impl Reason {
-    const ALL: [Reason; 2] = [Reason::TaskDeleted, Reason::TaskNotYetKnown];
+    const ALL: [Reason; 3] = [Reason::TaskDeleted, Reason::TaskNotYetKnown, Reason::UserFunction];
 
     /// The metadata value: stable, lower-case words joined by `-`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Reason::TaskDeleted => "task-deleted",
             Reason::TaskNotYetKnown => "task-not-yet-known",
+            Reason::UserFunction => "user-function",
         }
     }
 

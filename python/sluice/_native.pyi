@@ -38,10 +38,12 @@ class Reader(Iterator[Any]):
     def __iter__(self) -> "Reader": ...
     def __next__(self) -> Any:
         """The next element; waits with the interpreter released (Ctrl-C works);
-        ``StopIteration`` at the end of the iteration."""
+        ``StopIteration`` at the end of the iteration; ``UserFunctionError`` if a
+        function of the pipeline failed on a worker (with its traceback)."""
     def next(self, timeout: Optional[float] = None) -> Any:
         """The next element or ``None`` at the end; ``DeadlineExceededError`` if
-        none arrives within ``timeout`` seconds."""
+        none arrives within ``timeout`` seconds; ``UserFunctionError`` as
+        ``__next__``."""
     def close(self) -> None:
         """Stops reading and releases this consumer from the iteration."""
     @property

@@ -16,6 +16,8 @@
 //! Soft state: the buffered elements exist only in this process; a restarted worker
 //! runs its tasks again (see `task`).
 
+use std::sync::Arc;
+
 use prost::Message;
 use sluice_dataset::{DatasetError, Element};
 use sluice_proto::contract::Reason;
@@ -26,12 +28,17 @@ use tonic::Status;
 /// What a pipeline thread sends into its task's buffer.
 pub(crate) type Item = Result<Element, DatasetError>;
 
-/// A bounded channel from a pipeline thread to its task's buffer. The pipeline ends
-/// by dropping the sender (end of sequence) or sending an error (sticky failure).
-pub(crate) fn channel(task_id: u64, capacity: usize) -> (mpsc::Sender<Item>, TaskBuffer) {
+/// A bounded channel from a pipeline thread to its task's buffer on the worker at
+/// `worker` (named in the errors of user functions). The pipeline ends by dropping
+/// the sender (end of sequence) or sending an error (sticky failure).
+pub(crate) fn channel(
+    task_id: u64,
+    worker: Arc<str>,
+    capacity: usize,
+) -> (mpsc::Sender<Item>, TaskBuffer) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let inner = Inner { rx, carry: None, state: State::Open };
-    (tx, TaskBuffer { task_id, inner: Mutex::new(inner) })
+    (tx, TaskBuffer { task_id, worker, inner: Mutex::new(inner) })
 }
 
 /// Bytes an element adds to an `ElementBatch`: its encoding plus field key and length.
@@ -144,6 +151,8 @@ pub(crate) enum Took {
 /// are served one at a time, first come first served.
 pub(crate) struct TaskBuffer {
     task_id: u64,
+    /// This worker's address, for the errors of user functions.
+    worker: Arc<str>,
     inner: Mutex<Inner>,
 }
 
@@ -159,7 +168,7 @@ enum State {
     /// The pipeline ended and every element was taken.
     Ended,
     /// Sticky: every later request gets this error.
-    Failed(String),
+    Failed(Status),
 }
 
 impl TaskBuffer {
@@ -169,7 +178,7 @@ impl TaskBuffer {
 
     /// The pipeline could not start: every request gets `message` as its error.
     pub(crate) fn fail_at_start(&mut self, message: String) {
-        self.inner.get_mut().state = State::Failed(message);
+        self.inner.get_mut().state = State::Failed(self.failure(&message));
     }
 
     /// Takes the next message's elements, first come first served: waits for one
@@ -184,7 +193,7 @@ impl TaskBuffer {
             Some(element) => element,
             None => match &buf.state {
                 State::Ended => return Ok(Batch { elements: Vec::new(), end_of_sequence: true }),
-                State::Failed(message) => return Err(self.failure(message)),
+                State::Failed(status) => return Err(status.clone()),
                 State::Open => match buf.rx.recv().await {
                     Some(Ok(element)) => pb::Element::from(element),
                     Some(Err(e)) => return Err(self.fail(&mut buf, e)),
@@ -262,7 +271,7 @@ impl TaskBuffer {
         }
         match &buf.state {
             State::Ended => return Ok(Took::Ended),
-            State::Failed(message) => return Err(self.failure(message)),
+            State::Failed(status) => return Err(status.clone()),
             State::Open => {}
         }
         match tokio::time::timeout(wait, buf.rx.recv()).await {
@@ -276,12 +285,19 @@ impl TaskBuffer {
         }
     }
 
-    /// The pipeline failed: every later request gets the returned status.
+    /// The pipeline failed: every later request gets the returned status. A user
+    /// function's failure carries [`Reason::UserFunction`] and the failure itself
+    /// (`user_error`), so the reader can show the user their exception.
     fn fail(&self, buf: &mut Inner, error: DatasetError) -> Status {
         let message = error.to_string();
         tracing::warn!(task_id = self.task_id, %message, "pipeline failed");
-        let status = self.failure(&message);
-        buf.state = State::Failed(message);
+        let status = match &error {
+            DatasetError::UserFunction(failure) => {
+                crate::user_error::status(self.task_id, failure, &self.worker)
+            }
+            _ => self.failure(&message),
+        };
+        buf.state = State::Failed(status.clone());
         status
     }
 

@@ -9,7 +9,9 @@
 //! - `task`: one task — composes its `buffer`, the `runner` filling it, and what a
 //!   job puts in front of the buffer (a `cache` or `coordinated` rounds).
 //! - `buffer`: a task's bounded buffer as its readers see it — the next batch, one
-//!   element, the message bounds, why the task stopped. A leaf.
+//!   element, the message bounds, why the task stopped. A leaf but for
+//!   `user_error`: a user function's failure as the status that ends a read
+//!   (reason, failure as JSON details, bounded to fit HTTP/2 trailers).
 //! - `runner`: the pipeline thread — builds the task's pipeline (a static mode's
 //!   shard) and fills the buffer; a DYNAMIC source takes its splits from `splits`.
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
@@ -81,6 +83,7 @@ mod service;
 mod splits;
 mod state;
 mod task;
+mod user_error;
 
 #[cfg(test)]
 mod tests;

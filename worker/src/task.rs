@@ -33,7 +33,7 @@ use crate::runner::RunnerContext;
 #[derive(Clone)]
 pub(crate) struct TaskContext {
     pub runner: RunnerContext,
-    /// For the task's span.
+    /// For the task's span and the errors of user functions.
     pub worker_address: String,
     /// Elements buffered per task (a coordinated task buffers one round instead).
     pub buffer_elements: usize,
@@ -66,7 +66,8 @@ impl Task {
         let task_id = def.task_id;
         // A coordinated task keeps at most one round (num_consumers elements) ahead.
         let capacity = def.num_consumers.map_or(ctx.buffer_elements, |n| n as usize);
-        let (tx, mut buffer) = crate::buffer::channel(task_id, capacity);
+        let worker = Arc::from(ctx.worker_address.as_str());
+        let (tx, mut buffer) = crate::buffer::channel(task_id, worker, capacity);
         let stop = StopSignal::new();
         let span = tracing::info_span!(
             "task",

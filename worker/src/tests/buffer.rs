@@ -22,7 +22,7 @@ const ALL: Limits = Limits { max_elements: usize::MAX, max_bytes: u64::MAX };
 
 #[tokio::test]
 async fn a_batch_takes_what_is_buffered_up_to_its_bounds_and_carries_the_rest() {
-    let (tx, buffer) = channel(1, 16);
+    let (tx, buffer) = channel(1, "w:1".into(), 16);
     for v in 0..6 {
         tx.try_send(Ok(element(v))).expect("room");
     }
@@ -47,7 +47,7 @@ async fn a_batch_takes_what_is_buffered_up_to_its_bounds_and_carries_the_rest() 
 
 #[tokio::test]
 async fn a_pipeline_error_is_delivered_after_the_elements_before_it_and_sticks() {
-    let (tx, buffer) = channel(2, 16);
+    let (tx, buffer) = channel(2, "w:1".into(), 16);
     tx.try_send(Ok(element(0))).expect("room");
     tx.try_send(Err(DatasetError::Split("lost".into()))).expect("room");
     let batch = buffer.next_batch(ALL).await.expect("the element before the error");
@@ -63,7 +63,7 @@ async fn a_pipeline_error_is_delivered_after_the_elements_before_it_and_sticks()
 
 #[tokio::test]
 async fn a_task_that_could_not_start_fails_every_request_with_the_reason() {
-    let (tx, mut buffer) = channel(3, 16);
+    let (tx, mut buffer) = channel(3, "w:1".into(), 16);
     drop(tx);
     buffer.fail_at_start("no thread".into());
     let status = buffer.next_batch(ALL).await.err().expect("not end of sequence");
@@ -73,7 +73,7 @@ async fn a_task_that_could_not_start_fails_every_request_with_the_reason() {
 
 #[tokio::test]
 async fn take_one_answers_an_element_nothing_or_the_end() {
-    let (tx, buffer) = channel(4, 16);
+    let (tx, buffer) = channel(4, "w:1".into(), 16);
     assert!(matches!(buffer.take_one(Duration::ZERO).await, Ok(Took::Nothing)));
     tx.try_send(Ok(element(7))).expect("room");
     match buffer.take_one(Duration::ZERO).await {
@@ -86,7 +86,7 @@ async fn take_one_answers_an_element_nothing_or_the_end() {
 
 #[tokio::test]
 async fn a_drained_buffer_ends_only_once_every_element_was_taken() {
-    let (tx, buffer) = channel(5, 16);
+    let (tx, buffer) = channel(5, "w:1".into(), 16);
     assert!(!buffer.ended_when_drained().await, "the pipeline still runs");
     tx.try_send(Ok(element(0))).expect("room");
     drop(tx);
