@@ -198,7 +198,8 @@ def status(
     token: str | None = None,
 ) -> dict[str, Any]:
     """What the service's leader knows: ``workers`` (address, active tasks, last
-    heartbeat, lost), ``datasets``, ``jobs`` with their iterations' progress
+    heartbeat, lost, ``python_version`` (``None``: it runs no Python stages),
+    ``errors_ignored`` (elements its ``ignore_errors()`` stages skipped)), ``datasets``, ``jobs`` with their iterations' progress
     (tasks finished, consumers, DYNAMIC split cursor, lost splits), ``raft`` (this
     node's role, term, log positions) and ``from_leader`` (False when only a
     follower answered, whose registry may be stale); what ``sluice status`` shows."""
