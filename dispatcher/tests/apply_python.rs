@@ -104,6 +104,14 @@ fn a_static_job_over_python_stages_shards_among_the_listed_workers_that_can_run_
     assert_eq!(shards, [0, 1]);
     // The listed worker that registers later with Python is not in this job's list.
     assert!(python_worker(&mut s, "unregistered:1", 4, Some("3.11.7")).is_empty());
+    // A shard's worker lost and back without Python still gets its shard's task
+    // (whose Python stage then fails with an error the reader sees), rather than
+    // leaving the shard unread.
+    let lost = Command::WorkerLost { address: "b:1".into(), worker_uid: 2 };
+    apply(&mut s, lost).unwrap();
+    let tasks = worker(&mut s, "b:1", 5);
+    assert_eq!(tasks.len(), 1, "its shard again");
+    assert_eq!(s.tasks[&tasks[0]].worker_index, 0);
     // A plain job keeps the whole list.
     let plain = register(&mut s, DatasetDef::range(10));
     let j = job_with(&mut s, &plain, Mode::Data, None, TargetWorkers::Any, &list).unwrap();
