@@ -42,7 +42,7 @@ fn answer(call: &PyCall) -> Vec<PyOutcome> {
                 PyOutcome::Failed(PyFailure::new("ValueError", "three is not allowed"))
             }
             "t:times10" => PyOutcome::Element(Element::single(Tensor::scalar_i64(int(e) * 10))),
-            "t:even" => PyOutcome::Keep(int(e) % 2 == 0),
+            "t:even" => PyOutcome::Keep(int(e).rem_euclid(2) == 0),
             "t:twice" => PyOutcome::Elements(vec![e.clone(), e.clone()]),
             "t:plus1" => {
                 let values: Vec<i64> =
@@ -74,7 +74,7 @@ impl PythonExecutor for Stand {
         let this = PyReply { ticket, response: Ok(answer(&call)) };
         let full = call.inputs.len() == 64;
         let mut held = self.held.lock().unwrap();
-        if ticket % 2 == 0 && full && held.is_none() {
+        if ticket.is_multiple_of(2) && full && held.is_none() {
             *held = Some(this);
             return;
         }
