@@ -33,7 +33,11 @@ pub(crate) enum Answer {
     Echoed(Bytes),
 }
 
-pub(crate) fn load(key: u64, function: &PyFunction, made_with: &str) -> Result<FrameBuilder, String> {
+pub(crate) fn load(
+    key: u64,
+    function: &PyFunction,
+    made_with: &str,
+) -> Result<FrameBuilder, String> {
     let mut f = FrameBuilder::new(LOAD);
     f.u64(key);
     match function {
@@ -320,9 +324,6 @@ mod tests {
         assert!(err.contains("needs 24 bytes"), "{err}");
         // A frame length above the limit is refused before allocating.
         let huge = ((crate::frame::MAX_FRAME + 1) as u32).to_le_bytes();
-        assert!(matches!(
-            crate::frame::read_frame(&mut &huge[..]),
-            Err(FrameError::Malformed(_))
-        ));
+        assert!(matches!(crate::frame::read_frame(&mut &huge[..]), Err(FrameError::Malformed(_))));
     }
 }

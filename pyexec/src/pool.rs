@@ -66,8 +66,8 @@ impl Pool {
         let python = config.python.display().to_string();
         let interpreter = |why: String| PoolError::Interpreter { python: python.clone(), why };
         let processes = config.processes;
-        let watchdog =
-            Watchdog::start(processes).map_err(|e| interpreter(format!("no watchdog thread: {e}")))?;
+        let watchdog = Watchdog::start(processes)
+            .map_err(|e| interpreter(format!("no watchdog thread: {e}")))?;
         let (jobs, rx) = sync_channel(config.queue_bound);
         let rx = Arc::new(Mutex::new(rx));
         let stats = Arc::new(Counters::default());
@@ -165,7 +165,8 @@ impl PythonExecutor for Pool {
     fn prepare(&self, function: &Arc<PyFunction>, made_with: &str) -> Result<(), PyFailure> {
         let (reply, rx) = channel();
         let key = self.key(function);
-        let job = Job::Prepare { function: function.clone(), made_with: made_with.into(), key, reply };
+        let job =
+            Job::Prepare { function: function.clone(), made_with: made_with.into(), key, reply };
         self.jobs.send(job).map_err(|_| stopped())?;
         rx.recv().map_err(|_| stopped())?
     }

@@ -69,7 +69,8 @@ impl Process {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         set_parent_death_signal(&mut cmd);
-        let mut child = cmd.spawn().map_err(|e| StartError::Spawn(format!("cannot start it: {e}")))?;
+        let mut child =
+            cmd.spawn().map_err(|e| StartError::Spawn(format!("cannot start it: {e}")))?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {

@@ -33,9 +33,22 @@ pub const MIN_LOAD_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_LOADED: usize = 64;
 
 pub(crate) enum Job {
-    Call { call: PyCall, key: u64, ticket: u64, reply: Sender<PyReply> },
-    Prepare { function: Arc<PyFunction>, made_with: String, key: u64, reply: Sender<Result<(), PyFailure>> },
-    Echo { payload: Bytes, reply: Sender<Result<Bytes, PyFailure>> },
+    Call {
+        call: PyCall,
+        key: u64,
+        ticket: u64,
+        reply: Sender<PyReply>,
+    },
+    Prepare {
+        function: Arc<PyFunction>,
+        made_with: String,
+        key: u64,
+        reply: Sender<Result<(), PyFailure>>,
+    },
+    Echo {
+        payload: Bytes,
+        reply: Sender<Result<Bytes, PyFailure>>,
+    },
 }
 
 /// Why an attempt stopped.
@@ -123,7 +136,10 @@ impl Supervisor {
             Err(Stop::Broke(f)) => Some(f),
         };
         if first_break.is_some() && n > 1 {
-            tracing::info!(remaining = n - done.len(), "re-running the call's inputs one at a time");
+            tracing::info!(
+                remaining = n - done.len(),
+                "re-running the call's inputs one at a time"
+            );
             first_break = None;
         }
         while done.len() < n {
@@ -196,7 +212,12 @@ impl Supervisor {
         })
     }
 
-    fn ensure_loaded(&mut self, key: u64, function: &PyFunction, made_with: &str) -> Result<(), Stop> {
+    fn ensure_loaded(
+        &mut self,
+        key: u64,
+        function: &PyFunction,
+        made_with: &str,
+    ) -> Result<(), Stop> {
         if self.process.is_none() {
             self.restart();
         }
@@ -211,7 +232,8 @@ impl Supervisor {
             self.loaded.push_back(key);
             return Ok(());
         }
-        let frame = codec::load(key, function, made_with).map_err(|m| Stop::Load(PyFailure::new("BadInput", m)))?;
+        let frame = codec::load(key, function, made_with)
+            .map_err(|m| Stop::Load(PyFailure::new("BadInput", m)))?;
         let timeout = self.config.call_timeout.max(MIN_LOAD_TIMEOUT) + GRACE;
         p.clear_tail();
         self.watchdog.arm(self.index, p.pid(), Instant::now() + timeout);
@@ -250,14 +272,22 @@ impl Supervisor {
         let fired = self.watchdog.disarm(self.index);
         match r {
             Ok(Answer::Echoed(b)) => Ok(b),
-            Ok(other) => Err(self.replace(fired, MIN_LOAD_TIMEOUT, &unexpected(&other, "ECHOED"), "echoing")),
+            Ok(other) => {
+                Err(self.replace(fired, MIN_LOAD_TIMEOUT, &unexpected(&other, "ECHOED"), "echoing"))
+            }
             Err(e) => Err(self.replace(fired, MIN_LOAD_TIMEOUT, &e, "echoing")),
         }
     }
 
     /// Kills and reaps the broken process, starts a fresh one, and says what
     /// happened as the failure of what it was doing.
-    fn replace(&mut self, fired: bool, deadline: Duration, e: &FrameError, what: &str) -> PyFailure {
+    fn replace(
+        &mut self,
+        fired: bool,
+        deadline: Duration,
+        e: &FrameError,
+        what: &str,
+    ) -> PyFailure {
         let (status, tail) = match self.process.take() {
             Some(mut p) => p.kill_and_reap(),
             None => ("was gone".into(), String::new()),
@@ -281,7 +311,9 @@ impl Supervisor {
         } else if let FrameError::Malformed(m) = e {
             PyFailure {
                 error_type: "BadOutput".into(),
-                message: format!("the Python process {what} sent a malformed answer ({m}) and was restarted"),
+                message: format!(
+                    "the Python process {what} sent a malformed answer ({m}) and was restarted"
+                ),
                 traceback: tail,
             }
         } else {
@@ -313,12 +345,14 @@ impl Supervisor {
 
 /// The outcome kinds `op` may answer (anything else is a malformed answer).
 fn check_outcomes(op: PyOp, outcomes: &[PyOutcome]) -> Result<(), FrameError> {
-    let fits = |o: &PyOutcome| match (op, o) {
-        (_, PyOutcome::Failed(_)) => true,
-        (PyOp::Map | PyOp::MapBatches, PyOutcome::Element(_)) => true,
-        (PyOp::Filter, PyOutcome::Keep(_)) => true,
-        (PyOp::FlatMap, PyOutcome::Elements(_)) => true,
-        _ => false,
+    let fits = |o: &PyOutcome| {
+        matches!(
+            (op, o),
+            (_, PyOutcome::Failed(_))
+                | (PyOp::Map | PyOp::MapBatches, PyOutcome::Element(_))
+                | (PyOp::Filter, PyOutcome::Keep(_))
+                | (PyOp::FlatMap, PyOutcome::Elements(_))
+        )
     };
     match outcomes.iter().find(|o| !fits(o)) {
         Some(o) => {

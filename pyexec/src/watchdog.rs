@@ -87,7 +87,10 @@ fn run(shared: &Shared) {
         for (slot, fired) in armed.iter_mut().zip(fired.iter_mut()) {
             match *slot {
                 Some((deadline, pid)) if deadline <= now => {
-                    tracing::warn!(pid, "a Python call passed its hard deadline: killing the process");
+                    tracing::warn!(
+                        pid,
+                        "a Python call passed its hard deadline: killing the process"
+                    );
                     let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
                     *slot = None;
                     *fired = true;

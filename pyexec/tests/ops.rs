@@ -17,7 +17,7 @@ fn map_filter_flat_map_by_reference_equal_the_expected_values() {
     let filter = DatasetDef::range(200).python(stage(&pool, PyOp::Filter, by_ref("is_even")));
     assert_eq!(ints(&filter, &reg), (0..200).filter(|x| x % 2 == 0).collect::<Vec<_>>());
     let flat = DatasetDef::range(5).python(stage(&pool, PyOp::FlatMap, by_ref("repeat_n")));
-    let want: Vec<i64> = (0..5).flat_map(|x| std::iter::repeat(x).take(x as usize)).collect();
+    let want: Vec<i64> = (0..5).flat_map(|x| std::iter::repeat_n(x, x as usize)).collect();
     assert_eq!(ints(&flat, &reg), want);
     // Rust stages keep running around a Python one.
     let mixed = DatasetDef::range(10)
@@ -109,7 +109,8 @@ fn elements_arrive_as_the_client_shows_them() {
 fn results_convert_by_the_documented_rule() {
     let pool = pool(1);
     let reg = registry(&pool);
-    let out = run(&DatasetDef::range(3).skip(2).python(stage(&pool, PyOp::Map, by_ref("shapes"))), &reg);
+    let out =
+        run(&DatasetDef::range(3).skip(2).python(stage(&pool, PyOp::Map, by_ref("shapes"))), &reg);
     let e = out[0].as_ref().unwrap();
     let c = &e.components;
     assert_eq!(c.len(), 6);
@@ -119,7 +120,8 @@ fn results_convert_by_the_documented_rule() {
     assert_eq!(c[3], Tensor::scalar_str("n2"));
     assert_eq!(c[4], Tensor::scalar_bytes(&[2]));
     assert_eq!(c[5], Tensor::from_i64s(vec![2], &[2, 1]).unwrap());
-    let out = run(&DatasetDef::range(3).skip(2).python(stage(&pool, PyOp::Map, by_ref("named"))), &reg);
+    let out =
+        run(&DatasetDef::range(3).skip(2).python(stage(&pool, PyOp::Map, by_ref("named"))), &reg);
     let e = out[0].as_ref().unwrap();
     assert_eq!(e.get("square").unwrap().as_i64().unwrap(), 4);
     assert_eq!(e.get("label").unwrap().dtype(), DType::Bytes);
@@ -144,7 +146,8 @@ fn an_exception_fails_its_element_with_its_traceback_and_the_rest_go_on() {
     assert_eq!(f.failure.message, "three is not allowed (got 3)");
     assert!(f.failure.traceback.contains("in fail_on_3"), "{}", f.failure.traceback);
     assert!(f.failure.traceback.contains("ValueError: three is not allowed"));
-    let ok: Vec<i64> = out.iter().filter_map(|r| r.as_ref().ok()).map(|e| e.as_i64().unwrap()).collect();
+    let ok: Vec<i64> =
+        out.iter().filter_map(|r| r.as_ref().ok()).map(|e| e.as_i64().unwrap()).collect();
     assert_eq!(ok, vec![100, 101, 102, 104, 105]);
     assert_eq!(pool.stats().failures, 1);
     assert_eq!(pool.stats().restarts, 0, "an exception does not cost a process");

@@ -106,3 +106,20 @@ fn the_memory_limit_turns_a_blow_up_into_memory_error() {
     assert!(f.failure.traceback.contains("allocate_a_lot"));
     assert_eq!(pool.stats().restarts, 0);
 }
+
+#[test]
+fn a_garbled_answer_is_refused_and_the_process_replaced() {
+    let pool = pool(1);
+    let reg = registry(&pool);
+    // The function writes a frame header claiming 2 GiB onto the protocol pipe.
+    let f = pickle(
+        "import os, __main__\ndef f(x):\n    if x == 1:\n        \
+         os.write(__main__.PROTO_OUT, b'\\xff\\xff\\xff\\x7f')\n        os.abort()\n    return x\n",
+    );
+    let out = run(&DatasetDef::range(3).python(stage(&pool, PyOp::Map, f)), &reg);
+    let f = failure(&out[1]);
+    assert_eq!(f.failure.error_type, "BadOutput");
+    assert!(f.failure.message.contains("malformed answer"), "{}", f.failure.message);
+    assert_eq!(out[0].as_ref().unwrap().as_i64().unwrap(), 0);
+    assert_eq!(out[2].as_ref().unwrap().as_i64().unwrap(), 2);
+}
