@@ -32,6 +32,7 @@
 //! - [`spawner`]: the one long-lived thread that forks every child.
 //! - [`stderr`]: where a child's stderr goes and how its tail is read back.
 //! - [`ports`], [`quorum`], [`moto`], [`sluice`], [`wait`]: as in the diagram.
+//! - [`python`]: the Python interpreter tests run (`SLUICE_TEST_PYTHON`, `.venv-py`).
 //! - [`fuzz_corpus`]: replays the fuzz targets' committed inputs as tests.
 //! - [`error`]: the one error type; every variant that concerns a child names it
 //!   and carries its stderr tail.
@@ -44,6 +45,7 @@ pub mod error;
 pub mod fuzz_corpus;
 pub mod moto;
 pub mod ports;
+pub mod python;
 pub mod quorum;
 pub mod sluice;
 pub mod spawner;
