@@ -130,3 +130,38 @@ async fn a_job_no_registered_worker_can_run_is_refused_naming_the_stage_and_the_
     assert_eq!(last_two("127.0.0.1:5052"), ["-", "0"], "{stdout}");
     assert_eq!(last_two("127.0.0.1:5053"), ["3.12.4", "4"], "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_worker_registers_its_pools_python_and_is_named_when_it_cannot_load_a_pickle() {
+    common::init_tracing();
+    let d = common::server(&["dispatcher", "--port", "0"]);
+    let python = sluice_testkit::python::interpreter().display().to_string();
+    let args = ["worker", "--dispatcher", d.address(), "--port", "0", "--allow-python"];
+    let worker =
+        common::server(&[&args[..], &["--python", &python, "--python-processes", "1"]].concat());
+    let client = Client::new(&[d.address().to_string()], RetryPolicy::for_tests()).unwrap();
+    let status = loop_status_until_workers(&client, 1).await;
+    let version = status.workers[0].python_version.clone().expect("a Python version");
+    let (major, minor) = sluice_dataset::python::parse_version(&version).expect("MAJOR.MINOR");
+
+    tracing::info!("--- a function pickled by another minor version: refused, naming the worker");
+    let other = format!("{major}.{}.0", minor + 1);
+    let ds = client.register_dataset(&pickled_map(&other), None).await.unwrap();
+    let read = ReadOptions::new(ProcessingMode::Off);
+    let (code, message) = refusal(client.from_dataset_id(&ds, read).await);
+    assert_eq!(code, Code::FailedPrecondition, "{message}");
+    let runs = format!("{} runs Python {version}", worker.address());
+    assert!(message.contains(&runs), "{message}");
+    assert!(message.contains(&format!("and Python {major}.{}", minor + 1)), "{message}");
+}
+
+/// Status from the leader once `n` workers registered.
+async fn loop_status_until_workers(client: &Client, n: usize) -> sluice_client::ServiceStatus {
+    let c = client.clone();
+    common::wait_until("the workers registered", || {
+        let c = c.clone();
+        async move { c.status().await.is_ok_and(|s| s.workers.len() == n) }
+    })
+    .await;
+    common::leader_status(client).await
+}

@@ -7,7 +7,7 @@ as ``sluice.UserFunctionError`` with its traceback."""
 from __future__ import annotations
 
 import base64
-import inspect
+import platform
 
 import pytest
 
@@ -65,36 +65,40 @@ def test_a_pipeline_pickled_by_two_python_versions_is_refused_at_registration(se
         sluice.register_dataset(service.target, sluice.Dataset.from_dict(spec))
 
 
-# LEAD: this end-to-end test needs the Python process pool on the worker
-# (`WorkerServer(allow_python=True)`) and `Dataset.map(fn)` with a callable, both
-# built by other parts of issue 15; it runs by itself as soon as the keyword exists.
-_WORKERS_RUN_PYTHON = "allow_python" in inspect.signature(sluice.WorkerServer.__init__).parameters
+def _by_reference(op: str, reference: str) -> dict:
+    """A Python stage calling ``reference`` (importable in the worker's pool, which
+    sees this process's ``sys.path``)."""
+    return {"python": {"op": op, "fn": {"ref": reference}, "python": platform.python_version()}}
 
 
-@pytest.mark.skipif(
-    not _WORKERS_RUN_PYTHON,
-    reason="needs WorkerServer(allow_python=True) (issue 15's process pool), not merged here yet",
-)
 def test_an_exception_in_a_users_function_reaches_the_reader_with_its_traceback():
     d = sluice.DispatchServer()
-    w = sluice.WorkerServer(d.target, allow_python=True)  # type: ignore[call-arg]
+    plain = sluice.WorkerServer(d.target)
+    w = sluice.WorkerServer(d.target, allow_python=True, python_processes=1)
     try:
-
-        def no_threes(x):
-            if int(x) == 3:
-                raise ValueError(f"no threes please, got {int(x)}")
-            return x
-
-        ds = sluice.Dataset.range(10).map(no_threes)  # type: ignore[arg-type]
+        wait_until("both workers registered", lambda: len(sluice.status(d.target)["workers"]) == 2)
+        by_address = {x["address"]: x for x in sluice.status(d.target)["workers"]}
+        assert by_address[w.address]["python_version"] == platform.python_version()
+        assert by_address[plain.address]["python_version"] is None
+        # math.factorial raises ValueError on -2: the read ends with the user's error,
+        # from the only worker that can run the stage.
+        spec = {"stages": [{"range": {"start": -2, "stop": 3}}, _by_reference("map", "math:factorial")]}
+        ds = sluice.Dataset.from_dict(spec)
         with pytest.raises(sluice.UserFunctionError) as e:
             list(ds.distribute("parallel_epochs", d.target))
         err = e.value
-        assert (err.stage, err.op, err.phase) == ("stages[1]", "map", "call")
-        assert "no_threes" in err.function
+        assert (err.stage, err.op, err.function, err.phase) == ("stages[1]", "map", "math:factorial", "call")
         assert err.worker == w.address
         assert err.error_type == "ValueError"
-        assert "no threes please, got 3" in str(err)
-        assert "raise ValueError" in err.traceback and "raise ValueError" in str(err)
+        assert "factorial() not defined for negative values" in str(err)
+        assert f"failed on worker {w.address}" in str(err)
+        assert "ValueError" in err.traceback and err.traceback.strip() in str(err)
+        # A module the pool cannot import: phase "load", naming the module.
+        spec = {"stages": [{"range": {"stop": 3}}, _by_reference("map", "mypkg_not_here.aug:flip")]}
+        with pytest.raises(sluice.UserFunctionError) as e:
+            list(sluice.Dataset.from_dict(spec).distribute("parallel_epochs", d.target))
+        assert e.value.phase == "load" and "mypkg_not_here" in str(e.value), str(e.value)
     finally:
         w.stop()
+        plain.stop()
         d.stop()
