@@ -186,7 +186,8 @@ impl Collector for StateCollector {
             gauge(&mut enc, name, help, v)?;
         }
         // Soft state of this node: the last totals the workers' heartbeats carried.
-        let ignored: u64 = self.reports.errors_ignored().values().sum();
+        let ignored =
+            self.reports.errors_ignored().values().fold(0u64, |a, n| a.saturating_add(*n));
         gauge(
             &mut enc,
             "worker_errors_ignored",

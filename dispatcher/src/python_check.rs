@@ -15,11 +15,14 @@ use crate::state::Worker;
 
 /// Workers named in a refusal; the rest are counted.
 const MAX_NAMED_WORKERS: usize = 8;
+/// Characters of a stage's description in a refusal.
+const MAX_STAGE_CHARS: usize = 300;
 
 /// Why no worker can run a pipeline whose pickled functions need two Python
 /// versions; `None` when they agree.
 pub fn conflict(needs: &PythonNeeds) -> Option<String> {
     let ((_, first), (_, second)) = (needs.pickle_version.as_ref()?, needs.conflict.as_ref()?);
+    let (first, second) = (shortened(first), shortened(second));
     Some(format!(
         "{first} and {second} were pickled by different Python versions: no worker can run \
          both; pickle every function with the same Python version, or ship the functions by \
@@ -47,7 +50,7 @@ pub fn refusal<'a>(
     }
     let (stage, fix) = match &needs.pickle_version {
         Some(((major, minor), stage)) => (
-            stage.clone(),
+            shortened(stage),
             format!(
                 "start workers with --allow-python and Python {major}.{minor}, or ship the \
                  function by reference (\"package.module:function\")"
@@ -55,7 +58,7 @@ pub fn refusal<'a>(
         ),
         None => {
             let (path, what) = &needs.stages[0];
-            (format!("{path} ({what})"), "start workers with --allow-python".to_string())
+            (shortened(&format!("{path} ({what})")), "start workers with --allow-python".into())
         }
     };
     let mut have: Vec<String> = live
@@ -70,6 +73,16 @@ pub fn refusal<'a>(
         have.push(format!("and {} more", live.len() - MAX_NAMED_WORKERS));
     }
     Some(format!("{stage} cannot run on any worker: {} ({fix})", have.join(", ")))
+}
+
+/// A stage's description for a message, at most [`MAX_STAGE_CHARS`] characters (a
+/// pickled function's name comes from the client: a refusal must stay small
+/// enough to travel in a status).
+fn shortened(stage: &str) -> String {
+    match stage.char_indices().nth(MAX_STAGE_CHARS) {
+        Some((cut, _)) => format!("{}…", &stage[..cut]),
+        None => stage.to_string(),
+    }
 }
 
 /// The workers of `listed` that are registered and can run `needs`, in list order.
@@ -130,6 +143,15 @@ mod tests {
         lost.lost = true;
         assert_eq!(refusal(&with_pickle("3.12.1"), [&lost]), None);
         assert_eq!(refusal(&DatasetDef::range(3), &[worker("a:1", None)]), None);
+    }
+
+    #[test]
+    fn a_long_function_name_is_shortened_in_refusals() {
+        let f = PyFunction::Pickle(Pickled { name: "f".repeat(100_000), data: vec![1] });
+        let mut def = DatasetDef::range(3);
+        def.stages.push(Stage::Python(PythonStage::new(PyOp::Map, f, "3.12.1")));
+        let message = refusal(&def, &[worker("a:1", None)]).expect("refused");
+        assert!(message.len() < 1000 && message.contains("a:1 runs no Python stages"), "{message}");
     }
 
     #[test]

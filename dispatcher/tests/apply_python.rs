@@ -159,3 +159,25 @@ fn a_pipeline_pickled_by_two_python_versions_is_refused_at_registration() {
     register(&mut s, with(with(DatasetDef::range(10), pickled("3.11.7")), by_reference()));
     register(&mut s, with(with(DatasetDef::range(10), pickled("3.11.7")), pickled("3.11.2")));
 }
+
+#[test]
+fn a_python_version_that_is_not_one_is_refused_and_changes_nothing() {
+    let mut s = State::default();
+    let before = s.clone();
+    for bad in ["python", "3", &"3.1".repeat(1000)] {
+        let c = Command::RegisterWorker {
+            address: "w:1".into(),
+            worker_uid: 1,
+            functions: vec![],
+            python_version: Some(bad.to_string()),
+            limits: Limits::default(),
+        };
+        let e = apply(&mut s, c).unwrap_err();
+        let StateError::InvalidArgument(m) = e else { panic!("{e:?}") };
+        assert!(m.contains("is not a Python version") && m.len() < 300, "{m}");
+        assert_eq!(s, before, "a refused command changes nothing");
+    }
+    // Empty means no Python stages.
+    assert!(python_worker(&mut s, "w:1", 1, Some("")).is_empty());
+    assert_eq!(s.workers["w:1"].python_version, None);
+}

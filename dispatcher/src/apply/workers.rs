@@ -7,11 +7,16 @@
 
 use std::collections::BTreeSet;
 
+use sluice_dataset::python::parse_version;
+
 use super::{coordinated, iterations, liveness};
 use crate::command::Response;
 use crate::error::StateError;
 use crate::limits::Limits;
 use crate::state::{IterationId, JobId, State, Worker};
+
+/// The longest `python_version` a worker may register (`3.11.7` is 6 bytes).
+const MAX_PYTHON_VERSION_BYTES: usize = 32;
 
 /// What a worker says it can run.
 pub(super) struct Capabilities {
@@ -32,6 +37,18 @@ pub(super) fn register_worker(
     if address.is_empty() {
         return Err(StateError::InvalidArgument("worker address must not be empty".into()));
     }
+    let python_version = python_version.filter(|v| !v.is_empty());
+    if let Some(v) = &python_version {
+        // Kept in the replicated state and shown in refusals: a version, nothing else.
+        if v.len() > MAX_PYTHON_VERSION_BYTES || parse_version(v).is_none() {
+            let shown: String = v.chars().take(MAX_PYTHON_VERSION_BYTES).collect();
+            return Err(StateError::InvalidArgument(format!(
+                "python_version `{shown}` is not a Python version: a worker registers its \
+                 pool's `MAJOR.MINOR[.PATCH]` (at most {MAX_PYTHON_VERSION_BYTES} bytes), or \
+                 nothing when it runs no Python stages"
+            )));
+        }
+    }
     liveness::record_restart_loss(state, &address, worker_uid);
     let worker = state.workers.entry(address.clone()).or_insert_with(|| Worker {
         address: address.clone(),
@@ -45,7 +62,7 @@ pub(super) fn register_worker(
     worker.lost = false;
     worker.functions = functions.into_iter().collect();
     // Before the tasks below: which iterations it takes part in depends on it.
-    worker.python_version = python_version.filter(|v| !v.is_empty());
+    worker.python_version = python_version;
     // A worker gets a task in every unfinished iteration it has none in: a new
     // worker joins running iterations, and a restarted one keeps the tasks it had.
     // A task ended because the worker was lost does not count: the worker, back,
