@@ -67,7 +67,10 @@ impl Process {
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            // Its own process group: a terminal's Ctrl-C goes to the worker, which
+            // decides when its processes end.
+            .process_group(0);
         set_parent_death_signal(&mut cmd);
         let mut child =
             cmd.spawn().map_err(|e| StartError::Spawn(format!("cannot start it: {e}")))?;
@@ -76,6 +79,8 @@ impl Process {
         else {
             unreachable!("all three pipes were asked for")
         };
+        grow_pipe(&stdin);
+        grow_pipe(&stdout);
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let (done_tx, stderr_done) = channel::<()>();
         let t = tail.clone();
@@ -207,6 +212,14 @@ fn forward_stderr(index: usize, pid: u32, stderr: impl Read, tail: &Mutex<VecDeq
         }
         t.push_back(text);
     }
+}
+
+/// Asks for a 1 MiB pipe buffer (the default 64 KiB makes a 1 MiB frame cross in
+/// 16 rounds of wake-ups); unprivileged processes may go up to
+/// `/proc/sys/fs/pipe-max-size`, 1 MiB by default. Best effort.
+fn grow_pipe(fd: &impl std::os::fd::AsFd) {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(1 << 20));
 }
 
 fn set_parent_death_signal(cmd: &mut Command) {

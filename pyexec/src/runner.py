@@ -129,10 +129,19 @@ def read_frame():
 
 
 def write_frame(parts):
-    body = b"".join(parts)
-    data = memoryview(U32.pack(len(body)) + body)
-    while data:
-        data = data[os.write(PROTO_OUT, data) :]
+    """Writes one frame from its parts with writev (no joined copy of the body)."""
+    parts = [p if isinstance(p, memoryview) else memoryview(p) for p in parts]
+    total = sum(p.nbytes for p in parts)
+    parts.insert(0, memoryview(U32.pack(total)))
+    i = 0
+    while i < len(parts):
+        # At most IOV_MAX buffers per call; a pipe may take fewer bytes than asked.
+        n = os.writev(PROTO_OUT, parts[i : i + 1024])
+        while i < len(parts) and n >= parts[i].nbytes:
+            n -= parts[i].nbytes
+            i += 1
+        if n:
+            parts[i] = parts[i][n:]
 
 
 def s(text):
@@ -495,13 +504,11 @@ def first_dim(value, what):
             )
 
 
-def run_one(op, fn, limit, x):
-    """One input's outcome: (tag, encoded parts) — raises only for the call's own
-    failures, which the caller turns into a failure outcome."""
-    result = limit.call(fn, x)
-    if op == 1:
-        return 1, [b"\x01" if bool(result) else b"\x00"]
-    if op == 2:
+def flat_map_outputs(fn):
+    """fn, made to return a list: a generator runs to its end under the limit."""
+
+    def run(x):
+        result = fn(x)
         if isinstance(result, (str, bytes, dict)):
             raise Failure(
                 "BadOutput",
@@ -509,15 +516,28 @@ def run_one(op, fn, limit, x):
                 "(list, generator) of elements",
             )
         try:
-            outputs = list(result)
+            it = iter(result)
         except TypeError:
             raise Failure(
                 "BadOutput",
                 f"flat_map's function returned a {type(result).__name__}, not an iterable of "
                 "elements",
             )
+        return list(it)
+
+    return run
+
+
+def run_one(op, fn, limit, x):
+    """One input's outcome: (tag, encoded value); raises what the function raised
+    or a Failure, which the caller turns into a failure outcome."""
+    if op == 2:
+        outputs = limit.call(flat_map_outputs(fn), x)
         encoded = [element_parts(v, f"element {i} of the result") for i, v in enumerate(outputs)]
         return 2, encoded
+    result = limit.call(fn, x)
+    if op == 1:
+        return 1, [b"\x01" if bool(result) else b"\x00"]
     if op == 3:
         first_dim(result, "the returned batch")
     return 0, element_parts(result, "the result")
@@ -586,6 +606,9 @@ def main():
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    # The worker decides when this process ends (it also starts it in a process
+    # group of its own, so a terminal's Ctrl-C reaches only the worker).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit = Limit(timeout)
     while True:
         body = read_frame()
@@ -607,7 +630,7 @@ def main():
         elif kind == UNLOAD:
             FUNCTIONS.pop(r.u64(), None)
         elif kind == ECHO:
-            write_frame([bytes([ECHOED]), body[1:]])
+            write_frame([bytes([ECHOED]), memoryview(body)[1:]])
         else:
             raise SystemExit(f"sluice runner: unknown request kind {kind}")
 

@@ -112,3 +112,10 @@ def returns_object(x):
 
 
 VALUE = 3
+
+
+def endless(x):
+    """flat_map: a generator that never ends (the time limit stops it)."""
+    while True:
+        time.sleep(0.01)
+        yield x
