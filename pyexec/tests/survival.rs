@@ -60,7 +60,8 @@ fn a_function_that_sleeps_past_the_limit_times_out_in_python() {
     assert_eq!(pool.stats().restarts, 0, "Python's own limit needs no kill");
     // A flat_map generator runs under the limit too.
     let reg = registry(&pool);
-    let out = run(&DatasetDef::range(1).python(stage(&pool, PyOp::FlatMap, by_ref("endless"))), &reg);
+    let out =
+        run(&DatasetDef::range(1).python(stage(&pool, PyOp::FlatMap, by_ref("endless"))), &reg);
     assert_eq!(failure(&out[0]).failure.error_type, "TimeoutError");
 }
 
