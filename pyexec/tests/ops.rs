@@ -177,3 +177,38 @@ fn bad_results_are_element_errors_that_name_the_type() {
     let def = DatasetDef::range(100).python(stage(&pool, PyOp::Map, by_ref("prints")));
     assert_eq!(ints(&def, &reg), (0..100).collect::<Vec<_>>());
 }
+
+#[test]
+fn empty_and_large_tensors_cross_intact() {
+    let pool = pool(1);
+    let reg = registry(&pool);
+    let big: Vec<f32> = (0..3_000_000).map(|i| i as f32).collect();
+    let inputs = vec![
+        Tensor::from_i64s(vec![0], &[]).unwrap(),
+        Tensor::from_items(DType::Bytes, vec![0, 2], &[] as &[&[u8]]).unwrap(),
+        Tensor::from_f32s(vec![1000, 3000], &big).unwrap(),
+        Tensor::from_items(DType::String, vec![3], &["", "é", "long"]).unwrap(),
+    ];
+    for t in inputs {
+        // from_tensors slices along the first dimension: one slice is `t`.
+        let mut shape = vec![1];
+        shape.extend_from_slice(t.shape());
+        let source = Tensor::new(t.dtype(), shape, t.data().clone()).unwrap();
+        let def = DatasetDef::from_tensors(vec![source]).python(stage(
+            &pool,
+            PyOp::Map,
+            by_ref("identity"),
+        ));
+        let out = run(&def, &reg);
+        assert_eq!(out.len(), 1);
+        // A string tensor arrives as bytes (the client's convention), and bytes
+        // come back as bytes.
+        let want = match t.dtype() {
+            DType::String => {
+                Tensor::new(DType::Bytes, t.shape().to_vec(), t.data().clone()).unwrap()
+            }
+            _ => t,
+        };
+        assert_eq!(out[0].as_ref().unwrap().components, vec![want]);
+    }
+}
