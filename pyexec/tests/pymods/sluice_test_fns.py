@@ -119,3 +119,10 @@ def endless(x):
     while True:
         time.sleep(0.01)
         yield x
+
+
+def mark_and_sleep(x):
+    """Leaves a file named after its pid in $SLUICE_TEST_MARKS, then sleeps."""
+    open(os.path.join(os.environ["SLUICE_TEST_MARKS"], str(os.getpid())), "w").close()
+    time.sleep(3600)
+    return x
