@@ -376,20 +376,41 @@ def element_parts(value, what):
     return names, comps
 
 
-def write_element(out, names, comps):
-    out.add(U32.pack(len(comps)) + (b"\x01" if names is not None else b"\x00"))
+COMP_HEADS = {}
+ZEROS = [b"\x00" * i for i in range(8)]
+SMALL = 256  # payloads below this are copied into the header part
+
+
+def comp_head(ndim):
+    """The struct of a component's header with `ndim` dimensions (cached)."""
+    st = COMP_HEADS.get(ndim)
+    if st is None:
+        st = COMP_HEADS[ndim] = struct.Struct("<BB%dQQ" % ndim)
+    return st
+
+
+def write_element(out, names, comps, prefix=b""):
+    """Appends `prefix` and the element to `out`, with as few parts as it can
+    (small payloads are copied into the header before them)."""
+    parts, length = out.parts, out.length
+    head = prefix + U32.pack(len(comps)) + (b"\x01" if names is not None else b"\x00")
     if names is not None:
-        for n in names:
-            out.add(s(n))
+        head += b"".join(s(n) for n in names)
     for code, shape, payload in comps:
         nbytes = payload.nbytes if isinstance(payload, memoryview) else len(payload)
-        head = COMP_HEAD.pack(code, len(shape)) + b"".join(U64.pack(d) for d in shape)
-        head += U64.pack(nbytes)
-        out.add(head)
-        pad = -(out.length) % 8
-        if pad:
-            out.add(b"\x00" * pad)
-        out.add(payload)
+        head += comp_head(len(shape)).pack(code, len(shape), *shape, nbytes)
+        head += ZEROS[-(length + len(head)) % 8]
+        if nbytes < SMALL and not isinstance(payload, memoryview):
+            head += payload
+        else:
+            parts.append(head)
+            parts.append(payload)
+            length += len(head) + nbytes
+            head = b""
+    if head:
+        parts.append(head)
+        length += len(head)
+    out.length = length
 
 
 # --- functions ------------------------------------------------------------------
@@ -544,6 +565,7 @@ def run_one(op, fn, limit, x):
 
 
 RESULT_HEAD = 9  # kind, first, count
+TAG_ELEMENT, TAG_KEEP, TAG_ELEMENTS = b"\x00", b"\x01", b"\x02"
 
 
 def outcome(op, fn, limit, x, at):
@@ -551,15 +573,14 @@ def outcome(op, fn, limit, x, at):
     piece = Out(at)
     try:
         tag, enc = run_one(op, fn, limit, x)
-        piece.add(bytes([tag]))
         if tag == 1:
-            piece.add(enc[0])
+            piece.add(TAG_KEEP + enc[0])
         elif tag == 2:
-            piece.add(U32.pack(len(enc)))
+            piece.add(TAG_ELEMENTS + U32.pack(len(enc)))
             for names, comps in enc:
                 write_element(piece, names, comps)
         else:
-            write_element(piece, *enc)
+            write_element(piece, *enc, prefix=TAG_ELEMENT)
         if piece.length - at > MAX_FRAME - 64:
             raise Failure(
                 "BadOutput",
