@@ -31,6 +31,9 @@ the body's first byte is its kind.
     131 ECHOED the ECHO body's bytes after its kind
   outcome  = u8 tag: 0 element | 1 u8 keep | 2 u32 m, element * m | 3 failure
 
+One file (longer than the project's usual module) because it is passed whole to
+`python -c`: sections below are frames, elements both ways, functions, the loop.
+
 Every exception a function raises becomes that element's failure (its class,
 message and traceback); the other elements of the call go on. Each call of the
 function runs under a time limit (SIGALRM, `TimeoutError`); the worker kills the
