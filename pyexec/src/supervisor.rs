@@ -20,8 +20,8 @@ use sluice_dataset::{Element, PyCall, PyFailure, PyFunction, PyOp, PyOutcome, Py
 use crate::codec::{self, Answer, Hello};
 use crate::config::PoolConfig;
 use crate::frame::FrameError;
-use crate::pool::Counters;
 use crate::process::{with_tail, Process, StartError};
+use crate::stats::Counters;
 use crate::watchdog::Watchdog;
 
 /// Added to a call's hard deadline (`call_timeout` × inputs): room for the
