@@ -212,3 +212,18 @@ fn empty_and_large_tensors_cross_intact() {
         assert_eq!(out[0].as_ref().unwrap().components, vec![want]);
     }
 }
+
+#[test]
+fn a_process_unloads_its_least_recently_used_function_past_64_and_reloads_it() {
+    let pool = pool(1);
+    let reg = registry(&pool);
+    let sources: Vec<String> = (0..70).map(|i| format!("f = lambda x: x * 0 + {i}\n")).collect();
+    let functions = pickles(&sources.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(functions.len(), 70);
+    for (i, f) in functions.iter().enumerate().chain([(0, &functions[0]), (69, &functions[69])]) {
+        let def = DatasetDef::range(2).python(stage(&pool, PyOp::Map, f.clone()));
+        assert_eq!(ints(&def, &reg), vec![i as i64; 2], "function {i}");
+    }
+    assert_eq!(pool.stats().restarts, 0);
+    assert!(pool.hello().numpy.starts_with('2') && !pool.hello().cloudpickle.is_empty());
+}
