@@ -28,7 +28,7 @@ pub struct Pool {
     processes: usize,
     stats: Arc<Counters>,
     keys: Mutex<Keys>,
-    _watchdog: Arc<Watchdog>,
+    watchdog: Arc<Watchdog>,
 }
 
 #[derive(Default)]
@@ -80,14 +80,7 @@ impl Pool {
         }
         let hello = hello.expect("at least one process");
         tracing::info!(processes, python = %hello.python, "Python pool started");
-        Ok(Pool {
-            jobs,
-            hello,
-            processes,
-            stats,
-            keys: Mutex::new(Keys::default()),
-            _watchdog: watchdog,
-        })
+        Ok(Pool { jobs, hello, processes, stats, keys: Mutex::new(Keys::default()), watchdog })
     }
 
     /// What the processes reported at start (Python, numpy, cloudpickle versions).
@@ -125,6 +118,13 @@ impl Pool {
         keys.next += 1;
         keys.by_function.insert(function.clone(), k);
         k
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Calls still running belong to stages that are gone (each holds the pool).
+        self.watchdog.close();
     }
 }
 

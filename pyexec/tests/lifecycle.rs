@@ -1,8 +1,11 @@
 //! No Python process outlives its pool. (Its own test binary: it counts this
 //! process's children, which other tests' pools would add to.)
 
+use std::sync::mpsc::channel;
+use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_dataset::{Element, PyCall, PyFunction, PyOp, PythonExecutor, Tensor};
 use sluice_pyexec::{Pool, PoolConfig};
 
 /// Pids of this process's children whose command is the pool's interpreter.
@@ -32,12 +35,30 @@ fn children_of(me: u32) -> Vec<u32> {
 }
 
 #[test]
-fn dropping_the_pool_ends_its_processes() {
+fn dropping_the_pool_ends_its_processes_even_mid_call() {
+    let marks = tempfile::tempdir().unwrap();
     let mut c = PoolConfig::new(sluice_testkit::python::interpreter());
     c.processes = 2;
-    c.call_timeout = Duration::from_secs(10);
+    c.call_timeout = Duration::from_secs(3600);
+    c.env = vec![
+        ("PYTHONPATH".into(), concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pymods").into()),
+        ("SLUICE_TEST_MARKS".into(), marks.path().display().to_string()),
+    ];
     let pool = Pool::start(c).unwrap();
     assert_eq!(python_children().len(), 2);
+    // One process busy for an hour in an abandoned call (its stage is gone).
+    let (reply, _answers) = channel();
+    let call = PyCall {
+        function: Arc::new(PyFunction::Ref("sluice_test_fns:mark_and_sleep".into())),
+        made_with: pool.version().to_string(),
+        op: PyOp::Map,
+        inputs: vec![Element::single(Tensor::scalar_i64(0))],
+        retries: 0,
+    };
+    pool.submit(call, 0, reply);
+    sluice_testkit::wait_blocking("the call to be running", || {
+        std::fs::read_dir(marks.path()).unwrap().count() == 1
+    });
     drop(pool);
     sluice_testkit::wait_blocking("the pool's processes to end", || python_children().is_empty());
 }
