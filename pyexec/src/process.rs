@@ -139,6 +139,13 @@ impl Process {
         self.child.id()
     }
 
+    /// SIGKILLs the process's group: the processes the function forked die with
+    /// it. (The group is the runner's own, `process_group(0)`, and outlives it
+    /// only while a member lives, so its id is not reused meanwhile.)
+    fn kill_group(&self) {
+        let _ = crate::watchdog::kill_group(self.child.id());
+    }
+
     /// Forgets the stderr lines so far: a failure then shows only what its own
     /// call printed.
     pub(crate) fn clear_tail(&self) {
@@ -156,6 +163,7 @@ impl Process {
     /// Kills the process (if still running), reaps it, and returns how it ended
     /// ("was killed by signal 6 (SIGABRT)") and the last lines of its stderr.
     pub(crate) fn kill_and_reap(&mut self) -> (String, String) {
+        self.kill_group();
         let _ = self.child.kill();
         let status = match self.child.wait() {
             Ok(s) => describe(s),
@@ -172,6 +180,7 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        self.kill_group();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

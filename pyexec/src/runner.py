@@ -72,6 +72,19 @@ os.dup2(_null, 0)
 os.close(_null)
 sys.stdout = sys.stderr
 
+
+def _forget_protocol():
+    """In a child the function forks: the pipes are not its to hold (a child
+    holding them open would hide its parent's death from the worker)."""
+    for fd in (PROTO_IN, PROTO_OUT):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_forget_protocol)
+
 try:
     import numpy as np
 

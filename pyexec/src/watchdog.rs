@@ -78,6 +78,7 @@ impl Watchdog {
         for (slot, fired) in armed.iter_mut().zip(fired.iter_mut()) {
             if let Some((_, pid)) = slot.take() {
                 let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                let _ = kill_group(pid);
                 *fired = true;
             }
         }
@@ -114,6 +115,7 @@ fn run(shared: &Shared) {
                         "a Python call passed its hard deadline: killing the process"
                     );
                     let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                    let _ = kill_group(pid);
                     *slot = None;
                     *fired = true;
                 }
@@ -129,4 +131,9 @@ fn run(shared: &Shared) {
             None => shared.wake.wait(st).unwrap_or_else(|p| p.into_inner()),
         };
     }
+}
+
+/// SIGKILLs process group `pgid` (a runner and what its function forked).
+pub(crate) fn kill_group(pgid: u32) -> nix::Result<()> {
+    nix::sys::signal::killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL)
 }

@@ -128,3 +128,29 @@ fn a_garbled_answer_is_refused_and_the_process_replaced() {
     assert_eq!(out[0].as_ref().unwrap().as_i64().unwrap(), 0);
     assert_eq!(out[2].as_ref().unwrap().as_i64().unwrap(), 2);
 }
+
+#[test]
+fn a_crash_is_seen_at_once_and_kills_what_the_function_forked() {
+    let marks = tempfile::tempdir().unwrap();
+    let mut c = config(1);
+    c.call_timeout = Duration::from_secs(20);
+    c.env.push(("SLUICE_TEST_MARKS".into(), marks.path().display().to_string()));
+    let pool = std::sync::Arc::new(Pool::start(c).unwrap());
+    // A forked child holding the answer pipe would hide the crash until the hard
+    // deadline (then a `Timeout`): the runner closes the pipes in forked children.
+    let f = only_three_fails(&pool, "fork_then_abort_on_3");
+    assert_eq!(f.error_type, "ProcessDied", "{f:?}");
+    let forked: Vec<u32> = std::fs::read_dir(marks.path())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    assert_eq!(forked.len(), 2, "one child per crash (the call, then element 3 alone)");
+    sluice_testkit::wait_blocking("the forked children to die with their process group", || {
+        forked.iter().all(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+        })
+    });
+}
