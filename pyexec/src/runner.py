@@ -45,6 +45,7 @@ import platform
 import signal
 import struct
 import sys
+import time
 import traceback
 
 MAX_FRAME = 1 << 30
@@ -492,32 +493,47 @@ def load(how, made_with, name, blob):
 
 
 class Limit:
-    """The per-call time limit: SIGALRM raises TimeoutError in the function."""
+    """The time limit of each call of the function: SIGALRM raises TimeoutError
+    in the function once it has run `seconds`.
+
+    One timer per CALL frame, not two system calls per element: the timer is
+    armed for `seconds` when the frame's work begins; when it fires, the element
+    running then has either used up its limit (TimeoutError) or not, and the timer
+    is armed again for what that element has left (or a full limit between
+    elements). So an element is stopped exactly at its limit, and a long call of
+    short elements sees one signal per `seconds`."""
 
     def __init__(self, seconds):
         self.seconds = seconds
-        self.armed = False
-        if seconds > 0:
-            signal.signal(signal.SIGALRM, self.fire)
+        self.started = None  # when the running element began, None between them
+        signal.signal(signal.SIGALRM, self.fire)
 
     def fire(self, signum, frame):
-        if self.armed:
-            self.armed = False
-            raise TimeoutError(
-                f"the call took longer than the worker's limit of {self.seconds:g} s "
-                "(--python-call-timeout-secs)"
-            )
+        started = self.started
+        left = self.seconds if started is None else self.seconds - (time.monotonic() - started)
+        if left > 0.001:
+            signal.setitimer(signal.ITIMER_REAL, left)
+            return
+        self.started = None
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        raise TimeoutError(
+            f"the call took longer than the worker's limit of {self.seconds:g} s "
+            "(--python-call-timeout-secs)"
+        )
+
+    def begin(self):
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def end(self):
+        self.started = None
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
     def call(self, fn, arg):
-        if self.seconds <= 0:
-            return fn(arg)
-        self.armed = True
-        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self.started = time.monotonic()
         try:
             return fn(arg)
         finally:
-            self.armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            self.started = None
 
 
 def first_dim(value, what):
@@ -620,14 +636,20 @@ def call(r, limit):
     inputs = [read_element(r) for _ in range(n)]
     del r
     out, first, count = Out(RESULT_HEAD), 0, 0
-    for x in inputs:
-        piece = outcome(op, fn, limit, x, out.length)
-        out.parts.extend(piece.parts)
-        out.length = piece.length
-        count += 1
-        if out.length >= FLUSH_BYTES:
-            write_frame([bytes([RESULT]), U32.pack(first), U32.pack(count)] + out.parts)
-            out, first, count = Out(RESULT_HEAD), first + count, 0
+    limit.begin()
+    try:
+        for x in inputs:
+            piece = outcome(op, fn, limit, x, out.length)
+            out.parts.extend(piece.parts)
+            out.length = piece.length
+            count += 1
+            if out.length >= FLUSH_BYTES:
+                limit.end()  # no signal while writing
+                write_frame([bytes([RESULT]), U32.pack(first), U32.pack(count)] + out.parts)
+                out, first, count = Out(RESULT_HEAD), first + count, 0
+                limit.begin()
+    finally:
+        limit.end()
     if count:
         write_frame([bytes([RESULT]), U32.pack(first), U32.pack(count)] + out.parts)
 

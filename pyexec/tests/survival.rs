@@ -58,6 +58,11 @@ fn a_function_that_sleeps_past_the_limit_times_out_in_python() {
     assert!(f.message.contains("limit of 1 s"), "{}", f.message);
     assert!(f.traceback.contains("sleep_on_3"), "{}", f.traceback);
     assert_eq!(pool.stats().restarts, 0, "Python's own limit needs no kill");
+    // The limit is per element, not per call: four elements of 0.4 s in one call
+    // of 1.6 s all pass.
+    let slow = pickle("import time\ndef f(x):\n    time.sleep(0.4)\n    return x\n");
+    let def = DatasetDef::range(4).python(stage(&pool, PyOp::Map, slow));
+    assert_eq!(ints(&def, &registry(&pool)), vec![0, 1, 2, 3]);
     // A flat_map generator runs under the limit too.
     let reg = registry(&pool);
     let out =
