@@ -125,10 +125,14 @@ impl Process {
             Ok(other) => Err(StartError::Spawn(format!("it answered {other:?} before its hello"))),
             Err(e) => {
                 let (status, tail) = p.kill_and_reap();
-                let why = if timed_out {
-                    format!("it did not start within {}s", START_TIMEOUT.as_secs())
-                } else {
-                    format!("it {status} before saying hello ({e})")
+                let why = match e {
+                    _ if timed_out => {
+                        format!("it did not start within {}s", START_TIMEOUT.as_secs())
+                    }
+                    FrameError::Closed(_) => format!("it {status} before saying hello"),
+                    FrameError::Malformed(m) => {
+                        format!("it answered something other than the runner's hello ({m})")
+                    }
                 };
                 Err(StartError::Spawn(with_tail(why, &tail)))
             }
