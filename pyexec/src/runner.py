@@ -116,11 +116,20 @@ class Failure(Exception):
         self.tb = tb
 
 
+def user_traceback(e):
+    """The exception's traceback from the user's code on: the runner's own frames
+    (this module's globals) are left out."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_globals is globals():
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
 def failure_of(e):
     """(type, message, traceback) of an exception the function or a load raised."""
     if isinstance(e, Failure):
         return e.kind, str(e), e.tb
-    return type(e).__name__, str(e), traceback.format_exc()
+    return type(e).__name__, str(e), user_traceback(e)
 
 
 # --- frames -------------------------------------------------------------------
@@ -451,7 +460,7 @@ def load(how, made_with, name, blob):
             raise Failure(
                 type(e).__name__,
                 f"module `{module_name}` is not importable: {e}",
-                traceback.format_exc(),
+                user_traceback(e),
             )
         path = module_name
         for part in qualname.split("."):
@@ -485,7 +494,7 @@ def load(how, made_with, name, blob):
         raise Failure(
             type(e).__name__,
             f"cannot unpickle the function `{name}`: {e}",
-            traceback.format_exc(),
+            user_traceback(e),
         )
     if not callable(fn):
         raise Failure("TypeError", f"the pickled `{name}` is a {type(fn).__name__}, not a function")

@@ -145,6 +145,8 @@ fn an_exception_fails_its_element_with_its_traceback_and_the_rest_go_on() {
     assert_eq!(f.failure.error_type, "ValueError");
     assert_eq!(f.failure.message, "three is not allowed (got 3)");
     assert!(f.failure.traceback.contains("in fail_on_3"), "{}", f.failure.traceback);
+    // From the user's code on: none of the runner's own frames.
+    assert!(!f.failure.traceback.contains("<string>"), "{}", f.failure.traceback);
     assert!(f.failure.traceback.contains("ValueError: three is not allowed"));
     let ok: Vec<i64> =
         out.iter().filter_map(|r| r.as_ref().ok()).map(|e| e.as_i64().unwrap()).collect();
