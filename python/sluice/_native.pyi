@@ -128,11 +128,24 @@ class WorkerServer:
         auth_tokens: Optional[str] = None,
         token: Optional[str] = None,
         data_roots: Optional[list[str]] = None,
+        python: Optional[PythonPool] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...
     def stop(self) -> None: ...
     def join(self, timeout: Optional[float] = None) -> None: ...
+
+class PythonPool:
+    """The settings of a worker's pool of Python processes."""
+
+    def __init__(
+        self,
+        python: str,
+        processes: int = 0,
+        call_timeout: float = 60.0,
+        memory_limit_mb: Optional[int] = None,
+        env: Optional[list[tuple[str, str]]] = None,
+    ) -> None: ...
 
 def rust_read(
     addresses: list[str],

@@ -14,6 +14,7 @@ cannot use (or stop) it; start servers in the child if it needs its own.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Mapping, Sequence, Union
 
 from sluice import _native
@@ -187,7 +188,16 @@ class WorkerServer(_Server):
 
     Security (docs/security.md): ``tls_cert`` + ``tls_key`` serve element streams
     over TLS and ``tls_ca`` verifies the dispatcher; ``auth_tokens`` requires a
-    client token from readers; ``token`` is this worker's worker token."""
+    client token from readers; ``token`` is this worker's worker token.
+
+    Python stages (docs/python-stages.md): ``allow_python=True`` runs pipelines'
+    own Python functions (``Dataset.map(fn)`` ...) in a pool of
+    ``python_processes`` processes (0: one per core) of the interpreter
+    ``python`` (default: this one, ``sys.executable``). Each call may take
+    ``python_call_timeout`` seconds; ``python_memory_limit_mb`` caps each
+    process's address space. The processes see this process's ``sys.path``
+    (as ``PYTHONPATH``), so a function importable here is importable there. Off
+    loopback, ``allow_python`` needs ``auth_tokens``."""
 
     def __init__(
         self,
@@ -206,7 +216,23 @@ class WorkerServer(_Server):
         auth_tokens: _Path | None = None,
         token: str | None = None,
         data_roots: Union[str, Sequence[str], None] = None,
+        allow_python: bool = False,
+        python: _Path | None = None,
+        python_processes: int = 0,
+        python_call_timeout: float = 60.0,
+        python_memory_limit_mb: int | None = None,
     ) -> None:
+        pool = None
+        if allow_python:
+            pool = _native.PythonPool(
+                os.fspath(python) if python is not None else sys.executable,
+                processes=python_processes,
+                call_timeout=python_call_timeout,
+                memory_limit_mb=python_memory_limit_mb,
+                env=[("PYTHONPATH", _python_path())],
+            )
+        elif python is not None:
+            raise ValueError("python= names the interpreter of allow_python=True; pass both")
         self._native = _native.WorkerServer(
             addresses(dispatcher_address),
             port=port,
@@ -218,8 +244,19 @@ class WorkerServer(_Server):
             dispatcher_timeout=dispatcher_timeout,
             token=token,
             data_roots=_roots(data_roots),
+            python=pool,
             **_paths(tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, auth_tokens=auth_tokens),
         )
+
+
+def _python_path() -> str:
+    """This process's ``sys.path`` as a ``PYTHONPATH`` (the empty entry, the
+    current directory, made absolute), followed by any ``PYTHONPATH`` it had."""
+    entries = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    inherited = os.environ.get("PYTHONPATH")
+    if inherited:
+        entries.append(inherited)
+    return os.pathsep.join(entries)
 
 
 class Quorum:

@@ -57,6 +57,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<elements::TensorData>()?;
     m.add_class::<servers::DispatchServer>()?;
     m.add_class::<servers::WorkerServer>()?;
+    m.add_class::<servers::PythonPool>()?;
     m.add_function(wrap_pyfunction!(servers::start_quorum, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_spec, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_read, m)?)?;

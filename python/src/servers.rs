@@ -315,7 +315,7 @@ impl WorkerServer {
     #[pyo3(signature = (dispatcher_addresses, port = 0, host = "127.0.0.1",
         advertise = None, buffer = 256, heartbeat_interval = 0.5, drain_timeout = 0.0,
         dispatcher_timeout = 60.0, data_roots = None, tls_cert = None, tls_key = None,
-        tls_ca = None, auth_tokens = None, token = None))]
+        tls_ca = None, auth_tokens = None, token = None, python = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -333,6 +333,7 @@ impl WorkerServer {
         tls_ca: Option<PathBuf>,
         auth_tokens: Option<PathBuf>,
         token: Option<String>,
+        python: Option<Bound<'_, PythonPool>>,
     ) -> PyResult<Self> {
         let mut config = WorkerConfig::new(dispatcher_addresses);
         config.data_roots = parse_roots(data_roots)?;
@@ -350,9 +351,14 @@ impl WorkerServer {
         let s = &config.security;
         sluice_security::require_secure_off_loopback("worker", host, &s.missing(), s.insecure)
             .map_err(|e| errors::failed_precondition(e.to_string()))?;
+        let mut registry = FunctionRegistry::builtin();
+        if let Some(python) = python {
+            sluice_security::require_auth_for_user_code(host, s.tokens.is_some())
+                .map_err(|e| errors::failed_precondition(e.to_string()))?;
+            registry = registry.with_python(python.get().clone().start(py)?);
+        }
         let rt = runtime::get()?;
         let listener = bind(py, &rt, host, port)?;
-        let registry = FunctionRegistry::builtin();
         let handle = blocking::run(py, &rt, None, "starting the worker", async move {
             sluice_worker::spawn(listener, config, registry).await
         })?
@@ -377,6 +383,54 @@ impl WorkerServer {
     #[pyo3(signature = (timeout = None))]
     fn join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         self.0.join(py, timeout)
+    }
+}
+
+/// A worker's pool of Python processes (`allow_python=True` in `sluice.WorkerServer`,
+/// `sluice worker --allow-python`): its settings, started with the worker.
+#[pyclass(frozen, module = "sluice._native")]
+#[derive(Clone)]
+pub struct PythonPool {
+    config: sluice_pyexec::PoolConfig,
+}
+
+#[pymethods]
+impl PythonPool {
+    /// `python`: the interpreter; `processes` 0 = one per core; `call_timeout` in
+    /// seconds; `memory_limit_mb` per process; `env`: extra environment of the
+    /// processes (e.g. `PYTHONPATH`).
+    #[new]
+    #[pyo3(signature = (python, processes = 0, call_timeout = 60.0, memory_limit_mb = None,
+        env = None))]
+    fn new(
+        python: PathBuf,
+        processes: usize,
+        call_timeout: f64,
+        memory_limit_mb: Option<u64>,
+        env: Option<Vec<(String, String)>>,
+    ) -> PyResult<Self> {
+        let mut config = sluice_pyexec::PoolConfig::new(python);
+        if processes > 0 {
+            config.processes = processes;
+            config.queue_bound = 2 * processes;
+        }
+        config.call_timeout = seconds("python_call_timeout", call_timeout)?;
+        if config.call_timeout.is_zero() {
+            return Err(errors::invalid_argument("python_call_timeout must be > 0 seconds"));
+        }
+        config.memory_limit_bytes = memory_limit_mb.map(|mb| mb.saturating_mul(1 << 20));
+        config.env = env.unwrap_or_default();
+        Ok(PythonPool { config })
+    }
+}
+
+impl PythonPool {
+    /// Starts the processes (without the GIL: each imports numpy first).
+    fn start(self, py: Python<'_>) -> PyResult<sluice_dataset::SharedPythonExecutor> {
+        let pool = py
+            .detach(|| sluice_pyexec::Pool::start(self.config))
+            .map_err(|e| errors::failed_precondition(format!("allow_python: {e}")))?;
+        Ok(std::sync::Arc::new(pool))
     }
 }
 

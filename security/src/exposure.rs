@@ -64,9 +64,34 @@ pub fn require_secure_off_loopback(
     )))
 }
 
+/// Refuses to run users' Python code (`--allow-python`) on a worker that serves
+/// off loopback without authenticating its callers (`tokens`): the elements it
+/// computes from user code go only to authenticated readers, and such a worker is
+/// meant for a network that is not trusted. Unlike the other checks, `--insecure`
+/// does not lift this one.
+pub fn require_auth_for_user_code(host: &str, tokens: bool) -> Result<(), SecurityError> {
+    if tokens || is_loopback_host(host) {
+        return Ok(());
+    }
+    Err(SecurityError::Insecure(format!(
+        "--allow-python: the worker would run users' Python code while listening on {host}, \
+         which is not loopback, without authentication: give --auth-tokens (and \
+         --tls-cert/--tls-key), or listen on 127.0.0.1; --insecure does not lift this \
+         (docs/python-stages.md, \"Operating it\")"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_code_off_loopback_needs_tokens() {
+        assert!(require_auth_for_user_code("127.0.0.1", false).is_ok());
+        assert!(require_auth_for_user_code("0.0.0.0", true).is_ok());
+        let e = require_auth_for_user_code("0.0.0.0", false).unwrap_err().to_string();
+        assert!(e.contains("--allow-python") && e.contains("--auth-tokens"), "{e}");
+    }
 
     #[test]
     fn loopback_hosts_are_recognised() {

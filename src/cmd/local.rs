@@ -33,6 +33,8 @@ pub struct LocalArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub data_roots: super::DataRootsFlag,
+    #[command(flatten)]
+    pub python: super::python::PythonFlags,
 }
 
 /// The sample: squares of 0..20, keeping the even ones, plus one.
@@ -56,6 +58,8 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
         anyhow::bail!("--dispatchers must be at least 1");
     }
     let registry = FunctionRegistry::builtin();
+    // The workers share one pool of Python processes (they share this process).
+    let worker_registry = a.python.attach(registry.clone(), "127.0.0.1", false)?;
     let data_roots = a.data_roots.roots()?;
     // Bind every node first, so each knows all peers' addresses.
     let mut listeners = Vec::new();
@@ -98,7 +102,7 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
         config.heartbeat_interval = Duration::from_millis(100);
         config.data_roots = data_roots.clone();
         let listener = TcpListener::bind("127.0.0.1:0").await?;
-        workers.push(sluice_worker::spawn(listener, config, registry.clone()).await?);
+        workers.push(sluice_worker::spawn(listener, config, worker_registry.clone()).await?);
     }
     let policy = RetryPolicy::default().with_deadline(Duration::from_secs(10));
     let client = Client::new(&addresses, policy.clone())?;

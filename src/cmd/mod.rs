@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chaos;
 pub mod limits;
 pub mod local;
+pub mod python;
 pub mod read;
 pub mod register;
 pub mod sample;

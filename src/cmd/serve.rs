@@ -133,6 +133,8 @@ pub struct WorkerArgs {
     pub auth: super::security::ServerAuthFlags,
     #[command(flatten)]
     pub data_roots: super::DataRootsFlag,
+    #[command(flatten)]
+    pub python: super::python::PythonFlags,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -286,10 +288,10 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     // Refused before anything is bound: nothing listens off loopback unprotected.
     let s = &config.security;
     sluice_security::require_secure_off_loopback("worker", &a.host, &s.missing(), s.insecure)?;
+    let registry = a.python.attach(FunctionRegistry::builtin(), &a.host, s.tokens.is_some())?;
     let stop = stop_signal()?;
     let metrics = bind_metrics(a.metrics_addr.as_deref(), a.auth.insecure).await?;
     let listener = bind(&a.host, a.port).await?;
-    let registry = FunctionRegistry::builtin();
     sluice_worker::run_with_metrics(listener, metrics, config, registry, stop).await?;
     Ok(())
 }

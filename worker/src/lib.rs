@@ -150,6 +150,9 @@ pub async fn run_with_metrics(
         &security.missing(),
         security.insecure,
     )?;
+    if registry.python().is_some() {
+        sluice_security::require_auth_for_user_code(&host, security.tokens.is_some())?;
+    }
     let data_roots = config.data_roots.clone().unwrap_or_else(|| {
         sluice_dataset::io::DataRoots::defaults(
             listener.local_addr().is_ok_and(|a| a.ip().is_loopback()),
@@ -165,7 +168,15 @@ pub async fn run_with_metrics(
     let worker_uid: u64 = rand::random();
     let span = tracing::info_span!("worker", worker = %address, worker_uid);
     span.in_scope(|| {
-        tracing::info!(data_roots = %registry.data_roots(), "pipelines may open files only under these data roots")
+        tracing::info!(data_roots = %registry.data_roots(), "pipelines may open files only under these data roots");
+        match registry.python() {
+            Some(p) => tracing::info!(
+                python = p.version(),
+                processes = p.processes(),
+                "runs pipelines' Python stages (--allow-python)"
+            ),
+            None => tracing::info!("runs no Python stage (no --allow-python)"),
+        }
     });
     let worker = Arc::new(Worker::new(
         address,
