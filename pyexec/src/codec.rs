@@ -74,6 +74,13 @@ pub(crate) fn call(key: u64, op: PyOp, inputs: &[Element]) -> Result<FrameBuilde
     for e in inputs {
         element(&mut f, e)?;
     }
+    if f.len() > crate::frame::MAX_FRAME {
+        return Err(format!(
+            "a call of {} bytes exceeds the {} MiB frame limit; make the batch_size smaller",
+            f.len(),
+            crate::frame::MAX_FRAME >> 20
+        ));
+    }
     Ok(f)
 }
 

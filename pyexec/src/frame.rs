@@ -130,6 +130,10 @@ impl FrameBuilder {
         }
         self.len += payload.len();
     }
+    /// The body's length so far.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
     /// Writes the frame (length, then body) and flushes.
     pub(crate) fn write_to(mut self, w: &mut impl Write) -> io::Result<()> {
         if self.len > MAX_FRAME {

@@ -20,7 +20,8 @@
 //!  watchdog (one thread) ─ SIGKILLs a process past its call's hard deadline
 //! ```
 //! - [`config`]: [`PoolConfig`] (what the worker's flags carry) and [`PoolError`].
-//! - [`pool`]: [`Pool`], its [`PoolStats`], the `PythonExecutor` implementation.
+//! - [`pool`]: [`Pool`], the `PythonExecutor` implementation.
+//! - [`stats`]: the counters behind [`PoolStats`].
 //! - `supervisor`: one process's job loop, loads, calls, restarts and the
 //!   one-at-a-time re-run of a broken call's inputs.
 //! - `process`: starting a process (parent-death signal, environment), its
@@ -36,11 +37,13 @@ pub mod config;
 pub mod frame;
 pub mod pool;
 mod process;
+pub mod stats;
 mod supervisor;
 mod watchdog;
 
 pub use codec::Hello;
 pub use config::{PoolConfig, PoolError, MAX_CALL_TIMEOUT, MAX_PROCESSES, MIN_MEMORY_LIMIT};
-pub use pool::{Pool, PoolStats};
+pub use pool::Pool;
 pub use process::RUNNER;
+pub use stats::PoolStats;
 pub use supervisor::GRACE;

@@ -2,7 +2,7 @@
 //! bounded queue of calls; the [`PythonExecutor`] a worker hands its pipelines.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{channel, sync_channel, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 
@@ -12,34 +12,13 @@ use sluice_dataset::{PyCall, PyFailure, PyFunction, PyReply, PythonExecutor};
 use crate::codec::Hello;
 use crate::config::{PoolConfig, PoolError};
 use crate::process::StartError;
+use crate::stats::{Counters, PoolStats};
 use crate::supervisor::{Job, Supervisor};
 use crate::watchdog::Watchdog;
 
 /// Distinct functions the pool remembers keys for; past it the table is cleared
 /// (keys are never reused, so a forgotten function is just loaded again).
 const MAX_KEYS: usize = 1024;
-
-/// The pool's counters, for metrics.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) restarts: AtomicU64,
-    pub(crate) calls: AtomicU64,
-    pub(crate) elements: AtomicU64,
-    pub(crate) failures: AtomicU64,
-}
-
-/// A snapshot of the pool's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolStats {
-    /// Processes killed and started again (crashed, hung, garbled an answer).
-    pub restarts: u64,
-    /// Calls run.
-    pub calls: u64,
-    /// Inputs of those calls.
-    pub elements: u64,
-    /// Inputs that failed (an exception, a crash, a timeout).
-    pub failures: u64,
-}
 
 /// A worker's pool of Python processes. Dropping it closes the queue: each
 /// supervisor finishes the call it runs, then kills its process and ends.
@@ -49,7 +28,7 @@ pub struct Pool {
     processes: usize,
     stats: Arc<Counters>,
     keys: Mutex<Keys>,
-    _watchdog: Arc<Watchdog>,
+    watchdog: Arc<Watchdog>,
 }
 
 #[derive(Default)]
@@ -101,14 +80,7 @@ impl Pool {
         }
         let hello = hello.expect("at least one process");
         tracing::info!(processes, python = %hello.python, "Python pool started");
-        Ok(Pool {
-            jobs,
-            hello,
-            processes,
-            stats,
-            keys: Mutex::new(Keys::default()),
-            _watchdog: watchdog,
-        })
+        Ok(Pool { jobs, hello, processes, stats, keys: Mutex::new(Keys::default()), watchdog })
     }
 
     /// What the processes reported at start (Python, numpy, cloudpickle versions).
@@ -146,6 +118,13 @@ impl Pool {
         keys.next += 1;
         keys.by_function.insert(function.clone(), k);
         k
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Calls still running belong to stages that are gone (each holds the pool).
+        self.watchdog.close();
     }
 }
 

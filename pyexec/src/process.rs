@@ -67,7 +67,10 @@ impl Process {
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            // Its own process group: a terminal's Ctrl-C goes to the worker, which
+            // decides when its processes end.
+            .process_group(0);
         set_parent_death_signal(&mut cmd);
         let mut child =
             cmd.spawn().map_err(|e| StartError::Spawn(format!("cannot start it: {e}")))?;
@@ -76,6 +79,8 @@ impl Process {
         else {
             unreachable!("all three pipes were asked for")
         };
+        grow_pipe(&stdin);
+        grow_pipe(&stdout);
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let (done_tx, stderr_done) = channel::<()>();
         let t = tail.clone();
@@ -120,10 +125,14 @@ impl Process {
             Ok(other) => Err(StartError::Spawn(format!("it answered {other:?} before its hello"))),
             Err(e) => {
                 let (status, tail) = p.kill_and_reap();
-                let why = if timed_out {
-                    format!("it did not start within {}s", START_TIMEOUT.as_secs())
-                } else {
-                    format!("it {status} before saying hello ({e})")
+                let why = match e {
+                    _ if timed_out => {
+                        format!("it did not start within {}s", START_TIMEOUT.as_secs())
+                    }
+                    FrameError::Closed(_) => format!("it {status} before saying hello"),
+                    FrameError::Malformed(m) => {
+                        format!("it answered something other than the runner's hello ({m})")
+                    }
                 };
                 Err(StartError::Spawn(with_tail(why, &tail)))
             }
@@ -132,6 +141,13 @@ impl Process {
 
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGKILLs the process's group: the processes the function forked die with
+    /// it. (The group is the runner's own, `process_group(0)`, and outlives it
+    /// only while a member lives, so its id is not reused meanwhile.)
+    fn kill_group(&self) {
+        let _ = crate::watchdog::kill_group(self.child.id());
     }
 
     /// Forgets the stderr lines so far: a failure then shows only what its own
@@ -151,6 +167,7 @@ impl Process {
     /// Kills the process (if still running), reaps it, and returns how it ended
     /// ("was killed by signal 6 (SIGABRT)") and the last lines of its stderr.
     pub(crate) fn kill_and_reap(&mut self) -> (String, String) {
+        self.kill_group();
         let _ = self.child.kill();
         let status = match self.child.wait() {
             Ok(s) => describe(s),
@@ -167,6 +184,7 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        self.kill_group();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -207,6 +225,14 @@ fn forward_stderr(index: usize, pid: u32, stderr: impl Read, tail: &Mutex<VecDeq
         }
         t.push_back(text);
     }
+}
+
+/// Asks for a 1 MiB pipe buffer (the default 64 KiB makes a 1 MiB frame cross in
+/// 16 rounds of wake-ups); unprivileged processes may go up to
+/// `/proc/sys/fs/pipe-max-size`, 1 MiB by default. Best effort.
+fn grow_pipe(fd: &impl std::os::fd::AsFd) {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(1 << 20));
 }
 
 fn set_parent_death_signal(cmd: &mut Command) {

@@ -31,6 +31,9 @@ the body's first byte is its kind.
     131 ECHOED the ECHO body's bytes after its kind
   outcome  = u8 tag: 0 element | 1 u8 keep | 2 u32 m, element * m | 3 failure
 
+One file (longer than the project's usual module) because it is passed whole to
+`python -c`: sections below are frames, elements both ways, functions, the loop.
+
 Every exception a function raises becomes that element's failure (its class,
 message and traceback); the other elements of the call go on. Each call of the
 function runs under a time limit (SIGALRM, `TimeoutError`); the worker kills the
@@ -42,6 +45,7 @@ import platform
 import signal
 import struct
 import sys
+import time
 import traceback
 
 MAX_FRAME = 1 << 30
@@ -68,6 +72,19 @@ _null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(_null, 0)
 os.close(_null)
 sys.stdout = sys.stderr
+
+
+def _forget_protocol():
+    """In a child the function forks: the pipes are not its to hold (a child
+    holding them open would hide its parent's death from the worker)."""
+    for fd in (PROTO_IN, PROTO_OUT):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_forget_protocol)
 
 try:
     import numpy as np
@@ -99,11 +116,20 @@ class Failure(Exception):
         self.tb = tb
 
 
+def user_traceback(e):
+    """The exception's traceback from the user's code on: the runner's own frames
+    (this module's globals) are left out."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_globals is globals():
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
 def failure_of(e):
     """(type, message, traceback) of an exception the function or a load raised."""
     if isinstance(e, Failure):
         return e.kind, str(e), e.tb
-    return type(e).__name__, str(e), traceback.format_exc()
+    return type(e).__name__, str(e), user_traceback(e)
 
 
 # --- frames -------------------------------------------------------------------
@@ -129,10 +155,19 @@ def read_frame():
 
 
 def write_frame(parts):
-    body = b"".join(parts)
-    data = memoryview(U32.pack(len(body)) + body)
-    while data:
-        data = data[os.write(PROTO_OUT, data) :]
+    """Writes one frame from its parts with writev (no joined copy of the body)."""
+    parts = [p if isinstance(p, memoryview) else memoryview(p) for p in parts]
+    total = sum(p.nbytes for p in parts)
+    parts.insert(0, memoryview(U32.pack(total)))
+    i = 0
+    while i < len(parts):
+        # At most IOV_MAX buffers per call; a pipe may take fewer bytes than asked.
+        n = os.writev(PROTO_OUT, parts[i : i + 1024])
+        while i < len(parts) and n >= parts[i].nbytes:
+            n -= parts[i].nbytes
+            i += 1
+        if n:
+            parts[i] = parts[i][n:]
 
 
 def s(text):
@@ -367,20 +402,41 @@ def element_parts(value, what):
     return names, comps
 
 
-def write_element(out, names, comps):
-    out.add(U32.pack(len(comps)) + (b"\x01" if names is not None else b"\x00"))
+COMP_HEADS = {}
+ZEROS = [b"\x00" * i for i in range(8)]
+SMALL = 256  # payloads below this are copied into the header part
+
+
+def comp_head(ndim):
+    """The struct of a component's header with `ndim` dimensions (cached)."""
+    st = COMP_HEADS.get(ndim)
+    if st is None:
+        st = COMP_HEADS[ndim] = struct.Struct("<BB%dQQ" % ndim)
+    return st
+
+
+def write_element(out, names, comps, prefix=b""):
+    """Appends `prefix` and the element to `out`, with as few parts as it can
+    (small payloads are copied into the header before them)."""
+    parts, length = out.parts, out.length
+    head = prefix + U32.pack(len(comps)) + (b"\x01" if names is not None else b"\x00")
     if names is not None:
-        for n in names:
-            out.add(s(n))
+        head += b"".join(s(n) for n in names)
     for code, shape, payload in comps:
         nbytes = payload.nbytes if isinstance(payload, memoryview) else len(payload)
-        head = COMP_HEAD.pack(code, len(shape)) + b"".join(U64.pack(d) for d in shape)
-        head += U64.pack(nbytes)
-        out.add(head)
-        pad = -(out.length) % 8
-        if pad:
-            out.add(b"\x00" * pad)
-        out.add(payload)
+        head += comp_head(len(shape)).pack(code, len(shape), *shape, nbytes)
+        head += ZEROS[-(length + len(head)) % 8]
+        if nbytes < SMALL and not isinstance(payload, memoryview):
+            head += payload
+        else:
+            parts.append(head)
+            parts.append(payload)
+            length += len(head) + nbytes
+            head = b""
+    if head:
+        parts.append(head)
+        length += len(head)
+    out.length = length
 
 
 # --- functions ------------------------------------------------------------------
@@ -404,7 +460,7 @@ def load(how, made_with, name, blob):
             raise Failure(
                 type(e).__name__,
                 f"module `{module_name}` is not importable: {e}",
-                traceback.format_exc(),
+                user_traceback(e),
             )
         path = module_name
         for part in qualname.split("."):
@@ -438,7 +494,7 @@ def load(how, made_with, name, blob):
         raise Failure(
             type(e).__name__,
             f"cannot unpickle the function `{name}`: {e}",
-            traceback.format_exc(),
+            user_traceback(e),
         )
     if not callable(fn):
         raise Failure("TypeError", f"the pickled `{name}` is a {type(fn).__name__}, not a function")
@@ -446,32 +502,47 @@ def load(how, made_with, name, blob):
 
 
 class Limit:
-    """The per-call time limit: SIGALRM raises TimeoutError in the function."""
+    """The time limit of each call of the function: SIGALRM raises TimeoutError
+    in the function once it has run `seconds`.
+
+    One timer per CALL frame, not two system calls per element: the timer is
+    armed for `seconds` when the frame's work begins; when it fires, the element
+    running then has either used up its limit (TimeoutError) or not, and the timer
+    is armed again for what that element has left (or a full limit between
+    elements). So an element is stopped exactly at its limit, and a long call of
+    short elements sees one signal per `seconds`."""
 
     def __init__(self, seconds):
         self.seconds = seconds
-        self.armed = False
-        if seconds > 0:
-            signal.signal(signal.SIGALRM, self.fire)
+        self.started = None  # when the running element began, None between them
+        signal.signal(signal.SIGALRM, self.fire)
 
     def fire(self, signum, frame):
-        if self.armed:
-            self.armed = False
-            raise TimeoutError(
-                f"the call took longer than the worker's limit of {self.seconds:g} s "
-                "(--python-call-timeout-secs)"
-            )
+        started = self.started
+        left = self.seconds if started is None else self.seconds - (time.monotonic() - started)
+        if left > 0.001:
+            signal.setitimer(signal.ITIMER_REAL, left)
+            return
+        self.started = None
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        raise TimeoutError(
+            f"the call took longer than the worker's limit of {self.seconds:g} s "
+            "(--python-call-timeout-secs)"
+        )
+
+    def begin(self):
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def end(self):
+        self.started = None
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
     def call(self, fn, arg):
-        if self.seconds <= 0:
-            return fn(arg)
-        self.armed = True
-        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self.started = time.monotonic()
         try:
             return fn(arg)
         finally:
-            self.armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            self.started = None
 
 
 def first_dim(value, what):
@@ -495,13 +566,11 @@ def first_dim(value, what):
             )
 
 
-def run_one(op, fn, limit, x):
-    """One input's outcome: (tag, encoded parts) — raises only for the call's own
-    failures, which the caller turns into a failure outcome."""
-    result = limit.call(fn, x)
-    if op == 1:
-        return 1, [b"\x01" if bool(result) else b"\x00"]
-    if op == 2:
+def flat_map_outputs(fn):
+    """fn, made to return a list: a generator runs to its end under the limit."""
+
+    def run(x):
+        result = fn(x)
         if isinstance(result, (str, bytes, dict)):
             raise Failure(
                 "BadOutput",
@@ -509,21 +578,35 @@ def run_one(op, fn, limit, x):
                 "(list, generator) of elements",
             )
         try:
-            outputs = list(result)
+            it = iter(result)
         except TypeError:
             raise Failure(
                 "BadOutput",
                 f"flat_map's function returned a {type(result).__name__}, not an iterable of "
                 "elements",
             )
+        return list(it)
+
+    return run
+
+
+def run_one(op, fn, limit, x):
+    """One input's outcome: (tag, encoded value); raises what the function raised
+    or a Failure, which the caller turns into a failure outcome."""
+    if op == 2:
+        outputs = limit.call(flat_map_outputs(fn), x)
         encoded = [element_parts(v, f"element {i} of the result") for i, v in enumerate(outputs)]
         return 2, encoded
+    result = limit.call(fn, x)
+    if op == 1:
+        return 1, [b"\x01" if bool(result) else b"\x00"]
     if op == 3:
         first_dim(result, "the returned batch")
     return 0, element_parts(result, "the result")
 
 
 RESULT_HEAD = 9  # kind, first, count
+TAG_ELEMENT, TAG_KEEP, TAG_ELEMENTS = b"\x00", b"\x01", b"\x02"
 
 
 def outcome(op, fn, limit, x, at):
@@ -531,15 +614,14 @@ def outcome(op, fn, limit, x, at):
     piece = Out(at)
     try:
         tag, enc = run_one(op, fn, limit, x)
-        piece.add(bytes([tag]))
         if tag == 1:
-            piece.add(enc[0])
+            piece.add(TAG_KEEP + enc[0])
         elif tag == 2:
-            piece.add(U32.pack(len(enc)))
+            piece.add(TAG_ELEMENTS + U32.pack(len(enc)))
             for names, comps in enc:
                 write_element(piece, names, comps)
         else:
-            write_element(piece, *enc)
+            write_element(piece, *enc, prefix=TAG_ELEMENT)
         if piece.length - at > MAX_FRAME - 64:
             raise Failure(
                 "BadOutput",
@@ -563,14 +645,20 @@ def call(r, limit):
     inputs = [read_element(r) for _ in range(n)]
     del r
     out, first, count = Out(RESULT_HEAD), 0, 0
-    for x in inputs:
-        piece = outcome(op, fn, limit, x, out.length)
-        out.parts.extend(piece.parts)
-        out.length = piece.length
-        count += 1
-        if out.length >= FLUSH_BYTES:
-            write_frame([bytes([RESULT]), U32.pack(first), U32.pack(count)] + out.parts)
-            out, first, count = Out(RESULT_HEAD), first + count, 0
+    limit.begin()
+    try:
+        for x in inputs:
+            piece = outcome(op, fn, limit, x, out.length)
+            out.parts.extend(piece.parts)
+            out.length = piece.length
+            count += 1
+            if out.length >= FLUSH_BYTES:
+                limit.end()  # no signal while writing
+                write_frame([bytes([RESULT]), U32.pack(first), U32.pack(count)] + out.parts)
+                out, first, count = Out(RESULT_HEAD), first + count, 0
+                limit.begin()
+    finally:
+        limit.end()
     if count:
         write_frame([bytes([RESULT]), U32.pack(first), U32.pack(count)] + out.parts)
 
@@ -586,6 +674,9 @@ def main():
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    # The worker decides when this process ends (it also starts it in a process
+    # group of its own, so a terminal's Ctrl-C reaches only the worker).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit = Limit(timeout)
     while True:
         body = read_frame()
@@ -607,7 +698,7 @@ def main():
         elif kind == UNLOAD:
             FUNCTIONS.pop(r.u64(), None)
         elif kind == ECHO:
-            write_frame([bytes([ECHOED]), body[1:]])
+            write_frame([bytes([ECHOED]), memoryview(body)[1:]])
         else:
             raise SystemExit(f"sluice runner: unknown request kind {kind}")
 

@@ -20,8 +20,8 @@ use sluice_dataset::{Element, PyCall, PyFailure, PyFunction, PyOp, PyOutcome, Py
 use crate::codec::{self, Answer, Hello};
 use crate::config::PoolConfig;
 use crate::frame::FrameError;
-use crate::pool::Counters;
 use crate::process::{with_tail, Process, StartError};
+use crate::stats::Counters;
 use crate::watchdog::Watchdog;
 
 /// Added to a call's hard deadline (`call_timeout` × inputs): room for the
@@ -293,6 +293,9 @@ impl Supervisor {
             None => ("was gone".into(), String::new()),
         };
         self.loaded.clear();
+        if self.watchdog.closing() {
+            return PyFailure::new("ProcessDied", "the worker's Python pool was stopped");
+        }
         self.stats.restarts.fetch_add(1, Ordering::Relaxed);
         let failure = if fired {
             PyFailure {
@@ -334,6 +337,9 @@ impl Supervisor {
     }
 
     fn restart(&mut self) {
+        if self.watchdog.closing() {
+            return;
+        }
         match Process::start(self.index, &self.config, &self.watchdog) {
             Ok(p) => self.process = Some(p),
             Err(StartError::Spawn(m) | StartError::NoNumpy(m)) => {

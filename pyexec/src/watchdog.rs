@@ -21,6 +21,8 @@ struct State {
     armed: Vec<Option<(Instant, u32)>>,
     /// Per process index: killed since it was armed.
     fired: Vec<bool>,
+    /// The pool is gone: kill what runs, start nothing new.
+    closing: bool,
     stop: bool,
 }
 
@@ -40,6 +42,7 @@ impl Watchdog {
             state: Mutex::new(State {
                 armed: vec![None; processes],
                 fired: vec![false; processes],
+                closing: false,
                 stop: false,
             }),
             wake: Condvar::new(),
@@ -63,6 +66,26 @@ impl Watchdog {
         let mut st = self.lock();
         st.armed[index] = None;
         std::mem::take(&mut st.fired[index])
+    }
+
+    /// The pool was dropped: every armed process is killed now (its call was
+    /// abandoned with it), and [`Watchdog::closing`] tells supervisors not to
+    /// start new ones.
+    pub(crate) fn close(&self) {
+        let mut st = self.lock();
+        st.closing = true;
+        let State { armed, fired, .. } = &mut *st;
+        for (slot, fired) in armed.iter_mut().zip(fired.iter_mut()) {
+            if let Some((_, pid)) = slot.take() {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                let _ = kill_group(pid);
+                *fired = true;
+            }
+        }
+    }
+
+    pub(crate) fn closing(&self) -> bool {
+        self.lock().closing
     }
 
     // A short section with no blocking call inside: a std Mutex.
@@ -92,6 +115,7 @@ fn run(shared: &Shared) {
                         "a Python call passed its hard deadline: killing the process"
                     );
                     let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                    let _ = kill_group(pid);
                     *slot = None;
                     *fired = true;
                 }
@@ -107,4 +131,9 @@ fn run(shared: &Shared) {
             None => shared.wake.wait(st).unwrap_or_else(|p| p.into_inner()),
         };
     }
+}
+
+/// SIGKILLs process group `pgid` (a runner and what its function forked).
+pub(crate) fn kill_group(pgid: u32) -> nix::Result<()> {
+    nix::sys::signal::killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL)
 }

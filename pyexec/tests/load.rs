@@ -80,6 +80,12 @@ fn an_interpreter_that_cannot_start_is_refused_naming_the_flag() {
         err.starts_with("--python /nonexistent/python3 cannot run Python stages: cannot start it"),
         "{err}"
     );
+    // Something that is not Python.
+    let mut c = PoolConfig::new("/bin/false");
+    c.processes = 1;
+    let err = Pool::start(c).err().unwrap().to_string();
+    assert!(err.contains("exited with status 1 before saying hello"), "{err}");
+    assert!(err.ends_with("name a Python 3 interpreter with numpy with --python"), "{err}");
     // An interpreter whose numpy does not import.
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("numpy")).unwrap();

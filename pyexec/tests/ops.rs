@@ -145,6 +145,8 @@ fn an_exception_fails_its_element_with_its_traceback_and_the_rest_go_on() {
     assert_eq!(f.failure.error_type, "ValueError");
     assert_eq!(f.failure.message, "three is not allowed (got 3)");
     assert!(f.failure.traceback.contains("in fail_on_3"), "{}", f.failure.traceback);
+    // From the user's code on: none of the runner's own frames.
+    assert!(!f.failure.traceback.contains("<string>"), "{}", f.failure.traceback);
     assert!(f.failure.traceback.contains("ValueError: three is not allowed"));
     let ok: Vec<i64> =
         out.iter().filter_map(|r| r.as_ref().ok()).map(|e| e.as_i64().unwrap()).collect();
@@ -176,4 +178,54 @@ fn bad_results_are_element_errors_that_name_the_type() {
     // print() goes to stderr: the pipe carries only frames.
     let def = DatasetDef::range(100).python(stage(&pool, PyOp::Map, by_ref("prints")));
     assert_eq!(ints(&def, &reg), (0..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn empty_and_large_tensors_cross_intact() {
+    let pool = pool(1);
+    let reg = registry(&pool);
+    let big: Vec<f32> = (0..3_000_000).map(|i| i as f32).collect();
+    let inputs = vec![
+        Tensor::from_i64s(vec![0], &[]).unwrap(),
+        Tensor::from_items(DType::Bytes, vec![0, 2], &[] as &[&[u8]]).unwrap(),
+        Tensor::from_f32s(vec![1000, 3000], &big).unwrap(),
+        Tensor::from_items(DType::String, vec![3], &["", "é", "long"]).unwrap(),
+    ];
+    for t in inputs {
+        // from_tensors slices along the first dimension: one slice is `t`.
+        let mut shape = vec![1];
+        shape.extend_from_slice(t.shape());
+        let source = Tensor::new(t.dtype(), shape, t.data().clone()).unwrap();
+        let def = DatasetDef::from_tensors(vec![source]).python(stage(
+            &pool,
+            PyOp::Map,
+            by_ref("identity"),
+        ));
+        let out = run(&def, &reg);
+        assert_eq!(out.len(), 1);
+        // A string tensor arrives as bytes (the client's convention), and bytes
+        // come back as bytes.
+        let want = match t.dtype() {
+            DType::String => {
+                Tensor::new(DType::Bytes, t.shape().to_vec(), t.data().clone()).unwrap()
+            }
+            _ => t,
+        };
+        assert_eq!(out[0].as_ref().unwrap().components, vec![want]);
+    }
+}
+
+#[test]
+fn a_process_unloads_its_least_recently_used_function_past_64_and_reloads_it() {
+    let pool = pool(1);
+    let reg = registry(&pool);
+    let sources: Vec<String> = (0..70).map(|i| format!("f = lambda x: x * 0 + {i}\n")).collect();
+    let functions = pickles(&sources.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(functions.len(), 70);
+    for (i, f) in functions.iter().enumerate().chain([(0, &functions[0]), (69, &functions[69])]) {
+        let def = DatasetDef::range(2).python(stage(&pool, PyOp::Map, f.clone()));
+        assert_eq!(ints(&def, &reg), vec![i as i64; 2], "function {i}");
+    }
+    assert_eq!(pool.stats().restarts, 0);
+    assert!(pool.hello().numpy.starts_with('2') && !pool.hello().cloudpickle.is_empty());
 }

@@ -58,6 +58,16 @@ fn a_function_that_sleeps_past_the_limit_times_out_in_python() {
     assert!(f.message.contains("limit of 1 s"), "{}", f.message);
     assert!(f.traceback.contains("sleep_on_3"), "{}", f.traceback);
     assert_eq!(pool.stats().restarts, 0, "Python's own limit needs no kill");
+    // The limit is per element, not per call: four elements of 0.4 s in one call
+    // of 1.6 s all pass.
+    let slow = pickle("import time\ndef f(x):\n    time.sleep(0.4)\n    return x\n");
+    let def = DatasetDef::range(4).python(stage(&pool, PyOp::Map, slow));
+    assert_eq!(ints(&def, &registry(&pool)), vec![0, 1, 2, 3]);
+    // A flat_map generator runs under the limit too.
+    let reg = registry(&pool);
+    let out =
+        run(&DatasetDef::range(1).python(stage(&pool, PyOp::FlatMap, by_ref("endless"))), &reg);
+    assert_eq!(failure(&out[0]).failure.error_type, "TimeoutError");
 }
 
 #[test]
@@ -122,4 +132,30 @@ fn a_garbled_answer_is_refused_and_the_process_replaced() {
     assert!(f.failure.message.contains("malformed answer"), "{}", f.failure.message);
     assert_eq!(out[0].as_ref().unwrap().as_i64().unwrap(), 0);
     assert_eq!(out[2].as_ref().unwrap().as_i64().unwrap(), 2);
+}
+
+#[test]
+fn a_crash_is_seen_at_once_and_kills_what_the_function_forked() {
+    let marks = tempfile::tempdir().unwrap();
+    let mut c = config(1);
+    c.call_timeout = Duration::from_secs(20);
+    c.env.push(("SLUICE_TEST_MARKS".into(), marks.path().display().to_string()));
+    let pool = std::sync::Arc::new(Pool::start(c).unwrap());
+    // A forked child holding the answer pipe would hide the crash until the hard
+    // deadline (then a `Timeout`): the runner closes the pipes in forked children.
+    let f = only_three_fails(&pool, "fork_then_abort_on_3");
+    assert_eq!(f.error_type, "ProcessDied", "{f:?}");
+    let forked: Vec<u32> = std::fs::read_dir(marks.path())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    assert_eq!(forked.len(), 2, "one child per crash (the call, then element 3 alone)");
+    sluice_testkit::wait_blocking("the forked children to die with their process group", || {
+        forked.iter().all(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+        })
+    });
 }

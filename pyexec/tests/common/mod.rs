@@ -68,17 +68,26 @@ pub fn failure(r: &Result<Element, DatasetError>) -> &UserFunctionFailure {
 
 /// `source` defines `f`; returns cloudpickle's bytes of it, made by the test venv.
 pub fn pickle(source: &str) -> PyFunction {
+    pickles(&[source]).pop().expect("one pickle")
+}
+
+/// Each source defines `f`; their pickles, made by one run of the test venv.
+pub fn pickles(sources: &[&str]) -> Vec<PyFunction> {
     let script = format!(
-        "import cloudpickle, sys\nns = {{}}\nexec({source:?}, ns)\n\
-         sys.stdout.write(cloudpickle.dumps(ns['f']).hex())\n"
+        "import cloudpickle, sys\nfor source in {sources:?}:\n    ns = {{}}\n    \
+         exec(source, ns)\n    print(cloudpickle.dumps(ns['f']).hex())\n"
     );
     let spec = sluice_testkit::Spec::new(sluice_testkit::python::interpreter(), ["-c", &script]);
     let out = sluice_testkit::run(&spec, None, Duration::from_secs(60)).expect("run python");
     assert!(out.success(), "pickling failed: {}", out.stderr);
-    let hex = out.stdout.trim();
-    let data = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-        .collect();
-    PyFunction::Pickle(Pickled { name: "f".into(), data })
+    out.stdout
+        .lines()
+        .map(|hex| {
+            let data = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+                .collect();
+            PyFunction::Pickle(Pickled { name: "f".into(), data })
+        })
+        .collect()
 }

@@ -112,3 +112,30 @@ def returns_object(x):
 
 
 VALUE = 3
+
+
+def endless(x):
+    """flat_map: a generator that never ends (the time limit stops it)."""
+    while True:
+        time.sleep(0.01)
+        yield x
+
+
+def mark_and_sleep(x):
+    """Leaves a file named after its pid in $SLUICE_TEST_MARKS, then sleeps."""
+    open(os.path.join(os.environ["SLUICE_TEST_MARKS"], str(os.getpid())), "w").close()
+    time.sleep(3600)
+    return x
+
+
+def fork_then_abort_on_3(x):
+    """Forks a child that sleeps an hour (its pid in $SLUICE_TEST_MARKS), then
+    aborts on 3: the worker must see the death at once and kill the child too."""
+    if x == 3:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(3600)
+            os._exit(0)
+        open(os.path.join(os.environ["SLUICE_TEST_MARKS"], str(pid)), "w").close()
+        os.abort()
+    return x + 100
