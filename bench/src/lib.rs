@@ -50,6 +50,7 @@ pub mod limits;
 pub mod machine;
 pub mod measure;
 pub mod procstat;
+pub mod python;
 pub mod read_failover;
 pub mod report;
 pub mod restart;
@@ -85,6 +86,7 @@ pub enum Section {
     S3,
     Restart,
     Files,
+    Python,
 }
 
 impl FromStr for Section {
@@ -105,10 +107,11 @@ impl FromStr for Section {
             "s3" => Section::S3,
             "restart" => Section::Restart,
             "files" => Section::Files,
+            "python" => Section::Python,
             other => {
                 return Err(format!(
                     "unknown section `{other}`; one of limits, streaming, epoch, fsync, memory, \
-                     sled, cluster, grants, failover, gap, s3, restart, rss, files"
+                     sled, cluster, grants, failover, gap, s3, restart, rss, files, python"
                 ))
             }
         })
@@ -146,12 +149,17 @@ pub struct BenchConfig {
     pub splits_per_request: u32,
     /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
     pub keep: bool,
+    /// The Python stages section's interpreter and sizes.
+    pub python: python::PythonConfig,
 }
 
 impl BenchConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.workers == 0 || self.workers > 1000 {
             bail!("--workers must be 1..=1000, got {}", self.workers);
+        }
+        if self.python.elements <= 0 {
+            bail!("--python-elements must be at least 1, got {}", self.python.elements);
         }
         if self.elements == 0 || self.elements > i64::MAX as u64 {
             bail!("--elements must be at least 1");
@@ -388,6 +396,13 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
+    let python = if cfg.runs(Section::Python) {
+        tracing::info!("--- Python stages");
+        Outcome::from_result(python::run(cfg.python.clone()).await)
+    } else {
+        skipped()
+    };
+
     machine.load_end = machine::loadavg();
     if cfg.keep {
         let kept = temp.keep();
@@ -412,6 +427,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         failover,
         restart,
         files,
+        python,
     })
 }
 

@@ -68,6 +68,7 @@ fn report(check: &str) -> Report {
         failover: skipped(),
         restart: skipped(),
         files: skipped(),
+        python: skipped(),
     }
 }
 

@@ -46,7 +46,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Sections to skip, comma-separated: limits, streaming, epoch, fsync, memory, sled,
-    /// cluster, grants, failover, gap, s3, restart, rss, files.
+    /// cluster, grants, failover, gap, s3, restart, rss, files, python.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<Section>,
     /// TFRecord files of the files section's sample data set.
@@ -81,6 +81,12 @@ pub struct BenchArgs {
     /// Keep the bench's temp dir (work dirs, dispatcher logs) instead of deleting it.
     #[arg(long)]
     pub keep: bool,
+    /// The interpreter of the Python stages section (it needs numpy).
+    #[arg(long, default_value = "python3", value_name = "PATH")]
+    pub python: PathBuf,
+    /// Elements through each pipeline of the Python stages section.
+    #[arg(long, default_value_t = 200_000)]
+    pub python_elements: i64,
 }
 
 pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
@@ -111,6 +117,10 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         },
         splits_per_request: a.splits_per_request,
         keep: a.keep,
+        python: sluice_bench::python::PythonConfig {
+            python: a.python,
+            elements: a.python_elements,
+        },
     };
     sluice_bench::run(config).await
 }

@@ -70,6 +70,7 @@ pub struct Report {
     pub failover: Outcome<Failover>,
     pub restart: Outcome<Restart>,
     pub files: Outcome<crate::files::Files>,
+    pub python: Outcome<crate::python::Python>,
 }
 
 impl Report {
@@ -101,6 +102,7 @@ impl Report {
         failed("failover", failed_error(&self.failover));
         failed("restart", failed_error(&self.restart));
         failed("files", failed_error(&self.files));
+        failed("python", failed_error(&self.python));
         let checks = self
             .splits
             .iter()
@@ -144,8 +146,8 @@ impl Report {
     /// The table printed on stdout.
     pub fn render(&self) -> String {
         use sections::*;
-        let order: [fn(&Report, &mut Lines); 10] =
-            [header, limits, streaming, epoch, splits, failover, gap, rss, restart, files];
+        let order: [fn(&Report, &mut Lines); 11] =
+            [header, limits, streaming, epoch, splits, failover, gap, rss, restart, files, python];
         let mut out = Lines::default();
         for (i, section) in order.into_iter().enumerate() {
             if i > 0 {

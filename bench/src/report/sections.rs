@@ -392,3 +392,38 @@ fn not_measured<T>(o: &Outcome<T>) -> String {
         Outcome::Failed { error } => format!("FAILED: {error}"),
     }
 }
+
+/// PYTHON STAGES: a user's Python function per element, against the built-in Rust
+/// map and the pipe to the Python processes.
+pub(super) fn python(r: &Report, out: &mut Lines) {
+    match &r.python {
+        Outcome::Measured(p) => {
+            out.line(format!(
+                "PYTHON STAGES  (in-process pipeline over range({}), identity functions by \
+                 reference; map_batches in batches of {}; {})",
+                p.elements, p.batch_size, p.interpreter
+            ));
+            out.line(format!(
+                "  {:<10} {:>16} {:>14} {:>15} {:>16} {:>19}",
+                "processes",
+                "pipe MiB/s/way",
+                "Rust map µs",
+                "Python map µs",
+                "map overhead µs",
+                "map_batches µs"
+            ));
+            for row in &p.rows {
+                out.line(format!(
+                    "  {:<10} {:>16.0} {:>14.2} {:>15.2} {:>16.2} {:>19.2}",
+                    row.processes,
+                    row.pipe_mib_per_s,
+                    row.rust_map_us,
+                    row.python_map_us,
+                    row.python_map_us - row.rust_map_us,
+                    row.map_batches_us
+                ));
+            }
+        }
+        other => out.line(format!("PYTHON STAGES  {}", not_measured(other))),
+    }
+}
