@@ -83,6 +83,31 @@ fn a_worker_with_allow_python_runs_python_stages_between_rust_stages() {
 }
 
 #[test]
+fn a_dynamic_read_through_python_stages_on_two_workers_gets_each_element_once() {
+    let dispatcher = common::server(&["dispatcher", "--port", "0"]);
+    let d = dispatcher.address().to_string();
+    let py = python();
+    let args = ["worker", "--dispatcher", &d, "--port", "0", "--allow-python", "--python", &py];
+    let _workers = [common::server(&args), common::server(&args)];
+    wait_blocking("both workers registered", || {
+        let (ok, out, _) = run_sluice(&["status", "--dispatcher", &d], None);
+        ok && out.contains("WORKERS (2)")
+    });
+    let spec = format!(
+        r#"{{"stages": [{{"range": {{"stop": 3000}}}}, {}]}}"#,
+        stage("map", "operator:neg")
+    );
+    let id = register(&d, &spec);
+    let args = ["read", "--dispatcher", &d, "--dataset-id", &id, "--mode", "dynamic"];
+    let (ok, out, err) = run_sluice(&args, None);
+    assert!(ok, "{err}");
+    let mut values: Vec<i64> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
+    values.sort_unstable();
+    let expected: Vec<i64> = (0..3000).map(|x: i64| -x).rev().collect();
+    assert_eq!(values, expected, "each element exactly once");
+}
+
+#[test]
 fn user_code_off_loopback_without_tokens_is_refused_even_with_insecure() {
     let args = ["worker", "--host", "0.0.0.0", "--port", "0", "--allow-python", "--insecure"];
     let (ok, out, err) = run_sluice(&args, None);
