@@ -107,6 +107,64 @@ fn a_dynamic_read_through_python_stages_on_two_workers_gets_each_element_once() 
     assert_eq!(values, expected, "each element exactly once");
 }
 
+/// Functions that take their Python process down, or never return.
+const BAD_FUNCTIONS: &str = "import os, time\n\n\
+def abort(x):\n    os.abort()\n\n\
+def exit(x):\n    os._exit(3)\n\n\
+def hang(x):\n    time.sleep(3600)\n";
+
+#[test]
+fn the_worker_survives_python_processes_that_abort_exit_or_hang() {
+    let dispatcher = common::server(&["dispatcher", "--port", "0"]);
+    let d = dispatcher.address().to_string();
+    let py = python();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sluice_bad_fns.py"), BAD_FUNCTIONS).unwrap();
+    let path = [("PYTHONPATH".to_string(), dir.path().display().to_string())];
+    let mut worker = common::server_env(
+        &[
+            "worker",
+            "--dispatcher",
+            &d,
+            "--port",
+            "0",
+            "--allow-python",
+            "--python",
+            &py,
+            "--python-processes",
+            "1",
+            "--python-call-timeout-secs",
+            "1",
+        ],
+        &path,
+    );
+    wait_blocking("the worker registered", || {
+        let (ok, out, _) = run_sluice(&["status", "--dispatcher", &d], None);
+        ok && out.contains("WORKERS (1)")
+    });
+    let cases = [
+        ("sluice_bad_fns:abort", "ProcessDied"),
+        ("sluice_bad_fns:exit", "ProcessDied"),
+        ("sluice_bad_fns:hang", "Timeout"),
+    ];
+    for (reference, error) in cases {
+        let spec =
+            format!(r#"{{"stages": [{{"range": {{"stop": 2}}}}, {}]}}"#, stage("map", reference));
+        let (ok, _, err) = read(&d, &register(&d, &spec));
+        assert!(!ok, "{reference}: the read must fail: {err}");
+        assert!(err.contains(error) && err.contains(reference), "{reference}: {err}");
+        assert!(!worker.exited(), "the worker died of {reference}");
+        // And the same worker still runs Python stages.
+        let spec = format!(
+            r#"{{"stages": [{{"range": {{"stop": 3}}}}, {}]}}"#,
+            stage("map", "operator:neg")
+        );
+        let (ok, out, err) = read(&d, &register(&d, &spec));
+        assert!(ok, "after {reference}: {err}");
+        assert_eq!(out.lines().map(str::trim).collect::<Vec<_>>(), ["0", "-1", "-2"], "{err}");
+    }
+}
+
 #[test]
 fn user_code_off_loopback_without_tokens_is_refused_even_with_insecure() {
     let args = ["worker", "--host", "0.0.0.0", "--port", "0", "--allow-python", "--insecure"];
