@@ -243,10 +243,11 @@ class Dataset:
         return self._then("python", fields)
 
     def ignore_errors(self) -> Dataset:
-        """Skips the elements that failed before this stage (e.g. a Python function
-        that raised on them) instead of ending the read with the error; the workers
-        count the skipped elements (``sluice status``). An error that stops a stage
-        altogether (a function that cannot be loaded) still ends the read."""
+        """Skips the elements a Python function failed on before this stage (it
+        raised, or its process crashed or hung) instead of passing the error to the
+        reader; the workers count them (``sluice status``). Other errors (a built-in
+        function's, a corrupt file, a Python function that cannot be loaded on a
+        worker) still end the read."""
         return self._then("ignore_errors", {})
 
     def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
