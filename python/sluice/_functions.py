@@ -102,7 +102,12 @@ def by_reference(fn: Any) -> str:
             f"by_reference: {qualname} is defined in the __main__ script, which the "
             f"workers cannot import; {hint}"
         )
-    found: Any = importlib.import_module(module)
+    try:
+        found: Any = importlib.import_module(module)
+    except ImportError as e:
+        raise InvalidArgumentError(
+            f"by_reference: module {module!r} of {qualname} is not importable here ({e}); {hint}"
+        ) from e
     for part in qualname.split("."):
         found = getattr(found, part, None)
     if found is not fn:
@@ -129,11 +134,9 @@ def python_function(op: str, fn: Any) -> Stage:
 def _pickle(op: str, fn: Any) -> str:
     import cloudpickle  # only when shipping by value
 
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    module = _users_package(getattr(fn, "__module__", None))
     by_value = (
-        module is not None
-        and _is_users_module(module)
-        and module.__name__ not in cloudpickle.list_registry_pickle_by_value()
+        module is not None and module.__name__ not in cloudpickle.list_registry_pickle_by_value()
     )
     if by_value:
         cloudpickle.register_pickle_by_value(module)
@@ -156,6 +159,17 @@ def _installed_roots() -> tuple[str, ...]:
     return tuple(
         p for p in (paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")) if p
     )
+
+
+def _users_package(name: str | None) -> types.ModuleType | None:
+    """The user's module or package that defines ``name`` (its top-level package
+    when that is the user's too, so helpers in sibling modules travel as well);
+    ``None`` for anything the workers import by name."""
+    module = sys.modules.get(name or "")
+    if module is None or not _is_users_module(module):
+        return None
+    top = sys.modules.get(module.__name__.partition(".")[0])
+    return top if top is not None and _is_users_module(top) else module
 
 
 def _is_users_module(module: types.ModuleType) -> bool:
@@ -208,12 +222,13 @@ def python_stage(
     if op == "map_batches":
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
             raise TypeError(f"map_batches: batch_size must be an int, got {batch_size!r}")
-        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        size = int(batch_size)
+        if not 1 <= size <= MAX_BATCH_SIZE:
             raise InvalidArgumentError(
                 f"map_batches: batch_size must be in [1, {MAX_BATCH_SIZE}] (elements per "
-                f"call), got {batch_size}"
+                f"call), got {size}"
             )
-        fields["batch_size"] = int(batch_size)
+        fields["batch_size"] = size
         if check_bool("map_batches: drop_remainder", drop_remainder):
             fields["drop_remainder"] = True
     retries = check_int(f"{op}: retries", retries, 0, MAX_RETRIES)

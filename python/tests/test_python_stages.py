@@ -247,3 +247,35 @@ def test_a_dataset_with_python_stages_pickles_and_compares_by_its_spec() -> None
     ds = Dataset.range(5).map("stage_fns:double").filter("stage_fns:is_even").ignore_errors()
     assert pickle.loads(pickle.dumps(ds)) == ds
     assert Dataset.from_json(ds.to_json()) == ds
+
+
+def test_a_function_of_the_users_own_package_travels_with_its_siblings(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function of ``userpkg.aug`` that calls ``userpkg.helpers``: the whole user
+    package travels by value, so a fresh interpreter without it on its path runs
+    the function."""
+    pkg = tmp_path / "userpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("def scale(x):\n    return x * 3\n")
+    (pkg / "aug.py").write_text(
+        "from userpkg.helpers import scale\n\ndef aug(x):\n    return scale(x) - 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import userpkg.aug  # type: ignore[import-not-found]
+
+    try:
+        data = last(Dataset.range(3).map(userpkg.aug.aug))["python"]["fn"]["pickle"]["data"]
+    finally:
+        for name in ["userpkg.aug", "userpkg.helpers", "userpkg"]:
+            sys.modules.pop(name, None)
+    code = (
+        "import base64, sys, cloudpickle; "
+        "print(cloudpickle.loads(base64.b64decode(sys.argv[1]))(5))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, data], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "14"
