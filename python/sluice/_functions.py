@@ -40,6 +40,11 @@ MAX_RETRIES = 1
 """At most one retry of an element whose Python process crashed or hung
 (``MAX_PY_RETRIES`` in dataset/src/python.rs)."""
 
+MAX_PICKLE_BYTES = 8 << 20
+"""The most bytes a function pickled by value may take: its base64 (a third more)
+must leave room in the spec, which the dispatchers replicate as one command of at
+most 16 MiB."""
+
 
 def python_version() -> str:
     """The version this client runs (``3.11.7``), recorded in every Python stage."""
@@ -151,6 +156,14 @@ def _pickle(op: str, fn: Any) -> str:
     finally:
         if by_value:
             cloudpickle.unregister_pickle_by_value(module)
+    if len(data) > MAX_PICKLE_BYTES:
+        raise InvalidArgumentError(
+            f"{op}: {function_name(fn)} pickles to {len(data) / 2**20:.1f} MiB, over the "
+            f"{MAX_PICKLE_BYTES >> 20} MiB a function shipped by value may take (the spec "
+            f"is stored by the dispatchers): it carries what it captures (closure variables, "
+            f"globals of its module, e.g. an array); load large data on the worker inside "
+            f"the function (from a file) or ship it by reference"
+        )
     return base64.b64encode(data).decode("ascii")
 
 

@@ -279,3 +279,9 @@ def test_a_function_of_the_users_own_package_travels_with_its_siblings(
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "14"
+
+
+def test_a_function_carrying_too_much_is_refused_at_the_call() -> None:
+    big = np.zeros(9 << 20, dtype=np.uint8)
+    with pytest.raises(sluice.InvalidArgumentError, match="pickles to 9.0 MiB.*load large data"):
+        Dataset.range(3).map(lambda x: x + big[0])
