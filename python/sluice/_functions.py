@@ -28,6 +28,7 @@ import numbers
 import platform
 import sys
 import sysconfig
+import threading
 import types
 from typing import Any
 
@@ -44,6 +45,8 @@ MAX_PICKLE_BYTES = 8 << 20
 """The most bytes a function pickled by value may take: its base64 (a third more)
 must leave room in the spec, which the dispatchers replicate as one command of at
 most 16 MiB."""
+
+_REGISTRY_LOCK = threading.Lock()
 
 
 def python_version() -> str:
@@ -140,22 +143,26 @@ def _pickle(op: str, fn: Any) -> str:
     import cloudpickle  # only when shipping by value
 
     module = _users_package(getattr(fn, "__module__", None))
-    by_value = (
-        module is not None and module.__name__ not in cloudpickle.list_registry_pickle_by_value()
-    )
-    if by_value:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        data = cloudpickle.dumps(fn)
-    except Exception as e:
-        raise InvalidArgumentError(
-            f"{op}: cannot pickle {function_name(fn)} with cloudpickle: {type(e).__name__}: "
-            f"{e}; make what it uses picklable, or ship it by reference "
-            f"('package.module:function', see sluice.by_reference)"
-        ) from e
-    finally:
+    # cloudpickle's registry is process-wide: one dump at a time registers and
+    # unregisters, so a dump on another thread never sees the module half-registered.
+    with _REGISTRY_LOCK:
+        by_value = (
+            module is not None
+            and module.__name__ not in cloudpickle.list_registry_pickle_by_value()
+        )
         if by_value:
-            cloudpickle.unregister_pickle_by_value(module)
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            data = cloudpickle.dumps(fn)
+        except Exception as e:
+            raise InvalidArgumentError(
+                f"{op}: cannot pickle {function_name(fn)} with cloudpickle: "
+                f"{type(e).__name__}: {e}; make what it uses picklable, or ship it by "
+                f"reference ('package.module:function', see sluice.by_reference)"
+            ) from e
+        finally:
+            if by_value:
+                cloudpickle.unregister_pickle_by_value(module)
     if len(data) > MAX_PICKLE_BYTES:
         raise InvalidArgumentError(
             f"{op}: {function_name(fn)} pickles to {len(data) / 2**20:.1f} MiB, over the "
