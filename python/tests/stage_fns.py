@@ -1,10 +1,16 @@
 """Functions the Python-stage tests ship by reference (``"stage_fns:double"``): a
 plain module, importable on the workers when ``python/tests`` is on their
-``PYTHONPATH`` (the end-to-end tests set it), and by the tests themselves."""
+``PYTHONPATH`` (the end-to-end tests set it), and by the tests themselves; and
+``module_from_file``, which makes a module the workers cannot import."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import importlib.util
+import pathlib
+import sys
+import types
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -38,3 +44,18 @@ class Scaler:
     @staticmethod
     def triple(x: Any) -> Any:
         return x * 3
+
+
+@contextlib.contextmanager
+def module_from_file(path: pathlib.Path) -> Iterator[types.ModuleType]:
+    """Imports the file `path` as a module of the user's that no other process
+    can import (it is not on any path), for as long as the block runs."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[path.stem]

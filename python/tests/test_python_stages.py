@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import importlib.util
 import json
 import pathlib
 import platform
@@ -220,15 +219,8 @@ def test_a_function_of_the_users_own_module_travels_with_its_code(tmp_path: path
     (tmp_path / "users_aug.py").write_text(
         "def helper(x):\n    return x * 10\n\ndef aug(x):\n    return helper(x) + 1\n"
     )
-    spec = importlib.util.spec_from_file_location("users_aug", tmp_path / "users_aug.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["users_aug"] = module
-    try:
-        spec.loader.exec_module(module)
+    with stage_fns.module_from_file(tmp_path / "users_aug.py") as module:
         data = last(Dataset.range(3).map(module.aug))["python"]["fn"]["pickle"]["data"]
-    finally:
-        del sys.modules["users_aug"]
     assert "users_aug" not in cloudpickle.list_registry_pickle_by_value()
     code = (
         "import base64, sys, cloudpickle; "

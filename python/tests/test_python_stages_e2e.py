@@ -6,10 +6,8 @@ applied in plain Python to the same elements."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
-import sys
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -17,41 +15,21 @@ import pytest
 import stage_fns
 
 import sluice
+from conftest import Service
 from sluice import Dataset
 
 TESTS = pathlib.Path(__file__).resolve().parent
 N = 100
 
 
-class PyService:
-    """A dispatcher and two workers that run Python stages (one Python process
-    each), whose processes import ``stage_fns`` from this directory."""
-
-    def __init__(self) -> None:
-        self.dispatcher = sluice.DispatchServer()
-        self.workers = [
-            sluice.WorkerServer(self.dispatcher.target, allow_python=True, python_processes=1)
-            for _ in range(2)
-        ]
-
-    @property
-    def target(self) -> str:
-        return self.dispatcher.target
-
-    def stop(self) -> None:
-        for w in self.workers:
-            w.stop()
-        self.dispatcher.stop()
-
-
 @pytest.fixture(scope="module")
-def py_service() -> Iterator[PyService]:
+def py_service() -> Iterator[Service]:
     with pytest.MonkeyPatch.context() as mp:
         # The workers' Python processes inherit the environment: by-reference
         # functions of stage_fns are importable there as they are here.
         path = os.environ.get("PYTHONPATH")
         mp.setenv("PYTHONPATH", str(TESTS) + (os.pathsep + path if path else ""))
-        s = PyService()
+        s = Service(workers=2, worker_args={"allow_python": True, "python_processes": 1})
         try:
             yield s
         finally:
@@ -63,7 +41,7 @@ def element(i: int) -> np.ndarray:
     return np.array(i, dtype=np.int64)
 
 
-def read(ds: Dataset, service: PyService) -> list[int]:
+def read(ds: Dataset, service: Service) -> list[int]:
     """Every element of one DYNAMIC epoch (each element read once by whichever
     worker got its split), as sorted ints."""
     return sorted(int(e) for e in ds.distribute("distributed_epoch", service.target))
@@ -90,14 +68,14 @@ PLAIN: dict[str, tuple[Callable[[Dataset], Dataset], Callable[[int], list[int]]]
 
 
 @pytest.mark.parametrize("op", sorted(PLAIN))
-def test_each_op_by_reference_equals_plain_python(op: str, py_service: PyService) -> None:
+def test_each_op_by_reference_equals_plain_python(op: str, py_service: Service) -> None:
     build, plain = PLAIN[op]
     expected = sorted(v for i in range(N) for v in plain(i))
     assert read(build(Dataset.range(N)), py_service) == expected
 
 
 @pytest.mark.parametrize("op", ["map", "filter", "flat_map"])
-def test_each_op_by_value_equals_plain_python(op: str, py_service: PyService) -> None:
+def test_each_op_by_value_equals_plain_python(op: str, py_service: Service) -> None:
     fns: dict[str, Callable[[Any], Any]] = {
         "map": lambda x: x * 3 + 1,
         "filter": lambda x: int(x) % 3 == 0,
@@ -114,7 +92,7 @@ def test_each_op_by_value_equals_plain_python(op: str, py_service: PyService) ->
     assert read(getattr(Dataset.range(N), op)(fn), py_service) == expected
 
 
-def test_a_closure_and_built_in_stages_around_it(py_service: PyService) -> None:
+def test_a_closure_and_built_in_stages_around_it(py_service: Service) -> None:
     offset = np.int64(7)
     ds = Dataset.range(N).map("square").map(lambda x: x - offset).filter("mod_eq", 2, 0)
     expected = sorted(i * i - 7 for i in range(N) if (i * i - 7) % 2 == 0)
@@ -122,24 +100,17 @@ def test_a_closure_and_built_in_stages_around_it(py_service: PyService) -> None:
 
 
 def test_a_function_of_a_module_the_workers_cannot_import_runs_by_value(
-    tmp_path: pathlib.Path, py_service: PyService
+    tmp_path: pathlib.Path, py_service: Service
 ) -> None:
     (tmp_path / "users_tok.py").write_text(
         "def scale(x):\n    return x * 100\n\ndef tokenize(x):\n    return scale(x) + 5\n"
     )
-    spec = importlib.util.spec_from_file_location("users_tok", tmp_path / "users_tok.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["users_tok"] = module
-    try:
-        spec.loader.exec_module(module)
+    with stage_fns.module_from_file(tmp_path / "users_tok.py") as module:
         ds = Dataset.range(N).map(module.tokenize)
-    finally:
-        del sys.modules["users_tok"]
     assert read(ds, py_service) == [i * 100 + 5 for i in range(N)]
 
 
-def test_map_batches_gets_and_gives_a_dict_of_columns(py_service: PyService) -> None:
+def test_map_batches_gets_and_gives_a_dict_of_columns(py_service: Service) -> None:
     x = np.arange(N, dtype=np.int64)
 
     def add_columns(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -152,13 +123,13 @@ def test_map_batches_gets_and_gives_a_dict_of_columns(py_service: PyService) -> 
     assert rows == [(i, 11 * i) for i in range(N)]
 
 
-def test_dynamic_sharding_reads_every_element_exactly_once(py_service: PyService) -> None:
+def test_dynamic_sharding_reads_every_element_exactly_once(py_service: Service) -> None:
     ds = Dataset.range(400).map(lambda x: (x, np.int64(os.getpid())))
     seen = [int(e[0]) for e in ds.distribute("distributed_epoch", py_service.target)]
     assert sorted(seen) == list(range(400))  # none lost, none twice
 
 
-def test_an_exception_reaches_the_reader_with_its_traceback(py_service: PyService) -> None:
+def test_an_exception_reaches_the_reader_with_its_traceback(py_service: Service) -> None:
     ds = Dataset.range(20).map("stage_fns:fails_on_sevens")
     with pytest.raises(sluice.UserFunctionError) as caught:
         read(ds, py_service)
@@ -169,7 +140,7 @@ def test_an_exception_reaches_the_reader_with_its_traceback(py_service: PyServic
     assert 'raise ValueError(f"element {int(x)} is unlucky")' in e.traceback
 
 
-def test_a_lambdas_exception_names_it_and_its_line(py_service: PyService) -> None:
+def test_a_lambdas_exception_names_it_and_its_line(py_service: Service) -> None:
     def explode(x: Any) -> Any:
         raise KeyError(f"no key for {int(x)}")  # this line
 
@@ -179,24 +150,21 @@ def test_a_lambdas_exception_names_it_and_its_line(py_service: PyService) -> Non
     assert 'raise KeyError(f"no key for {int(x)}")  # this line' in caught.value.traceback
 
 
-def test_ignore_errors_skips_the_failing_elements(py_service: PyService) -> None:
+def test_ignore_errors_skips_the_failing_elements(py_service: Service) -> None:
     ds = Dataset.range(N).map("stage_fns:fails_on_sevens").ignore_errors()
     expected = sorted(i + 1 for i in range(N) if i % 7 != 3)
     assert read(ds, py_service) == expected
 
 
 def test_a_job_with_a_python_stage_is_refused_by_workers_without_python() -> None:
-    dispatcher = sluice.DispatchServer()
-    workers = [sluice.WorkerServer(dispatcher.target) for _ in range(2)]
+    plain = Service(workers=2)  # workers without allow_python
     try:
         ds = Dataset.range(10).map("square").map(stage_fns.double)
         with pytest.raises(sluice.SluiceError, match=r"stages\[2\]") as caught:
-            list(ds.distribute("distributed_epoch", dispatcher.target))
+            list(ds.distribute("distributed_epoch", plain.target))
         assert "allow-python" in str(caught.value) or "allow_python" in str(caught.value)
         # A pipeline without Python stages still runs there.
-        plain = Dataset.range(5).distribute("distributed_epoch", dispatcher)
-        assert sorted(int(e) for e in plain) == [0, 1, 2, 3, 4]
+        rest = Dataset.range(5).distribute("distributed_epoch", plain.target)
+        assert sorted(int(e) for e in rest) == [0, 1, 2, 3, 4]
     finally:
-        for w in workers:
-            w.stop()
-        dispatcher.stop()
+        plain.stop()
