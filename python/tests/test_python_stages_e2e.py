@@ -6,6 +6,7 @@ applied in plain Python to the same elements."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import pathlib
 from typing import Any, Callable, Iterator
@@ -20,6 +21,17 @@ from sluice import Dataset
 
 TESTS = pathlib.Path(__file__).resolve().parent
 N = 100
+
+# LEAD: the worker's Python pool (`WorkerServer(allow_python=True, python_processes=)`)
+# and `sluice.UserFunctionError` are other parts of issue 15; until they are merged
+# these tests are skipped, saying so. Remove this guard once they are.
+WORKERS_RUN_PYTHON = "allow_python" in inspect.signature(
+    sluice.WorkerServer.__init__
+).parameters and hasattr(sluice, "UserFunctionError")
+pytestmark = pytest.mark.skipif(
+    not WORKERS_RUN_PYTHON,
+    reason="needs WorkerServer(allow_python=True) and sluice.UserFunctionError (issue 15)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +146,14 @@ def test_an_exception_reaches_the_reader_with_its_traceback(py_service: Service)
     with pytest.raises(sluice.UserFunctionError) as caught:
         read(ds, py_service)
     e = caught.value
-    assert "ValueError" in str(e) and "is unlucky" in str(e)
-    assert "stages[1]" in str(e)
+    assert "ValueError" in str(e) and "is unlucky" in str(e) and "stages[1]" in str(e)
+    assert (e.stage, e.op, e.function, e.error_type) == (
+        "stages[1]",
+        "map",
+        "stage_fns:fails_on_sevens",
+        "ValueError",
+    )
+    assert e.worker in {w.address for w in py_service.workers}
     assert "stage_fns.py" in e.traceback
     assert 'raise ValueError(f"element {int(x)} is unlucky")' in e.traceback
 
