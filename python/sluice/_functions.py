@@ -231,7 +231,8 @@ def python_stage(
     if args:
         raise TypeError(
             f"{op}: constant arguments go with built-in function names only; bind them "
-            f"in the Python function (a closure or functools.partial)"
+            f"in the Python function (a closure or functools.partial), and give "
+            f"num_parallel_calls and deterministic by keyword"
         )
     fields: Stage = {"op": op, "fn": python_function(op, fn), "python": python_version()}
     calls = parallel_calls(op, num_parallel_calls)
