@@ -1,20 +1,22 @@
 """A language-model input pipeline with the user's own Python on the workers: text
-files → a pure-Python tokenizer → packed fixed-length int32 token sequences → a
-training loop (numpy only) reading them through ``distribute``.
+files → a pure-Python tokenizer → packed fixed-length token sequences → a training
+loop (numpy only) reading them through ``distribute`` as int32 batches.
 
 The pipeline, as the workers run it::
 
     text_lines(files)                 # Rust: one string element per line
       .map(tokenize)                  # Python: line -> (ids padded to MAX_LINE, length)
       .map_batches(pack, 64)          # Python: 64 lines -> rows of SEQ + 1 tokens
-      .batch(BATCH, drop_remainder)   # Rust: [BATCH, SEQ + 1] int32 per step
+      .batch(BATCH, drop_remainder)   # Rust: [BATCH, SEQ + 1] tokens per step
 
 ``tokenize`` is a closure over a word vocabulary fitted on the trainer, shipped by
 value (cloudpickle: nothing to install on the workers); ``pack`` concatenates the
 lines of its batch and cuts them into rows of ``SEQ + 1`` tokens (inputs and the
 next-token targets), dropping each batch's last partial row, as Hugging Face's
-``group_texts`` does. The model is a bigram table trained by softmax regression:
-its loss falls as it learns which word follows which.
+``group_texts`` does. Sluice's tensors have no int32 dtype yet (int64, float32,
+float64, bool, uint8, strings): the int32 rows ``pack`` returns travel as int64, and
+the trainer casts each batch back to int32. The model is a bigram table trained by
+softmax regression: its loss falls as it learns which word follows which.
 
 Starts a dispatcher and two workers that run Python stages (``allow_python=True``)
 in this process, and stops them at the end. Run from the repository root after
@@ -157,7 +159,8 @@ def main() -> None:
             for epoch in range(EPOCHS):
                 start, tokens, losses = time.perf_counter(), 0, []
                 for batch in data:  # each epoch: the job's next repetition
-                    assert batch.dtype == np.int32 and batch.shape == (BATCH, SEQ + 1)
+                    assert batch.shape == (BATCH, SEQ + 1), batch.shape
+                    batch = batch.astype(np.int32)  # carried as int64 (see above)
                     assert int(batch.max()) < vocab
                     losses.append(train_step(weights, batch))
                     tokens += batch.size

@@ -3,14 +3,11 @@ is installed)."""
 
 from __future__ import annotations
 
-import inspect
 import pathlib
 import subprocess
 import sys
 
 import pytest
-
-import sluice
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -34,23 +31,12 @@ def test_the_torch_example_trains_and_resumes():
     assert "checkpoint after" in out and "learned y = 3.00x + 2.00" in out, out
 
 
-# LEAD: the worker's Python pool (`WorkerServer(allow_python=True)`) is another part
-# of issue 15; until it is merged the Python-stage examples are skipped, saying so.
-# Remove this guard once it is.
-needs_python_workers = pytest.mark.skipif(
-    "allow_python" not in inspect.signature(sluice.WorkerServer.__init__).parameters,
-    reason="needs WorkerServer(allow_python=True) (issue 15)",
-)
-
-
-@needs_python_workers
 def test_the_tokenizer_example_packs_tokens_and_learns():
     out = run("text_tokens.py")
     assert "epoch 2:" in out and "int32 tokens" in out, out
     assert "loss fell from" in out, out
 
 
-@needs_python_workers
 def test_the_image_example_augments_on_the_workers_as_locally():
     out = run("image_augment.py")
     assert "all 128 augmented images equal the local augmentation" in out, out
