@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         files = tt.write_corpus(pathlib.Path(tmp), files=4, lines=int(5_000 * args.scale))
         with Service(2) as address:
             remote = sluice_tokens_per_second(address, files, args.repeat)
-        print(f"tokenizer example ({len(files)} files): text -> tokens -> packed int32 batches")
+        print(f"tokenizer example ({len(files)} files): text -> tokens -> packed token batches")
         print(f"  Sluice, 1 worker, --python-processes 2   {remote:12,.0f} tokens/s")
         python = torch_python(args.torch_python)
         if python is None:
