@@ -16,6 +16,7 @@ when used). See docs/python.md.
 """
 
 from sluice import errors
+from sluice._functions import by_reference
 from sluice._native import Reader, TensorData, __version__
 from sluice.dataset import AUTOTUNE, SHARD_HINT, Dataset
 from sluice.distribute import (
@@ -32,6 +33,7 @@ from sluice.servers import DispatchServer, Quorum, WorkerServer, start_quorum
 
 __all__ = [
     "Dataset",
+    "by_reference",
     "AUTOTUNE",
     "SHARD_HINT",
     "DistributedDataset",

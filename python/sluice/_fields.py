@@ -9,6 +9,7 @@ call, not later when the service parses the spec.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import os
@@ -24,12 +25,13 @@ SHARD_HINT: int = -1
 (number of workers, worker index); elsewhere it means one shard. tf.data's value (-1)."""
 
 # The spec's bounds (dataset/src/def.rs): int64 and uint64 fields, the most threads
-# a stage may start, the most inputs an interleave may keep open, the dtypes a
-# tf.train.Feature list holds.
+# a stage may start, the most inputs an interleave may keep open, the most elements
+# a batch stacks (dataset/src/bounds.rs), the dtypes a tf.train.Feature list holds.
 I64 = (-(2**63), 2**63 - 1)
 U64_MAX = 2**64 - 1
 MAX_PARALLEL_CALLS = 64
 MAX_CYCLE_LENGTH = 1024
+MAX_BATCH_SIZE = 1 << 16
 FEATURE_DTYPES = ("int64", "float32", "bytes", "string")
 
 Stage = dict[str, Any]
@@ -75,11 +77,14 @@ def fn_call(op: str, what: str, name: Any, args: Sequence[Any]) -> Stage:
     """``{"fn": name, "args": [...]}``, ``args`` left out when empty (as the spec does)."""
     if callable(name) and not isinstance(name, str):
         raise TypeError(
-            f"{op}: Python functions arrive in a later version of Sluice; give the name "
-            f"of a registered {what} function, e.g. {EXAMPLES[what]}"
+            f"{op} takes the name of a registered {what} function, e.g. {EXAMPLES[what]}; "
+            f"Python functions go in map, filter, flat_map and map_batches"
         )
     if not isinstance(name, str) or not name:
-        raise TypeError(f"{op}: the function must be a non-empty name (str), got {name!r}")
+        raise TypeError(
+            f"{op}: the function must be a Python function or the non-empty name of a "
+            f"registered function (str), got {name!r}"
+        )
     spec: Stage = {"fn": name}
     if args:
         spec["args"] = [fn_arg(f"{op} argument {i}", a) for i, a in enumerate(args)]
@@ -153,3 +158,47 @@ def feature(name: Any, spec: Any) -> Stage:
     if spec.get("default") is not None:
         out["default"] = fn_arg(f"{where}: default", spec["default"])
     return out
+
+
+def features_spec(features: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Stage]:
+    """``parse_example``'s features: a dict of name to spec, or the spec's list of
+    ``{"name": ..., ...}`` dicts; non-empty, no name twice."""
+    if isinstance(features, Mapping):
+        items = list(features.items())
+    elif isinstance(features, Sequence) and not isinstance(features, str):
+        items = []
+        for f in features:
+            if not isinstance(f, Mapping) or "name" not in f:
+                raise TypeError(
+                    f'parse_example: a feature list holds {{"name": ..., "dtype": ...}} '
+                    f"dicts, got {f!r}"
+                )
+            items.append((f["name"], {k: v for k, v in f.items() if k != "name"}))
+    else:
+        raise TypeError(f"parse_example: features must be a dict, got {features!r}")
+    if not items:
+        raise ValueError("parse_example: features is empty; list at least one feature")
+    names = [n for n, _ in items]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            raise ValueError(f"parse_example: feature {n!r} is listed twice")
+    return [feature(n, s) for n, s in items]
+
+
+def spec_stages(spec: Any) -> list[Stage]:
+    """The stages of a spec given as a dict (``{"stages": [...]}``), as JSON data:
+    a list of one-key dicts (the service checks the rest when it is registered)."""
+    if not isinstance(spec, Mapping) or set(spec) != {"stages"}:
+        text = repr(spec)
+        text = text if len(text) <= 400 else text[:397] + "..."
+        raise ValueError(f'a dataset spec is a dict {{"stages": [...]}}, got {text}')
+    try:
+        data = json.loads(json.dumps(spec["stages"], allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the dataset spec is not JSON data: {e}") from None
+    if not isinstance(data, list) or not all(isinstance(s, dict) and len(s) == 1 for s in data):
+        raise ValueError(
+            'a dataset spec\'s "stages" is a list of stages, each a dict with one key '
+            '(the op), e.g. [{"range": {"stop": 10}}]'
+        )
+    return data

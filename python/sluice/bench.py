@@ -12,6 +12,9 @@ bytes). Build the module in release for meaningful figures
 
 Cases: int64 scalars one by one; 1024 × int64 batches; 224×224×3 uint8 images;
 1 MiB elements.
+
+``python -m sluice.bench python_stages`` measures Python stages instead (the
+user's functions on the workers; ``sluice.bench_python``).
 """
 
 from __future__ import annotations
@@ -97,6 +100,11 @@ def read_python(address: str, dataset_id: str) -> Figure:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["python_stages"]:
+        from sluice.bench_python import main as python_stages
+
+        return python_stages(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m sluice.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="worker servers (default 2)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every case's size")

@@ -10,9 +10,10 @@ equals its own round trip through Rust, and the same pipeline always gives the
 same JSON.
 
 A ``Dataset`` is immutable: each method returns a new one with one more stage.
-Functions are *names* of registry functions (built-ins such as ``"square"`` or a
-custom worker's own), with constant arguments; Python callables are not supported
-yet.
+A function is the *name* of a registry function (a built-in such as ``"square"``
+or a custom worker's own, with constant arguments), or the user's Python function
+(a callable, or a ``"package.module:function"`` reference), which becomes a
+``python`` stage run by the workers' Python processes (``_functions``).
 
     ds = Dataset.range(10).map("square").batch(4)
     ds.to_json()  # '{"stages":[{"range":{"start":0,"stop":10,"step":1}},...]}'
@@ -35,12 +36,14 @@ from sluice._fields import (
     check_bool,
     check_count,
     check_int,
-    feature,
+    features_spec,
     file_names,
     fn_call,
     parallel_calls,
     shard_arg,
+    spec_stages,
 )
+from sluice._functions import is_python, no_retries, python_stage
 from sluice._tensors import slices_spec
 
 __all__ = ["AUTOTUNE", "SHARD_HINT", "Dataset"]
@@ -159,20 +162,7 @@ class Dataset:
         """A dataset for a spec given as a dict (``{"stages": [...]}``), e.g. read from
         a spec file. It is taken as written (the service checks it when it is
         registered), so it equals a built dataset only if written canonically."""
-        if not isinstance(spec, Mapping) or set(spec) != {"stages"}:
-            raise ValueError(
-                f'a dataset spec is a dict {{"stages": [...]}}, got {_short(repr(spec))}'
-            )
-        try:
-            data = json.loads(json.dumps(spec["stages"], allow_nan=False))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"the dataset spec is not JSON data: {e}") from None
-        if not isinstance(data, list) or not all(isinstance(s, dict) and len(s) == 1 for s in data):
-            raise ValueError(
-                'a dataset spec\'s "stages" is a list of stages, each a dict with one key '
-                '(the op), e.g. [{"range": {"stop": 10}}]'
-            )
-        return Dataset(data)
+        return Dataset(spec_stages(spec))
 
     @staticmethod
     def from_json(spec_json: str) -> Dataset:
@@ -183,14 +173,32 @@ class Dataset:
 
     def map(
         self,
-        map_func: str,
+        map_func: str | Callable[..., Any],
         *args: Any,
         num_parallel_calls: int | None = None,
         deterministic: bool | None = None,
+        retries: int = 0,
     ) -> Dataset:
-        """Applies the registered map function named ``map_func``, with constant
-        ``args``, to every element; on ``num_parallel_calls`` threads (``AUTOTUNE``:
-        one per core; at most 64), in input order unless ``deterministic=False``."""
+        """Applies ``map_func`` to every element: a registered function's name (a
+        built-in such as ``"square"``, with constant ``args``), or the user's Python
+        function, run on the workers' Python processes: a callable (shipped by value
+        with cloudpickle) or a ``"package.module:function"`` reference (imported on
+        the workers; see ``sluice.by_reference``). ``num_parallel_calls`` threads, or
+        calls in flight for a Python function (``AUTOTUNE``: one per core or per
+        Python process; at most 64), in input order unless ``deterministic=False``.
+        ``retries`` (0 or 1, Python functions only): tries an element again once on a
+        fresh process when its process crashed or hung (never after an exception)."""
+        if is_python(map_func):
+            fields = python_stage(
+                "map",
+                map_func,
+                args,
+                num_parallel_calls=num_parallel_calls,
+                deterministic=deterministic,
+                retries=retries,
+            )
+            return self._then("python", fields)
+        no_retries("map", retries)
         fields = fn_call("map", "map", map_func, args)
         calls = parallel_calls("map", num_parallel_calls)
         if calls != 1:
@@ -199,10 +207,48 @@ class Dataset:
             fields["deterministic"] = False
         return self._then("map", fields)
 
-    def filter(self, predicate: str, *args: Any) -> Dataset:
-        """Keeps the elements for which the registered filter named ``predicate``
-        (with constant ``args``) is true."""
+    def filter(self, predicate: str | Callable[..., Any], *args: Any) -> Dataset:
+        """Keeps the elements for which ``predicate`` is true: a registered filter's
+        name (with constant ``args``), or a Python function returning a bool (a
+        callable or a ``"package.module:function"`` reference, as for ``map``)."""
+        if is_python(predicate):
+            return self._then("python", python_stage("filter", predicate, args))
         return self._then("filter", fn_call("filter", "filter", predicate, args))
+
+    def map_batches(
+        self,
+        fn: str | Callable[..., Any],
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        num_parallel_calls: int | None = None,
+        deterministic: bool | None = None,
+        retries: int = 0,
+    ) -> Dataset:
+        """Calls the Python function ``fn`` (a callable or a reference, as for
+        ``map``) on ``batch_size`` elements at a time, stacked into columns: a numpy
+        array for one component, a tuple or dict of arrays for several (Ray Data's
+        batch shape). ``fn`` returns a batch of the same form (any number of rows);
+        its rows become the elements that follow, so the stage is transparent to
+        the stages around it. ``drop_remainder`` drops a last smaller batch."""
+        fields = python_stage(
+            "map_batches",
+            fn,
+            num_parallel_calls=num_parallel_calls,
+            deterministic=deterministic,
+            retries=retries,
+            batch_size=batch_size,
+            drop_remainder=drop_remainder,
+        )
+        return self._then("python", fields)
+
+    def ignore_errors(self) -> Dataset:
+        """Skips the elements a Python function failed on before this stage (it
+        raised, or its process crashed or hung) instead of passing the error to the
+        reader; the workers count them (``sluice status``). Other errors (a built-in
+        function's, a corrupt file, a Python function that cannot be loaded on a
+        worker) still end the read."""
+        return self._then("ignore_errors", {})
 
     def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
         """Stacks ``batch_size`` consecutive elements; ``drop_remainder`` drops a
@@ -269,30 +315,15 @@ class Dataset:
         ``"bytes"``, ``"string"``: a 1-D tensor of however many values) or to a dict
         ``{"dtype": ..., "shape": [...], "default": ...}`` (fixed shape; default used
         when absent); or it is the spec's list of ``{"name": ..., ...}`` dicts."""
-        if isinstance(features, Mapping):
-            items = list(features.items())
-        elif isinstance(features, Sequence) and not isinstance(features, str):
-            items = []
-            for f in features:
-                if not isinstance(f, Mapping) or "name" not in f:
-                    raise TypeError(
-                        f'parse_example: a feature list holds {{"name": ..., "dtype": ...}} '
-                        f"dicts, got {f!r}"
-                    )
-                items.append((f["name"], {k: v for k, v in f.items() if k != "name"}))
-        else:
-            raise TypeError(f"parse_example: features must be a dict, got {features!r}")
-        if not items:
-            raise ValueError("parse_example: features is empty; list at least one feature")
-        names = [n for n, _ in items]
-        for i, n in enumerate(names):
-            if n in names[:i]:
-                raise ValueError(f"parse_example: feature {n!r} is listed twice")
-        return self._then("parse_example", {"features": [feature(n, s) for n, s in items]})
+        return self._then("parse_example", {"features": features_spec(features)})
 
-    def flat_map(self, map_func: str, *args: Any) -> Dataset:
-        """Replaces each element with the elements of the dataset the registered
-        dataset function ``map_func`` makes of it (e.g. ``"tfrecord"`` for a file name)."""
+    def flat_map(self, map_func: str | Callable[..., Any], *args: Any) -> Dataset:
+        """Replaces each element with the elements ``map_func`` makes of it: a
+        registered dataset function's name (e.g. ``"tfrecord"`` for a file name), or
+        a Python function returning an iterable of elements (a callable or a
+        ``"package.module:function"`` reference, as for ``map``)."""
+        if is_python(map_func):
+            return self._then("python", python_stage("flat_map", map_func, args))
         return self._then("flat_map", fn_call("flat_map", "dataset", map_func, args))
 
     def interleave(
@@ -406,7 +437,3 @@ class Dataset:
 
 
 _REPR_LIMIT = 400
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."

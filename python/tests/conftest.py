@@ -23,11 +23,19 @@ def wait_until(what: str, cond: Callable[[], bool], deadline_s: float = 60.0) ->
 
 
 class Service:
-    """A dispatcher and `n` workers."""
+    """A dispatcher and `n` workers (each made with `worker_args`)."""
 
-    def __init__(self, workers: int = 2, **dispatcher_args: object) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        worker_args: dict[str, object] | None = None,
+        **dispatcher_args: object,
+    ) -> None:
         self.dispatcher = sluice.DispatchServer(**dispatcher_args)  # type: ignore[arg-type]
-        self.workers = [sluice.WorkerServer(self.dispatcher.target) for _ in range(workers)]
+        self.workers = [
+            sluice.WorkerServer(self.dispatcher.target, **(worker_args or {}))  # type: ignore[arg-type]
+            for _ in range(workers)
+        ]
 
     @property
     def target(self) -> str:

@@ -29,3 +29,15 @@ def test_the_torch_example_trains_and_resumes():
     pytest.importorskip("torch", reason="torch is not installed in this environment (CI does not install it)")
     out = run("torch_train.py")
     assert "checkpoint after" in out and "learned y = 3.00x + 2.00" in out, out
+
+
+def test_the_tokenizer_example_packs_tokens_and_learns():
+    out = run("text_tokens.py")
+    assert "epoch 2:" in out and "int32 tokens" in out, out
+    assert "loss fell from" in out, out
+
+
+def test_the_image_example_augments_on_the_workers_as_locally():
+    out = run("image_augment.py")
+    assert "all 128 augmented images equal the local augmentation" in out, out
+    assert "final accuracy" in out, out
