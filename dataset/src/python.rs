@@ -393,25 +393,13 @@ impl UserFunctionFailure {
 impl std::fmt::Display for UserFunctionFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let worker = if self.worker.is_empty() { "a worker" } else { &self.worker };
-        if self.phase == Phase::Load {
-            write!(
-                f,
-                "the Python {} function `{}` of {} cannot be loaded on worker {}: {}: {}",
-                self.op,
-                self.function,
-                self.stage,
-                worker,
-                self.failure.error_type,
-                self.failure.message
-            )?;
-            if !self.failure.traceback.is_empty() {
-                write!(f, "\n{}", self.failure.traceback.trim_end())?;
-            }
-            return Ok(());
-        }
+        let what = match self.phase {
+            Phase::Load => "cannot be loaded",
+            Phase::Call => "failed",
+        };
         write!(
             f,
-            "the Python {} function `{}` of {} failed on worker {}: {}: {}",
+            "the Python {} function `{}` of {} {what} on worker {}: {}: {}",
             self.op,
             self.function,
             self.stage,
