@@ -94,6 +94,23 @@ pub fn capable_workers<'a>(
     listed.iter().filter(|a| worker(a).is_some_and(|w| w.can_run(needs))).cloned().collect()
 }
 
+/// Why a dispatcher that serves unauthenticated clients off loopback
+/// (`anonymous_off_loopback`: `--insecure` without `--auth-tokens`) refuses `def`:
+/// its Python stages are code the workers would run for anyone who reaches it.
+pub fn anonymous_user_code(def: &DatasetDef, anonymous_off_loopback: bool) -> Option<String> {
+    if !anonymous_off_loopback {
+        return None;
+    }
+    let needs = def.python_needs();
+    let (stage, what) = needs.stages.first()?;
+    Some(format!(
+        "{stage} ({}) is user code that workers would run, and this dispatcher accepts \
+         clients without authentication off loopback (--insecure): give it --auth-tokens \
+         (docs/security.md) to accept pipelines with Python stages",
+        shortened(what)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -162,5 +179,15 @@ mod tests {
         assert!(message.contains("stages[1]") && message.contains("stages[2]"), "{message}");
         assert!(message.contains("no worker can run both"), "{message}");
         assert_eq!(refusal(&def, &[worker("a:1", Some("3.11.7"))]), Some(message));
+    }
+
+    #[test]
+    fn an_anonymous_dispatcher_off_loopback_refuses_python_stages_only() {
+        let def = with_pickle("3.11.7");
+        assert_eq!(anonymous_user_code(&def, false), None, "loopback or tokens: accepted");
+        let message = anonymous_user_code(&def, true).expect("refused");
+        assert!(message.starts_with("stages[1] (python map `<lambda>`)"), "{message}");
+        assert!(message.contains("--auth-tokens") && message.contains("--insecure"), "{message}");
+        assert_eq!(anonymous_user_code(&DatasetDef::range(3), true), None, "no user code");
     }
 }

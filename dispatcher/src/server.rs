@@ -113,7 +113,9 @@ pub async fn run_with_listeners(
     let peer = PeerService::new(core.raft().clone(), core.vote_gate());
     let liveness = Arc::new(Liveness::default());
     let timers = liveness.spawn(core.clone(), config.clone());
-    let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness, reports);
+    let anonymous_off_loopback = !address.ip().is_loopback() && config.security.tokens.is_none();
+    let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness, reports)
+        .serving_anonymous_off_loopback(anonymous_off_loopback);
     tracing::info!(%address, node_id = config.node_id, "dispatcher serving");
     // Crash-only: if Raft stops on its own (e.g. its journal failed for longer
     // than the retry budget), stop serving and fail, so a supervisor restarts the

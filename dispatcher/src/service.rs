@@ -47,6 +47,10 @@ pub struct DispatcherService {
     identities: WorkerIdentities,
     /// What workers' heartbeats reported (soft state).
     reports: Arc<WorkerReports>,
+    /// This node's client port is off loopback without tokens (`--insecure`):
+    /// anyone who reaches it could make workers run code, so pipelines with
+    /// Python stages are refused.
+    anonymous_off_loopback: bool,
 }
 
 impl DispatcherService {
@@ -59,7 +63,32 @@ impl DispatcherService {
     ) -> Self {
         let coordinated = CoordinatedReads::new(core.clone());
         let identities = WorkerIdentities::default();
-        DispatcherService { core, config, registry, liveness, coordinated, identities, reports }
+        DispatcherService {
+            core,
+            config,
+            registry,
+            liveness,
+            coordinated,
+            identities,
+            reports,
+            anonymous_off_loopback: false,
+        }
+    }
+
+    /// Whether this node serves unauthenticated clients off loopback (then it
+    /// refuses pipelines with Python stages).
+    pub(crate) fn serving_anonymous_off_loopback(mut self, yes: bool) -> Self {
+        self.anonymous_off_loopback = yes;
+        self
+    }
+
+    /// Python stages are user code the workers run: only an authenticated client
+    /// may register them where the dispatcher is reachable from a network.
+    fn check_user_code_origin(&self, def: &sluice_dataset::DatasetDef) -> Result<(), Status> {
+        match python_check::anonymous_user_code(def, self.anonymous_off_loopback) {
+            Some(refusal) => Err(Status::failed_precondition(refusal)),
+            None => Ok(()),
+        }
     }
 
     /// A job whose pipeline has Python stages that no registered worker can run is
@@ -155,6 +184,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
     ) -> Result<Response<pb::RegisterDatasetResponse>, Status> {
         let req = req.into_inner();
         let def = def_from_wire(req.dataset)?;
+        self.check_user_code_origin(&def)?;
         self.check_functions(&def).await?;
         // `list_files` is listed once, here, so the file list (and with it the
         // split order and every static shard) is part of the replicated state.
