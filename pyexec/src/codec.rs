@@ -105,6 +105,7 @@ fn dtype_code(d: DType) -> u8 {
         DType::Bytes => 4,
         DType::Bool => 5,
         DType::Uint8 => 6,
+        DType::Int32 => 7,
     }
 }
 
@@ -117,6 +118,7 @@ fn dtype_of(code: u8) -> Result<DType, FrameError> {
         4 => DType::Bytes,
         5 => DType::Bool,
         6 => DType::Uint8,
+        7 => DType::Int32,
         c => return Err(FrameError::Malformed(format!("unknown dtype code {c}"))),
     })
 }
