@@ -304,6 +304,9 @@ mod tests {
         assert_eq!(round_trip(&e), e);
         let e = Element::new(vec![Tensor::scalar_i64(-3), Tensor::scalar_f32(1.5)]);
         assert_eq!(round_trip(&e), e);
+        // int32 keeps its own dtype code (not int64's).
+        let e = Element::new(vec![Tensor::from_i32s(vec![3], &[i32::MIN, 0, i32::MAX]).unwrap()]);
+        assert_eq!(round_trip(&e), e);
     }
 
     #[test]
