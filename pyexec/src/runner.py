@@ -330,7 +330,8 @@ def array_tensor(a, what):
             f"{what} is a {dt} array; return int64, int32, float32, float64, bool, uint8, str "
             "or bytes values",
         )
-    target = {INT64: "<i8", FLOAT32: "<f4", FLOAT64: "<f8", BOOL: "?", UINT8: "u1", INT32: "<i4"}[code]
+    target = {INT64: "<i8", INT32: "<i4", FLOAT32: "<f4", FLOAT64: "<f8", BOOL: "?", UINT8: "u1"}
+    target = target[code]
     # np.asarray keeps a 0-d array 0-d (np.ascontiguousarray would make it 1-d).
     a = np.asarray(a, dtype=target, order="C")
     return code, a.shape, memoryview(a).cast("B") if a.ndim else a.tobytes()

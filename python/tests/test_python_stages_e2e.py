@@ -176,7 +176,7 @@ def test_a_job_with_a_python_stage_is_refused_by_workers_without_python() -> Non
 def test_int32_crosses_a_python_stage_as_int32(py_service: Service) -> None:
     """An int32 column of ``from_tensor_slices`` reaches the function as numpy int32,
     and an int32 result reaches the reader as numpy int32 (not widened to int64)."""
-    tokens = np.arange(12, dtype=np.int32).reshape(4, 3) - 2**31
+    tokens = (np.arange(12).reshape(4, 3) - 2**31).astype(np.int32)
 
     def shift(x: np.ndarray) -> np.ndarray:
         assert x.dtype == np.int32, x.dtype  # fails the element if widened on the way in
