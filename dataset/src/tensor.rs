@@ -25,6 +25,8 @@ pub enum DType {
     Bool,
     /// Unsigned bytes, e.g. decoded image pixels.
     Uint8,
+    /// 32-bit signed integers, e.g. packed token ids (half the bytes of int64).
+    Int32,
 }
 
 impl DType {
@@ -32,7 +34,7 @@ impl DType {
     pub fn width(self) -> Option<usize> {
         match self {
             DType::Int64 | DType::Float64 => Some(8),
-            DType::Float32 => Some(4),
+            DType::Float32 | DType::Int32 => Some(4),
             DType::Bool | DType::Uint8 => Some(1),
             DType::String | DType::Bytes => None,
         }
@@ -47,6 +49,7 @@ impl DType {
             DType::Bytes => "bytes",
             DType::Bool => "bool",
             DType::Uint8 => "uint8",
+            DType::Int32 => "int32",
         }
     }
 }
@@ -142,6 +145,11 @@ impl Tensor {
         values.iter().for_each(|v| b.put_i64_le(*v));
         Tensor::new(DType::Int64, shape, b.freeze())
     }
+    pub fn from_i32s(shape: Vec<u64>, values: &[i32]) -> Result<Self, DatasetError> {
+        let mut b = BytesMut::with_capacity(values.len() * 4);
+        values.iter().for_each(|v| b.put_i32_le(*v));
+        Tensor::new(DType::Int32, shape, b.freeze())
+    }
     pub fn from_f32s(shape: Vec<u64>, values: &[f32]) -> Result<Self, DatasetError> {
         let mut b = BytesMut::with_capacity(values.len() * 4);
         values.iter().for_each(|v| b.put_f32_le(*v));
@@ -186,6 +194,9 @@ impl Tensor {
     pub fn scalar_i64(v: i64) -> Self {
         Self::from_i64s(vec![], &[v]).expect("scalar shape is consistent")
     }
+    pub fn scalar_i32(v: i32) -> Self {
+        Self::from_i32s(vec![], &[v]).expect("scalar shape is consistent")
+    }
     pub fn scalar_f32(v: f32) -> Self {
         Self::from_f32s(vec![], &[v]).expect("scalar shape is consistent")
     }
@@ -215,6 +226,10 @@ impl Tensor {
     pub fn i64_values(&self) -> Result<Vec<i64>, DatasetError> {
         self.expect_dtype(DType::Int64)?;
         Ok(self.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect())
+    }
+    pub fn i32_values(&self) -> Result<Vec<i32>, DatasetError> {
+        self.expect_dtype(DType::Int32)?;
+        Ok(self.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect())
     }
     pub fn f32_values(&self) -> Result<Vec<f32>, DatasetError> {
         self.expect_dtype(DType::Float32)?;
@@ -263,6 +278,7 @@ impl Tensor {
             DType::Float64 => self.f64_values().unwrap().into_iter().map(Value::from).collect(),
             DType::Bool => self.bool_values().unwrap().into_iter().map(Value::from).collect(),
             DType::Uint8 => self.data.iter().map(|b| Value::from(*b)).collect(),
+            DType::Int32 => self.i32_values().unwrap().into_iter().map(Value::from).collect(),
             DType::String | DType::Bytes => self
                 .items()
                 .unwrap()

@@ -17,6 +17,7 @@ impl From<DType> for pb::DType {
             DType::Bytes => pb::DType::Bytes,
             DType::Bool => pb::DType::Bool,
             DType::Uint8 => pb::DType::Uint8,
+            DType::Int32 => pb::DType::Int32,
         }
     }
 }
@@ -30,6 +31,7 @@ fn dtype_from_wire(v: i32) -> Result<DType, DatasetError> {
         Ok(pb::DType::Bytes) => DType::Bytes,
         Ok(pb::DType::Bool) => DType::Bool,
         Ok(pb::DType::Uint8) => DType::Uint8,
+        Ok(pb::DType::Int32) => DType::Int32,
         _ => return Err(DatasetError::BadTensor(format!("unknown dtype {v}"))),
     })
 }

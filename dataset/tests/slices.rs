@@ -210,9 +210,9 @@ fn each_check_says_what_is_wrong() {
             "is not valid base64",
         ),
         (
-            json!({"tensors": [{"dtype": "int32", "shape": [1], "base64": ""}]}),
+            json!({"tensors": [{"dtype": "int16", "shape": [1], "base64": ""}]}),
             "stages[0].from_tensor_slices.tensors[0].dtype",
-            "unknown variant `int32`",
+            "unknown variant `int16`",
         ),
         (
             json!({"tensors": [{"dtype": "int64", "shape": [0], "base64": "", "data": []}]}),

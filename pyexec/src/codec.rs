@@ -105,6 +105,7 @@ fn dtype_code(d: DType) -> u8 {
         DType::Bytes => 4,
         DType::Bool => 5,
         DType::Uint8 => 6,
+        DType::Int32 => 7,
     }
 }
 
@@ -117,6 +118,7 @@ fn dtype_of(code: u8) -> Result<DType, FrameError> {
         4 => DType::Bytes,
         5 => DType::Bool,
         6 => DType::Uint8,
+        7 => DType::Int32,
         c => return Err(FrameError::Malformed(format!("unknown dtype code {c}"))),
     })
 }
@@ -301,6 +303,9 @@ mod tests {
         .unwrap();
         assert_eq!(round_trip(&e), e);
         let e = Element::new(vec![Tensor::scalar_i64(-3), Tensor::scalar_f32(1.5)]);
+        assert_eq!(round_trip(&e), e);
+        // int32 keeps its own dtype code (not int64's).
+        let e = Element::new(vec![Tensor::from_i32s(vec![3], &[i32::MIN, 0, i32::MAX]).unwrap()]);
         assert_eq!(round_trip(&e), e);
     }
 

@@ -11,7 +11,8 @@
 //! element   = u32 ncomp, u8 named, [str name] * ncomp if named, component * ncomp
 //! component = u8 dtype, u8 ndim, u64 dim * ndim, u64 nbytes,
 //!             zeros up to the next multiple of 8 of the body offset, payload
-//! dtype     = 0 int64, 1 float32, 2 float64, 3 string, 4 bytes, 5 bool, 6 uint8
+//! dtype     = 0 int64, 1 float32, 2 float64, 3 string, 4 bytes, 5 bool, 6 uint8,
+//!             7 int32
 //!             (payloads as in a Tensor: string/bytes items are u32 length + bytes)
 //! requests (worker -> runner)
 //!   1 LOAD    u64 key, u8 how (0 reference, 1 pickle), str made_with, str name, blob

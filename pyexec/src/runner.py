@@ -14,7 +14,8 @@ the body's first byte is its kind.
   element  = u32 ncomp, u8 named, [str name] * ncomp if named, component * ncomp
   component= u8 dtype, u8 ndim, u64 dim * ndim, u64 nbytes,
              zeros up to the next multiple of 8 of the body offset, payload
-  dtype    = 0 int64, 1 float32, 2 float64, 3 string, 4 bytes, 5 bool, 6 uint8
+  dtype    = 0 int64, 1 float32, 2 float64, 3 string, 4 bytes, 5 bool, 6 uint8,
+             7 int32
              (string/bytes payloads: per item u32 length + bytes, row-major)
   requests:
     1 LOAD   u64 key, u8 how (0 reference, 1 pickle), str made_with, str name, blob
@@ -53,7 +54,7 @@ FLUSH_BYTES = 1 << 20
 
 LOAD, CALL, UNLOAD, ECHO = 1, 2, 3, 4
 HELLO, LOADED, RESULT, ECHOED = 128, 129, 130, 131
-INT64, FLOAT32, FLOAT64, STRING, BYTES, BOOL, UINT8 = range(7)
+INT64, FLOAT32, FLOAT64, STRING, BYTES, BOOL, UINT8, INT32 = range(8)
 OPS = ("map", "filter", "flat_map", "map_batches")
 
 U32 = struct.Struct("<I")
@@ -224,6 +225,7 @@ def np_dtype(code):
                 FLOAT64: np.dtype("<f8"),
                 BOOL: np.dtype("?"),
                 UINT8: np.dtype("u1"),
+                INT32: np.dtype("<i4"),
             }
         )
     return NP_DTYPES[code]
@@ -286,7 +288,8 @@ def items_payload(values):
 
 def array_tensor(a, what):
     """(dtype code, shape, payload) of a numpy array, by the conversion rule:
-    int64/float32/float64/bool/uint8 as they are; other integers -> int64;
+    int64/int32/float32/float64/bool/uint8 as they are; other integers (int8,
+    int16, uint16, uint32, uint64) -> int64;
     float16 -> float32; str -> string; bytes -> bytes; anything else refused."""
     kind, dt = a.dtype.kind, a.dtype
     if kind == "b":
@@ -294,6 +297,8 @@ def array_tensor(a, what):
     elif kind in "iu":
         if dt.itemsize == 1 and kind == "u":
             code = UINT8
+        elif dt.itemsize == 4 and kind == "i":
+            code = INT32
         else:
             if dt == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
                 raise Failure("BadOutput", f"{what} holds uint64 values above int64's range")
@@ -322,10 +327,11 @@ def array_tensor(a, what):
     else:
         raise Failure(
             "BadOutput",
-            f"{what} is a {dt} array; return int64, float32, float64, bool, uint8, str or "
-            "bytes values",
+            f"{what} is a {dt} array; return int64, int32, float32, float64, bool, uint8, str "
+            "or bytes values",
         )
-    target = {INT64: "<i8", FLOAT32: "<f4", FLOAT64: "<f8", BOOL: "?", UINT8: "u1"}[code]
+    target = {INT64: "<i8", INT32: "<i4", FLOAT32: "<f4", FLOAT64: "<f8", BOOL: "?", UINT8: "u1"}
+    target = target[code]
     # np.asarray keeps a 0-d array 0-d (np.ascontiguousarray would make it 1-d).
     a = np.asarray(a, dtype=target, order="C")
     return code, a.shape, memoryview(a).cast("B") if a.ndim else a.tobytes()

@@ -103,6 +103,31 @@ fn elements_arrive_as_the_client_shows_them() {
         Tensor::from_u8s(vec![1, 2, 2], vec![1, 2, 3, 4]).unwrap(),
     )]);
     assert_eq!(describe(named), "img=ndarray[uint8,(2, 2),ro]");
+    let tokens = Tensor::from_i32s(vec![1, 3], &[1, -2, 3]).unwrap();
+    assert_eq!(describe(DatasetDef::from_tensors(vec![tokens])), "ndarray[int32,(3,),ro]");
+}
+
+#[test]
+fn int32_tensors_cross_both_ways_as_int32() {
+    let pool = pool(1);
+    let reg = registry(&pool);
+    let extremes = [i32::MIN, -1, 0, 1, i32::MAX];
+    let rows = Tensor::from_i32s(vec![1, 5], &extremes).unwrap();
+    let def =
+        DatasetDef::from_tensors(vec![rows]).python(stage(&pool, PyOp::Map, by_ref("identity")));
+    let out = run(&def, &reg);
+    let c = &out[0].as_ref().unwrap().components;
+    assert_eq!(c[0], Tensor::from_i32s(vec![5], &extremes).unwrap());
+    // map_batches stacks int32 rows into an int32 batch and unbatches int32 rows.
+    let rows = Tensor::from_i32s(vec![3, 2], &[1, 2, 3, 4, 5, 6]).unwrap();
+    let mut st = stage(&pool, PyOp::MapBatches, by_ref("batch_double"));
+    st.batch_size = Some(3);
+    let def = DatasetDef::from_tensors(vec![rows]).python(st);
+    let got: Vec<Vec<i32>> = run(&def, &reg)
+        .into_iter()
+        .map(|r| r.unwrap().components[0].i32_values().unwrap())
+        .collect();
+    assert_eq!(got, vec![vec![2, 4], vec![6, 8], vec![10, 12]]);
 }
 
 #[test]
@@ -125,11 +150,19 @@ fn results_convert_by_the_documented_rule() {
     let e = out[0].as_ref().unwrap();
     assert_eq!(e.get("square").unwrap().as_i64().unwrap(), 4);
     assert_eq!(e.get("label").unwrap().dtype(), DType::Bytes);
-    // Narrow types widen: int32 -> int64, float16 -> float32.
-    let f = pickle("import numpy as np\nf = lambda x: (x.astype(np.int32), np.float16(0.5))\n");
-    let out = run(&DatasetDef::range(1).python(stage(&pool, PyOp::Map, f)), &reg);
+    // int32 stays int32; the other narrow integers widen to int64, float16 to float32.
+    let f = pickle(
+        "import numpy as np\nf = lambda x: (np.array([x, -2**31, 2**31 - 1], np.int32), \
+         x.astype(np.int16), x.astype(np.uint32), x.astype(np.int8), np.float16(0.5))\n",
+    );
+    let out = run(&DatasetDef::range(3).skip(2).python(stage(&pool, PyOp::Map, f)), &reg);
     let c = &out[0].as_ref().unwrap().components;
-    assert_eq!((c[0].dtype(), c[1].dtype()), (DType::Int64, DType::Float32));
+    assert_eq!(c[0], Tensor::from_i32s(vec![3], &[2, i32::MIN, i32::MAX]).unwrap());
+    assert_eq!(
+        (c[1].clone(), c[2].clone(), c[3].clone()),
+        (Tensor::scalar_i64(2), Tensor::scalar_i64(2), Tensor::scalar_i64(2))
+    );
+    assert_eq!(c[4].dtype(), DType::Float32);
 }
 
 #[test]

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 SUPPORTED = (
-    "int64, float32, float64, bool, uint8, and str or bytes (numpy 'U', 'S', 'T', "
+    "int64, int32, float32, float64, bool, uint8, and str or bytes (numpy 'U', 'S', 'T', "
     "or object arrays of str or of bytes)"
 )
 
@@ -262,6 +262,7 @@ _FIXED = {
     ("b", 1): ("bool", "u1"),
     ("u", 1): ("uint8", "u1"),
     ("i", 8): ("int64", "<i8"),
+    ("i", 4): ("int32", "<i4"),
     ("f", 4): ("float32", "<f4"),
     ("f", 8): ("float64", "<f8"),
 }

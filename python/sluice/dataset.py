@@ -107,7 +107,7 @@ class Dataset:
 
         ``tensors`` is one component, a tuple of components (tuple elements) or a dict
         (named elements, in the dict's order). A component is a numpy array of rank >= 1
-        (dtypes int64, float32, float64, bool, uint8, and str or bytes arrays; other
+        (dtypes int64, int32, float32, float64, bool, uint8, and str or bytes arrays; other
         dtypes are refused, convert them first, e.g. ``x.astype(np.int64)``), or a
         rectangular list of Python ints (int64), floats (float32), bools, str or bytes.
         All components must have the same first dimension. A flat list of ints, floats,

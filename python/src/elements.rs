@@ -94,6 +94,7 @@ fn tensor_to_python(py: Python<'_>, t: Tensor) -> PyResult<Py<PyAny>> {
         DType::Float64 => array::<f64>(py, &t),
         DType::Bool => array::<bool>(py, &t),
         DType::Uint8 => array::<u8>(py, &t),
+        DType::Int32 => array::<i32>(py, &t),
         DType::String | DType::Bytes => strings(py, &t),
     }
 }

@@ -16,6 +16,7 @@ def read_all(service, ds, mode="distributed_epoch"):
 # Every dtype Sluice has, as numpy produces it, with a non-trivial shape.
 ARRAYS = {
     "int64": np.arange(24, dtype=np.int64).reshape(4, 3, 2) * -7,
+    "int32": np.array([[-(2**31), 0], [1, -1], [7, 2**31 - 1], [3, 4]], dtype=np.int32),
     "float32": (np.arange(12, dtype=np.float32) / 3).reshape(4, 3),
     "float64": np.linspace(-1, 1, 8, dtype=np.float64).reshape(4, 2),
     "bool": np.array([[True, False], [False, False], [True, True], [False, True]]),

@@ -171,3 +171,29 @@ def test_a_job_with_a_python_stage_is_refused_by_workers_without_python() -> Non
         assert sorted(int(e) for e in rest) == [0, 1, 2, 3, 4]
     finally:
         plain.stop()
+
+
+def test_int32_crosses_a_python_stage_as_int32(py_service: Service) -> None:
+    """An int32 column of ``from_tensor_slices`` reaches the function as numpy int32,
+    and an int32 result reaches the reader as numpy int32 (not widened to int64)."""
+    tokens = (np.arange(12).reshape(4, 3) - 2**31).astype(np.int32)
+
+    def shift(x: np.ndarray) -> np.ndarray:
+        assert x.dtype == np.int32, x.dtype  # fails the element if widened on the way in
+        return (x + 1).astype(np.int32)
+
+    got = list(
+        Dataset.from_tensor_slices(tokens).map(shift).distribute(
+            "distributed_epoch", py_service.target
+        )
+    )
+    assert all(isinstance(g, np.ndarray) and g.dtype == np.int32 for g in got), got
+    assert sorted(g.tolist() for g in got) == sorted((tokens + 1).tolist())
+    # A function that makes int32 from int64 input returns int32 too.
+    made = list(
+        Dataset.range(5).map(lambda x: np.full(2, x, dtype=np.int32)).distribute(
+            "distributed_epoch", py_service.target
+        )
+    )
+    assert sorted(m.tolist() for m in made) == [[i, i] for i in range(5)]
+    assert {m.dtype for m in made} == {np.dtype(np.int32)}

@@ -65,6 +65,7 @@ fn batches() -> Vec<(&'static str, pb::ElementBatch)> {
                     scalar(D::Bytes, &string_item("\0\x01\x02")),
                     scalar(D::Bool, &[1]),
                     scalar(D::Uint8, &[255]),
+                    scalar(D::Int32, &(-70_000i32).to_le_bytes()),
                     scalar(D::DtypeUnspecified, &[9, 9]),
                 ],
                 false,
