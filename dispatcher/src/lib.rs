@@ -36,6 +36,8 @@
 //!   start and to delete), held while it would be empty.
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
 //!   `status`: the `GetStatus` rendering.
+//! - `health`: the standard gRPC health service's status, from Raft's metrics
+//!   (SERVING while a leader is known and the log applied; docs/operations.md).
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
 //!   `ReleaseClient` and `GcIteration`; `apply::liveness`: what those do.
 //!   `worker_reports`: what workers' heartbeats report beside liveness (elements
@@ -72,6 +74,7 @@ pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod health;
 pub mod limits;
 mod liveness;
 mod long_poll;

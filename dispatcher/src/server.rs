@@ -153,8 +153,11 @@ pub async fn run_with_listeners(
     // it. Without it every small answer (a heartbeat, a Raft append's ack) can sit
     // ~40 ms in Nagle's buffer waiting for a delayed ACK.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let health = crate::health::spawn(core.clone(), reporter);
     let client_port = builder(&config, client_tls)?
         .layer(config.security.client_guard())
+        .add_service(health_service)
         .add_service(
             DispatcherServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -178,6 +181,7 @@ pub async fn run_with_listeners(
     };
     let (served, raft_served, ()) = tokio::join!(client_port, raft_port, stop);
     watcher.abort();
+    health.abort();
     timers.abort();
     core.shutdown().await;
     // Aborted tasks drop what they hold once they have stopped: wait for that,

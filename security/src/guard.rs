@@ -30,6 +30,11 @@ pub struct Caller {
     pub name: Arc<str>,
 }
 
+/// The standard gRPC health service (`grpc.health.v1.Health`): answered without a
+/// token, because orchestrators' probes (Kubernetes' native gRPC probes) send none.
+/// It tells only whether the server is serving.
+pub const HEALTH_PATH: &str = "/grpc.health.v1.Health/";
+
 /// Maps a request path (`/package.Service/Method`) to the role it needs.
 pub type Policy = fn(&str) -> Role;
 
@@ -69,6 +74,9 @@ impl Guard {
     /// The caller of `headers` for `path`, or the refusal. `Ok(None)`: no check.
     pub fn check(&self, path: &str, headers: &http::HeaderMap) -> Result<Option<Caller>, Status> {
         let Some(tokens) = &self.tokens else { return Ok(None) };
+        if path.starts_with(HEALTH_PATH) {
+            return Ok(None);
+        }
         let role = (self.policy)(path);
         let server = self.server;
         let how = role.how_to_present();
@@ -175,6 +183,14 @@ mod tests {
         assert_eq!(c, Some(Caller { role: Role::Client, name: "trainer".into() }));
         let c = guard().check("/s/Work", &headers(Some(&format!("Bearer {WORKER}")))).unwrap();
         assert_eq!(c.unwrap().name.as_ref(), "pool");
+    }
+
+    #[test]
+    fn the_health_service_needs_no_token_and_nothing_else_is_exempt() {
+        let c = guard().check("/grpc.health.v1.Health/Check", &headers(None)).unwrap();
+        assert_eq!(c, None, "a probe sends no token");
+        assert!(guard().check("/grpc.health.v1.HealthX/Check", &headers(None)).is_err());
+        assert!(guard().check("/s/grpc.health.v1.Health/", &headers(None)).is_err());
     }
 
     #[test]

@@ -67,6 +67,7 @@ async fn register(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) ->
                     Ok(resp) => {
                         tracing::info!(tasks = resp.tasks.len(), "registered with the dispatcher");
                         worker.start_tasks(resp.tasks);
+                        worker.registered.send_replace(true);
                         Attempt::Done(true)
                     }
                     // A refusal that no retry changes (the address is not in the

@@ -27,6 +27,8 @@
 //!   HTTP/2 with the `scatter` encoding (tensor data sent without a copy), every
 //!   other method by the generated tonic server.
 //! - `drain`: leaving cleanly — drain on shutdown, exit when idle.
+//! - `health`: the standard gRPC health service's status (SERVING while
+//!   registered and not draining; docs/operations.md).
 //! - `counters` (a leaf) and `metrics`: Prometheus counters (elements and bytes
 //!   streamed, streams) and gauges read from the task table at scrape time, served
 //!   at `GET /metrics` ([`run_with_metrics`]).
@@ -73,6 +75,7 @@ pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod health;
 mod heartbeat;
 mod metrics;
 mod producer;
@@ -216,6 +219,8 @@ async fn serve(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = WorkerRoutes::new(worker.clone(), generated);
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let health = health::spawn(worker.clone(), reporter);
     // Stopping the tasks first ends their streams, which lets graceful shutdown finish.
     // The worker may also stop itself (the dispatcher refused it).
     let signal = {
@@ -244,6 +249,7 @@ async fn serve(
         .layer(worker.config.security.guard())
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .add_service(health_service)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(server);
@@ -260,6 +266,7 @@ async fn serve(
     };
     // Also when the server failed on its own: stop tasks and the control loop.
     worker.shut_down();
+    health.abort();
     if let Err(e) = control.await {
         if e.is_panic() {
             std::panic::resume_unwind(e.into_panic());

@@ -40,6 +40,10 @@ pub(crate) struct Worker {
     refused: Mutex<Option<String>>,
     /// True once the worker drains (see `drain.rs`): no new tasks, streams, splits.
     pub draining: watch::Sender<bool>,
+    /// True while the dispatcher knows this worker: set by a registration, cleared
+    /// when the dispatcher turns out to have forgotten it (the health service's
+    /// input, see `health.rs`).
+    pub registered: watch::Sender<bool>,
     /// This process's metric counters (`counters.rs`, served by `metrics.rs`).
     pub counters: Counters,
 }
@@ -122,6 +126,7 @@ impl Worker {
             shutdown: watch::channel(false).0,
             refused: Mutex::new(None),
             draining,
+            registered: watch::channel(false).0,
             counters: Default::default(),
         }
     }
@@ -276,6 +281,7 @@ impl Worker {
     /// dispatcher restarted), so every task id this process knows is meaningless and
     /// may even be reused for a different task. Stop and forget all of them.
     pub(crate) fn forget_all_tasks(&self) {
+        self.registered.send_replace(false);
         let tasks: Vec<Arc<Task>> = {
             let mut table = self.table();
             table.ended.clear();
