@@ -288,10 +288,12 @@ impl DatasetDef {
 
     fn collect_python(&self, prefix: &str, needs: &mut PythonNeeds) {
         for (i, stage) in self.stages.iter().enumerate() {
-            let path = format!("{prefix}stages[{i}]");
+            // Named only for the stages that need it: a plain pipeline allocates nothing.
+            let path = || format!("{prefix}stages[{i}]");
             match stage {
                 Stage::Python(p) => {
-                    let what = format!("python {} `{}`", p.op.name(), p.function.display_name());
+                    let (path, what) =
+                        (path(), format!("python {} `{}`", p.op.name(), p.function.display_name()));
                     needs.stages.push((path.clone(), what.clone()));
                     if let (PyFunction::Pickle(_), Some(v)) =
                         (&p.function, parse_version(&p.python))
@@ -308,11 +310,11 @@ impl DatasetDef {
                 }
                 Stage::Zip { datasets } => {
                     for (j, d) in datasets.iter().enumerate() {
-                        d.collect_python(&format!("{path}.zip.datasets[{j}]."), needs);
+                        d.collect_python(&format!("{}.zip.datasets[{j}].", path()), needs);
                     }
                 }
                 Stage::Concatenate { dataset } => {
-                    dataset.collect_python(&format!("{path}.concatenate.dataset."), needs);
+                    dataset.collect_python(&format!("{}.concatenate.dataset.", path()), needs);
                 }
                 _ => {}
             }
@@ -392,20 +394,21 @@ impl UserFunctionFailure {
 
 impl std::fmt::Display for UserFunctionFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let worker = if self.worker.is_empty() { "a worker" } else { &self.worker };
+        // The worker's address is filled in by the worker and the client; a log line
+        // written before that names no worker rather than a placeholder.
+        let on = if self.worker.is_empty() {
+            String::new()
+        } else {
+            format!(" on worker {}", self.worker)
+        };
         let what = match self.phase {
             Phase::Load => "cannot be loaded",
             Phase::Call => "failed",
         };
         write!(
             f,
-            "the Python {} function `{}` of {} {what} on worker {}: {}: {}",
-            self.op,
-            self.function,
-            self.stage,
-            worker,
-            self.failure.error_type,
-            self.failure.message
+            "the Python {} function `{}` of {} {what}{on}: {}: {}",
+            self.op, self.function, self.stage, self.failure.error_type, self.failure.message
         )?;
         if !self.failure.traceback.is_empty() {
             write!(f, "\n{}", self.failure.traceback.trim_end())?;
