@@ -76,6 +76,11 @@ pub struct DispatcherArgs {
     /// "Metrics").
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// Also serve the gRPC health service (grpc.health.v1) alone, in plain text and
+    /// without a token, at HOST:PORT: for Kubernetes' native gRPC probes, which
+    /// cannot speak TLS (docs/operations.md, "Health checks").
+    #[arg(long, env = "SLUICE_HEALTH_ADDR", value_name = "HOST:PORT")]
+    pub health_addr: Option<String>,
     #[command(flatten)]
     pub limits: super::limits::LimitsArgs,
     #[command(flatten)]
@@ -127,6 +132,11 @@ pub struct WorkerArgs {
     /// "Metrics").
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// Also serve the gRPC health service (grpc.health.v1) alone, in plain text and
+    /// without a token, at HOST:PORT: for Kubernetes' native gRPC probes, which
+    /// cannot speak TLS (docs/operations.md, "Health checks").
+    #[arg(long, env = "SLUICE_HEALTH_ADDR", value_name = "HOST:PORT")]
+    pub health_addr: Option<String>,
     #[command(flatten)]
     pub server: super::limits::ServerArgs,
     #[command(flatten)]
@@ -135,6 +145,16 @@ pub struct WorkerArgs {
     pub data_roots: super::DataRootsFlag,
     #[command(flatten)]
     pub python: super::python::PythonFlags,
+}
+
+/// The `--health-addr` listener, if asked for: plain text anywhere, since it
+/// serves nothing but the health service (`sluice_security::health_port`).
+async fn bind_health(addr: Option<&str>) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--health-addr {addr}: cannot listen (is the port in use?)"))?;
+    Ok(Some(listener))
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -253,9 +273,10 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let health = bind_health(a.health_addr.as_deref()).await?;
     let listener = bind(&host, port).await?;
     let registry = FunctionRegistry::builtin();
-    let listeners = sluice_dispatcher::Listeners { client: listener, raft, metrics };
+    let listeners = sluice_dispatcher::Listeners { client: listener, raft, metrics, health };
     sluice_dispatcher::run_with_listeners(listeners, config, registry, stop).await?;
     Ok(())
 }
@@ -291,8 +312,9 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     let registry = a.python.attach(FunctionRegistry::builtin(), &a.host, s.tokens.is_some())?;
     let stop = stop_signal()?;
     let metrics = bind_metrics(a.metrics_addr.as_deref(), a.auth.insecure).await?;
+    let health = bind_health(a.health_addr.as_deref()).await?;
     let listener = bind(&a.host, a.port).await?;
-    sluice_worker::run_with_metrics(listener, metrics, config, registry, stop).await?;
+    sluice_worker::run_with_health(listener, metrics, health, config, registry, stop).await?;
     Ok(())
 }
 
