@@ -110,7 +110,9 @@ pub async fn run_with_listeners(
     let _metrics = match metrics {
         Some(l) => {
             let metrics = crate::metrics::registry(core.clone(), reports.clone());
-            Some(sluice_metrics::spawn(l, Arc::new(metrics))?)
+            let s = &config.security;
+            let access = sluice_metrics::Access::new(s.tls.as_ref(), s.tokens.clone())?;
+            Some(sluice_metrics::spawn_with_access(l, Arc::new(metrics), access)?)
         }
         None => None,
     };

@@ -11,6 +11,8 @@
 //!   Connections are bounded ([`MAX_CONNECTIONS`]) and a client has
 //!   [`HEADER_READ_TIMEOUT`] to send its request head.
 //! - [`encode`]: the registry as OpenMetrics text.
+//! - [`Access`] (`access.rs`): TLS with the server's certificate and a `metrics`
+//!   bearer token, when the server has them, so the listener may be off loopback.
 //! - [`parse`]: a strict reader of that text (names, labels, values, `# EOF`), for
 //!   tests and tools that check a scrape.
 //!
@@ -39,6 +41,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
+mod access;
+
+pub use access::Access;
 pub use prometheus_client;
 use prometheus_client::registry::Registry;
 
@@ -68,7 +73,10 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
-fn respond(registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn respond(registry: &Registry, access: &Access, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if let Some(refusal) = access.refusal(req) {
+        return refusal;
+    }
     let plain = |status: StatusCode, body: &'static str| {
         let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
         *r.status_mut() = status;
@@ -93,6 +101,16 @@ fn respond(registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_with_access(listener, registry, Access::open(), shutdown).await
+}
+
+/// [`serve`] under `access`: TLS and a `metrics` token when it has them.
+pub async fn serve_with_access(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    access: Access,
     shutdown: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -121,21 +139,41 @@ pub async fn serve(
             }
         };
         let registry = registry.clone();
+        let access = access.clone();
         connections.spawn(async move {
             let _permit = permit;
+            let acceptor = access.acceptor().cloned();
             let service = service_fn(move |req| {
-                let r = respond(&registry, &req);
+                let r = respond(&registry, &access, &req);
                 async move { Ok::<_, Infallible>(r) }
             });
-            let served = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "metrics: connection ended with an error");
+            let Some(acceptor) = acceptor else {
+                return serve_connection(stream, service).await;
+            };
+            // The handshake gets the same time limit as a request head.
+            match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => serve_connection(tls, service).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "metrics: TLS handshake failed"),
+                Err(_) => tracing::debug!("metrics: TLS handshake timed out"),
             }
         });
+    }
+}
+
+/// One HTTP/1.1 connection over `io` (plain or TLS).
+async fn serve_connection<I, S>(io: I, service: S)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Full<Bytes>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "metrics: connection ended with an error");
     }
 }
 
@@ -147,9 +185,20 @@ pub struct MetricsServer {
 
 /// Spawns [`serve`] on the current runtime.
 pub fn spawn(listener: TcpListener, registry: Arc<Registry>) -> std::io::Result<MetricsServer> {
+    spawn_with_access(listener, registry, Access::open())
+}
+
+/// [`spawn`] under `access`.
+pub fn spawn_with_access(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    access: Access,
+) -> std::io::Result<MetricsServer> {
     let address = listener.local_addr()?;
-    tracing::info!(%address, "metrics served at http://{address}/metrics");
-    let task = tokio::spawn(serve(listener, registry, std::future::pending()));
+    let scheme = if access.uses_tls() { "https" } else { "http" };
+    tracing::info!(%address, tokens = access.checks_tokens(), "metrics served at {scheme}://{address}/metrics");
+    let shutdown = std::future::pending();
+    let task = tokio::spawn(serve_with_access(listener, registry, access, shutdown));
     Ok(MetricsServer { address, task })
 }
 

@@ -162,6 +162,32 @@ impl TlsSettings {
             .client_auth_optional(false))
     }
 
+    /// The certificate and key as a rustls server configuration speaking HTTP/1.1:
+    /// the metrics and status listener's TLS (`sluice-metrics`).
+    pub fn http_server_config(
+        &self,
+    ) -> Result<std::sync::Arc<rustls::ServerConfig>, SecurityError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        crate::install_crypto_provider();
+        let bad = |reason: String| SecurityError::Tls { what: "metrics server", reason };
+        let (cert, key) = self.cert_and_key.as_ref().ok_or_else(|| {
+            SecurityError::Incomplete(
+                "TLS serving needs a certificate and key: give --tls-cert and --tls-key".into(),
+            )
+        })?;
+        let certs = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(format!("--tls-cert: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad(format!("--tls-key: {e}")))?;
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| bad(e.to_string()))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(std::sync::Arc::new(config))
+    }
+
     /// A client's TLS: verify the server against the CA; present this side's
     /// certificate when it has one.
     pub fn client_config(&self) -> Result<ClientTlsConfig, SecurityError> {

@@ -166,13 +166,20 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
 }
 
 /// The `--metrics-addr` listener, if asked for. Its address goes to the log (not
-/// stdout, whose first line scripts read for the service address).
-/// The metrics listener. It is plain HTTP without authentication, so off loopback
-/// it needs `--insecure` (refused before binding, as the service's listeners).
-async fn bind_metrics(addr: Option<&str>, insecure: bool) -> anyhow::Result<Option<TcpListener>> {
+/// stdout, whose first line scripts read for the service address). It serves TLS
+/// with the server's certificate and wants a `metrics` token when the server has
+/// them (`sluice_metrics::Access`); off loopback it needs both, or `--insecure`
+/// (refused before binding, as the service's listeners).
+async fn bind_metrics(
+    addr: Option<&str>,
+    tls: Option<&sluice_security::TlsSettings>,
+    tokens: bool,
+    insecure: bool,
+) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = addr else { return Ok(None) };
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    let missing = ["TLS and authentication (the metrics endpoint has neither)"];
+    let tls = tls.filter(|t| t.has_identity());
+    let missing = sluice_security::missing_protections(tls, tokens);
     sluice_security::require_secure_off_loopback("metrics endpoint", host, &missing, insecure)
         .context("--metrics-addr")?;
     let listener = TcpListener::bind(addr)
@@ -264,7 +271,10 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         let raft_host = raft.rsplit_once(':').map_or(raft.as_str(), |(h, _)| h);
         config.check_raft_exposure(raft_host)?;
     }
-    let metrics = bind_metrics(a.metrics_addr.as_deref(), config.security.insecure).await?;
+    let s = &config.security;
+    let metrics =
+        bind_metrics(a.metrics_addr.as_deref(), s.tls.as_ref(), s.tokens.is_some(), s.insecure)
+            .await?;
     let raft = match config.raft_peers.get(&config.node_id) {
         Some(own) if config.peers.len() > 1 => {
             Some(TcpListener::bind(own).await.with_context(|| {
@@ -311,7 +321,9 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     sluice_security::require_secure_off_loopback("worker", &a.host, &s.missing(), s.insecure)?;
     let registry = a.python.attach(FunctionRegistry::builtin(), &a.host, s.tokens.is_some())?;
     let stop = stop_signal()?;
-    let metrics = bind_metrics(a.metrics_addr.as_deref(), a.auth.insecure).await?;
+    let metrics =
+        bind_metrics(a.metrics_addr.as_deref(), s.tls.as_ref(), s.tokens.is_some(), s.insecure)
+            .await?;
     let health = bind_health(a.health_addr.as_deref()).await?;
     let listener = bind(&a.host, a.port).await?;
     sluice_worker::run_with_health(listener, metrics, health, config, registry, stop).await?;

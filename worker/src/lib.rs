@@ -209,7 +209,10 @@ pub async fn run_with_health(
         let _entered = span.enter();
         match metrics {
             Some(l) => {
-                Some(sluice_metrics::spawn(l, Arc::new(crate::metrics::registry(worker.clone())))?)
+                let s = &worker.config.security;
+                let access = sluice_metrics::Access::new(s.tls.as_ref(), s.tokens.clone())?;
+                let registry = Arc::new(crate::metrics::registry(worker.clone()));
+                Some(sluice_metrics::spawn_with_access(l, registry, access)?)
             }
             None => None,
         }
