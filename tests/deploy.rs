@@ -12,6 +12,7 @@
 //! - probes: the readiness probe's gRPC health check on the pod's port, which must
 //!   say SERVING before the reader starts, as the kubelet would wait.
 //!
+//! The secrets are what `deploy/k8s/make-secrets.sh` makes (the documented step).
 //! Then a trainer reads over TLS with its token, and Prometheus scrapes a pod the
 //! way extras/prometheus-scrape.yaml says. The certificate names only `sluice`
 //! (docs/operations.md, "TLS in Kubernetes").
@@ -23,17 +24,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::wait_until;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use sluice_testkit::Child;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use yaml_rust2::{Yaml, YamlLoader};
-
-const CLIENT_TOKEN: &str = "client-secret-0123456789abcdef";
-const WORKER_TOKEN: &str = "worker-secret-0123456789abcdef";
-const METRICS_TOKEN: &str = "metrics-secret-0123456789abcdef";
-const PEER_SECRET: &str = "peer-secret-0123456789abcdef";
 
 /// Every object of the manifests' resource files.
 fn manifests() -> Vec<Yaml> {
@@ -69,7 +64,7 @@ struct Pod {
 struct Cluster {
     dir: tempfile::TempDir,
     dns: Vec<(String, String)>,
-    secrets: BTreeMap<&'static str, BTreeMap<&'static str, String>>,
+    secrets: BTreeMap<String, BTreeMap<String, String>>,
     config_maps: BTreeMap<String, BTreeMap<String, String>>,
 }
 
@@ -80,22 +75,21 @@ fn dispatcher_ip(ordinal: usize) -> String {
 impl Cluster {
     fn new(objects: &[Yaml]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let (ca, cert, key) = certificate_for("sluice");
-        let tokens = format!(
-            "client trainer {CLIENT_TOKEN}\nworker pool {WORKER_TOKEN}\n\
-             metrics prometheus {METRICS_TOKEN}\n"
-        );
-        let secrets = BTreeMap::from([
-            ("sluice-tls", BTreeMap::from([("tls.crt", cert), ("tls.key", key), ("ca.crt", ca)])),
-            (
-                "sluice-auth",
-                BTreeMap::from([
-                    ("tokens", tokens),
-                    ("peer-secret", PEER_SECRET.to_string()),
-                    ("worker-token", WORKER_TOKEN.to_string()),
-                ]),
-            ),
-        ]);
+        // The documented step: make-secrets.sh writes one directory per secret.
+        let made = dir.path().join("made");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/make-secrets.sh");
+        let out = std::process::Command::new("bash").arg(&script).arg(&made).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut secrets = BTreeMap::new();
+        for secret in ["sluice-tls", "sluice-auth"] {
+            let mut keys = BTreeMap::new();
+            for f in std::fs::read_dir(made.join(secret)).unwrap() {
+                let f = f.unwrap();
+                let text = std::fs::read_to_string(f.path()).unwrap();
+                keys.insert(f.file_name().to_string_lossy().into_owned(), text);
+            }
+            secrets.insert(secret.to_string(), keys);
+        }
         let mut config_maps = BTreeMap::new();
         for o in objects.iter().filter(|o| o["kind"].as_str() == Some("ConfigMap")) {
             let data = o["data"].as_hash().unwrap();
@@ -218,22 +212,10 @@ impl Cluster {
         Pod { ip, ordinal, root: self.dir.path().join(name) }
     }
 
-    fn file(&self, secret: &str, key: &str) -> PathBuf {
-        let path = self.dir.path().join(format!("{secret}-{key}"));
-        std::fs::write(&path, &self.secrets[secret][key]).unwrap();
-        path
+    /// A file make-secrets.sh made (`sluice-tls/ca.crt`, `client-token`, ...).
+    fn made(&self, path: &str) -> String {
+        self.dir.path().join("made").join(path).display().to_string()
     }
-}
-
-/// A CA and a certificate it signs naming only `name`: (ca, cert, key) PEM.
-fn certificate_for(name: &str) -> (String, String, String) {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert =
-        CertificateParams::new(vec![name.to_string()]).unwrap().signed_by(&key, &ca).unwrap();
-    (ca.pem(), cert.pem(), key.serialize_pem())
 }
 
 /// The kubelet's gRPC readiness probe: SERVING at `address`?
@@ -294,10 +276,7 @@ async fn the_manifests_processes_form_a_quorum_with_workers_that_a_trainer_reads
     // certificate carries, its client token.
     let dispatchers: Vec<String> =
         (0..replicas).map(|i| format!("{}:5050", dispatcher_ip(i))).collect();
-    let (ca, token) =
-        (cluster.file("sluice-tls", "ca.crt"), cluster.dir.path().join("client.token"));
-    std::fs::write(&token, CLIENT_TOKEN).unwrap();
-    let (ca, token) = (ca.display().to_string(), token.display().to_string());
+    let (ca, token) = (cluster.made("sluice-tls/ca.crt"), cluster.made("client-token"));
     let flags = [
         "--dispatcher",
         &dispatchers.join(","),
@@ -332,7 +311,8 @@ async fn the_manifests_processes_form_a_quorum_with_workers_that_a_trainer_reads
         .resolve("sluice", metrics)
         .build()
         .unwrap();
-    let scrape = https.get("https://sluice:9090/metrics").bearer_auth(METRICS_TOKEN);
+    let metrics_token = std::fs::read_to_string(cluster.made("metrics-token")).unwrap();
+    let scrape = https.get("https://sluice:9090/metrics").bearer_auth(metrics_token.trim());
     let resp = scrape.send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let samples = sluice_metrics::parse(&resp.text().await.unwrap()).unwrap();
