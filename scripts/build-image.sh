@@ -8,14 +8,20 @@
 #   3. a dispatcher and a worker in two containers serve a reader outside them.
 # Not part of CI (a release build takes minutes); run it by hand:
 #   scripts/build-image.sh [TAG]          (default sluice:local)
+# SLUICE_IMAGE_PROFILE=dev packs the debug build instead (faster, a bigger image).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag="${1:-sluice:local}"
-command -v podman >/dev/null || { echo "podman is missing: apt-get install -y podman"; exit 1; }
+command -v podman >/dev/null || { echo "podman is missing: apt-get install -y podman runc"; exit 1; }
+# How containers run on this machine (a Firecracker VM with cgroup v1 in "hybrid"
+# mode, which crun refuses, and a process limit below podman's default): runc, and
+# limits within the host's. Elsewhere plain `podman run` does.
+run=(podman --runtime runc run --ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=4096:4096)
 
-echo "--- release build"
-cargo build --release --locked --bin sluice
-bin=target/release/sluice
+profile="${SLUICE_IMAGE_PROFILE:-release}"
+echo "--- cargo build --profile $profile"
+cargo build --profile "$profile" --locked --bin sluice
+case "$profile" in dev) bin=target/debug/sluice ;; *) bin="target/$profile/sluice" ;; esac
 
 echo "--- rootfs"
 ctx=$(mktemp -d)
@@ -23,7 +29,7 @@ trap 'rm -rf "$ctx"' EXIT
 root="$ctx/rootfs"
 install -D -m 0755 "$bin" "$root/usr/local/bin/sluice"
 # The shared libraries the binary links (glibc, libgcc_s, the loader), at their paths.
-ldd "$bin" | awk '/=> \// {print $3} /^\s*\/.*ld-linux/ {print $1}' | while read -r lib; do
+ldd "$bin" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
     install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
 done
 install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
@@ -43,19 +49,19 @@ podman image inspect "$tag" --format 'size {{.Size}} bytes, user {{.Config.User}
 echo "--- smoke 1: not root, no shell"
 user=$(podman image inspect "$tag" --format '{{.Config.User}}')
 [ "$user" = "65532:65532" ] || { echo "the image runs as '$user', not 65532"; exit 1; }
-if podman run --rm --entrypoint /bin/sh "$tag" -c true 2>/dev/null; then
+if "${run[@]}" --rm --entrypoint /bin/sh "$tag" -c true 2>/dev/null; then
     echo "the image has a shell"; exit 1
 fi
 
 echo "--- smoke 2: sluice local in the image"
-out=$(podman run --rm --network host "$tag" local)
+out=$("${run[@]}" --rm --network host "$tag" local)
 echo "$out" | tail -n 2
 echo "$out" | grep -q '^sluice local: 10 elements' || { echo "sluice local failed in the image"; exit 1; }
 
 echo "--- smoke 3: a dispatcher and a worker in containers, a reader outside"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-d=$(podman run -d --rm --network host "$tag" dispatcher --port "$port")
-w=$(podman run -d --rm --network host "$tag" worker --dispatcher "127.0.0.1:$port")
+d=$("${run[@]}" -d --rm --network host "$tag" dispatcher --port "$port")
+w=$("${run[@]}" -d --rm --network host "$tag" worker --dispatcher "127.0.0.1:$port")
 cleanup() { podman rm -f "$d" "$w" >/dev/null 2>&1 || true; rm -rf "$ctx"; }
 trap cleanup EXIT
 uid=$(podman top "$d" huser user | tail -n 1)
