@@ -67,7 +67,9 @@ pub fn run(a: ConfigArgs, cmd: Command) -> anyhow::Result<()> {
     let mut out =
         format!("# `sluice {role}` with {}: valid. Effective configuration:\n", a.file.display());
     let settings: Vec<_> = file::keys(&sub_cmd).collect();
-    let width = settings.iter().map(|arg| line(arg, matches).len()).max().unwrap_or(0);
+    // Aligned comments, except after the longest values (peer lists).
+    let width = settings.iter().map(|arg| line(arg, matches).len()).filter(|l| *l <= 48).max();
+    let width = width.unwrap_or(0);
     for arg in settings {
         let source = source(arg, matches, &resolved.from_file);
         out.push_str(&format!("{:<width$}  # {source}\n", line(arg, matches)));
