@@ -25,15 +25,15 @@ def test_a_dispatcher_and_a_worker_take_their_settings_from_config_files(tmp_pat
     d_file = write(tmp_path, "d.toml", f'work-dir = "{tmp_path / "journal"}"\nmax-datasets = 1\n')
     with sluice.DispatchServer(config=d_file) as d:
         # max-datasets = 1 from the file: a second dataset is refused.
-        sluice.register_dataset(d.target, sluice.Dataset.range(3))
+        dataset_id = sluice.register_dataset(d.target, sluice.Dataset.range(3))
         with pytest.raises(sluice.ResourceExhaustedError, match="max.datasets"):
             sluice.register_dataset(d.target, sluice.Dataset.range(4))
         assert (tmp_path / "journal").exists(), "work-dir from the file is not used"
         # The worker's dispatcher comes from its file alone.
         w_file = write(tmp_path, "w.toml", f'dispatcher = ["{d.address}"]\nbuffer = 8\n')
         with sluice.WorkerServer(config=w_file):
-            elements = sluice.Dataset.range(5).distribute("parallel_epochs", d.target)
-            assert sorted(int(e) for e in elements) == list(range(5))
+            elements = sluice.from_dataset_id("parallel_epochs", d.target, dataset_id)
+            assert sorted(int(e) for e in elements) == list(range(3))
 
 
 def test_keywords_given_win_over_the_file(tmp_path):

@@ -13,6 +13,9 @@ use std::path::Path;
 use clap::{Arg, ArgAction, Command};
 use toml::Value;
 
+/// The id (and long name) of the `--config` argument, which is not a key.
+pub const CONFIG_ARG: &str = "config";
+
 /// One key of the file: the clap argument it sets and the arguments that set it.
 pub struct Setting {
     pub id: String,
@@ -91,7 +94,7 @@ pub fn is_list(arg: &Arg) -> bool {
 pub fn keys(cmd: &Command) -> impl Iterator<Item = &Arg> {
     cmd.get_arguments().filter(|a| {
         a.get_long().is_some()
-            && a.get_id() != super::CONFIG_ARG
+            && a.get_id() != CONFIG_ARG
             && !matches!(a.get_action(), ArgAction::Help | ArgAction::Version)
     })
 }

@@ -27,8 +27,7 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgMatches, Command, CommandFactory, FromArgMatches};
 
-/// The id (and long name) of the `--config` argument.
-pub const CONFIG_ARG: &str = "config";
+pub use file::CONFIG_ARG;
 
 /// The server roles, whose `--config` may also come from `SLUICE_CONFIG`. Other
 /// subcommands take `--config` only as a flag, so a `SLUICE_CONFIG` exported for a
