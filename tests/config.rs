@@ -74,6 +74,26 @@ fn config_check_shows_the_file_below_the_environment_below_the_flags() {
 }
 
 #[test]
+fn the_file_may_supply_a_flag_that_one_on_the_command_line_requires() {
+    // `sluice read --num-consumers` requires --consumer-index: here from the file.
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "r.toml",
+        "consumer-index = 1
+job-name = \"j\"\n",
+    );
+    let check = ["config", "check", "--role", "read", &file, "--", "--num-consumers", "2"];
+    let (ok, out, err) = sluice_env(&check, &[]);
+    assert!(ok, "{err}");
+    assert!(effective(&out, "consumer-index").starts_with("consumer-index = 1 "), "{out}");
+    assert!(effective(&out, "num-consumers").ends_with("# flag"), "{out}");
+    // Without the file the command line alone is refused, as before.
+    let (ok, _, err) = sluice_env(&["read", "--num-consumers", "2", "--dataset-id", "1"], &[]);
+    assert!(!ok && err.contains("--consumer-index"), "{err}");
+}
+
+#[test]
 fn a_dispatcher_listens_where_its_config_file_says_unless_a_flag_says_otherwise() {
     let dir = tempfile::tempdir().unwrap();
     let port = Port::reserve().unwrap();

@@ -4,7 +4,7 @@
 //!
 //! The mechanism knows no flag by name: it reads the clap [`Command`], so a flag
 //! added to any subcommand is a config key at once. How:
-//! 1. parse the command line as usual (flags and `SLUICE_*` variables);
+//! 1. parse the command line (flags and `SLUICE_*` variables), errors aside;
 //! 2. turn each file key into `--key=value` arguments ([`file`]: unknown keys and
 //!    wrong types are refused here, naming the key and the file);
 //! 3. keep those of keys whose flag was neither on the command line nor in the
@@ -106,12 +106,18 @@ pub struct Resolved {
 /// Parses `argv` (with the program's name first), then applies the subcommand's
 /// `--config` file below the command line and the environment.
 pub fn resolve(cmd: Command, argv: Vec<OsString>) -> Result<Resolved, Error> {
-    let matches = cmd.clone().try_get_matches_from(&argv)?;
-    let unchanged = |matches| Resolved { matches, from_file: BTreeSet::new() };
-    let Some((name, sub)) = matches.subcommand() else { return Ok(unchanged(matches)) };
+    // The first parse only finds the file and what the command line and the
+    // environment set: it ignores errors (`--help` still shows), because the file
+    // may supply what the command line alone lacks (a flag another one requires).
+    // The parse that counts is the last one.
+    let first = cmd.clone().ignore_errors(true).try_get_matches_from(&argv)?;
+    let unchanged = |cmd: Command| -> Result<Resolved, Error> {
+        Ok(Resolved { matches: cmd.try_get_matches_from(&argv)?, from_file: BTreeSet::new() })
+    };
+    let Some((name, sub)) = first.subcommand() else { return unchanged(cmd) };
     let path = match sub.try_get_one::<PathBuf>(CONFIG_ARG) {
         Ok(Some(path)) => path.clone(),
-        _ => return Ok(unchanged(matches)),
+        _ => return unchanged(cmd),
     };
     let sub_cmd = cmd.find_subcommand(name).expect("the parsed subcommand is defined");
     let settings = file::load(&path, sub_cmd).map_err(Error::File)?;
