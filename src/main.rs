@@ -39,10 +39,13 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Kill, pause, partition and wipe a real cluster while reading; check the history (docs/chaos.md).
     Chaos(cmd::chaos::ChaosArgs),
+    /// Config files (`--config FILE`): `sluice config check` validates one.
+    Config(cmd::config::check::ConfigArgs),
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // The command line, the environment and the `--config` file, merged.
+    let cli: Cli = cmd::config::parse();
     // openraft logs every unreachable peer at ERROR; servers keep its warnings,
     // `local` (whose nodes stop one after another) keeps none by default.
     let default_level = match cli.command {
@@ -71,6 +74,7 @@ fn main() -> std::process::ExitCode {
             Command::SampleData(a) => cmd::sample::run(a).await,
             Command::Bench(a) => cmd::bench::run(a).await,
             Command::Chaos(a) => cmd::chaos::run(a).await,
+            Command::Config(a) => cmd::config::check::run(a, cmd::config::command::<Cli>()),
         }
     });
     // Background work (a best-effort release, a retrying call) must not hold the

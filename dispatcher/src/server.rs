@@ -24,6 +24,10 @@ use crate::raft::peer_service::PeerService;
 use crate::service::DispatcherService;
 use crate::worker_reports::WorkerReports;
 
+/// The client port's own service, as gRPC reflection advertises it.
+const DISPATCHER_SERVICE: &str =
+    <DispatcherServer<DispatcherService> as tonic::server::NamedService>::NAME;
+
 /// How long a stopping dispatcher waits for the Raft node's tasks to close its
 /// journal.
 const JOURNAL_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -172,6 +176,8 @@ pub async fn run_with_listeners(
     let client_port = builder(&config, client_tls)?
         .layer(config.security.client_guard())
         .add_service(health_service)
+        .add_service(sluice_proto::reflection::v1(&[DISPATCHER_SERVICE]))
+        .add_service(sluice_proto::reflection::v1alpha(&[DISPATCHER_SERVICE]))
         .add_service(
             DispatcherServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

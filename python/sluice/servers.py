@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, Mapping, Sequence, Union
 
-from sluice import _native
+from sluice import _config, _native
 from sluice.distribute import Service, addresses
 
 __all__ = ["DispatchServer", "WorkerServer", "Quorum", "start_quorum"]
@@ -85,8 +85,15 @@ class DispatchServer(_Server):
     ``s3://bucket/prefix``, ``gs://`` URLs) a registered spec may name; a spec naming
     anything else is refused with ``InvalidArgumentError``. ``None``: on loopback the
     current and temp directories, elsewhere nothing (docs/security.md).
+
+    ``config``: a ``sluice dispatcher --config`` TOML file (keys are the flags'
+    long names, docs/operations-config.md); each key sets its keyword (e.g.
+    ``worker-timeout-secs`` sets ``worker_timeout``), a keyword given here wins
+    over the file, and a key this class has no keyword for raises
+    ``InvalidArgumentError`` naming it.
     """
 
+    @_config.from_file("dispatcher")
     def __init__(
         self,
         port: int = 0,
@@ -117,6 +124,7 @@ class DispatchServer(_Server):
         peer_ca: _Path | None = None,
         peer_secret_file: _Path | None = None,
         data_roots: Union[str, Sequence[str], None] = None,
+        config: _Path | None = None,
     ) -> None:
         limits = _limits(
             max_datasets=max_datasets,
@@ -197,11 +205,16 @@ class WorkerServer(_Server):
     ``python_call_timeout`` seconds; ``python_memory_limit_mb`` caps each
     process's address space. The processes see this process's ``sys.path``
     (as ``PYTHONPATH``), so a function importable here is importable there. Off
-    loopback, ``allow_python`` needs ``auth_tokens``."""
+    loopback, ``allow_python`` needs ``auth_tokens``.
 
+    ``config``: a ``sluice worker --config`` TOML file, as ``DispatchServer``'s
+    (``dispatcher`` sets ``dispatcher_address``, ``token-file`` the ``token``
+    read from that file); keywords given here win over it."""
+
+    @_config.from_file("worker")
     def __init__(
         self,
-        dispatcher_address: Service,
+        dispatcher_address: Service | None = None,
         port: int = 0,
         *,
         host: str = "127.0.0.1",
@@ -221,7 +234,12 @@ class WorkerServer(_Server):
         python_processes: int = 0,
         python_call_timeout: float = 60.0,
         python_memory_limit_mb: int | None = None,
+        config: _Path | None = None,
     ) -> None:
+        if dispatcher_address is None:
+            raise ValueError(
+                "WorkerServer needs dispatcher_address (or a config file with `dispatcher`)"
+            )
         pool = None
         if allow_python:
             pool = _native.PythonPool(

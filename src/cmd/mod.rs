@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chaos;
+pub mod config;
 pub mod limits;
 pub mod local;
 pub mod python;

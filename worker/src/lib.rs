@@ -114,6 +114,9 @@ use crate::route::WorkerRoutes;
 use crate::service::WorkerService;
 use crate::state::Worker;
 
+/// The worker port's own service, as gRPC reflection advertises it.
+const WORKER_SERVICE: &str = <WorkerRoutes as tonic::server::NamedService>::NAME;
+
 /// HTTP/2 windows large enough that a stream of big batches is not throttled by
 /// flow control on a fast link.
 const STREAM_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
@@ -283,6 +286,8 @@ async fn serve(
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .add_service(health_service)
+        .add_service(sluice_proto::reflection::v1(&[WORKER_SERVICE]))
+        .add_service(sluice_proto::reflection::v1alpha(&[WORKER_SERVICE]))
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(server);
