@@ -176,24 +176,12 @@ impl Cluster {
                 for (k, v) in &env {
                     a = a.replace(&format!("$({k})"), v);
                 }
-                for m in &mounts {
-                    a = a.replace(
-                        m.as_str(),
-                        &pod.root.join(m.trim_start_matches('/')).display().to_string(),
-                    );
-                }
-                self.resolve(&a, pod)
+                self.resolve(&remount(&a, &mounts, &pod.root), pod)
             })
             .collect();
         let config = args.iter().find_map(|a| a.strip_prefix("--config=")).expect("--config");
         // Mount paths inside the config file, too.
-        let mut text = std::fs::read_to_string(config).unwrap();
-        for m in &mounts {
-            text = text.replace(
-                m.as_str(),
-                &pod.root.join(m.trim_start_matches('/')).display().to_string(),
-            );
-        }
+        let text = remount(&std::fs::read_to_string(config).unwrap(), &mounts, &pod.root);
         let private = pod.root.join("effective.toml");
         std::fs::write(&private, text).unwrap();
         let args: Vec<String> = args
@@ -216,6 +204,27 @@ impl Cluster {
     fn made(&self, path: &str) -> String {
         self.dir.path().join("made").join(path).display().to_string()
     }
+}
+
+/// `text` with every path under a mount (a value starting right after `=` or `"`)
+/// moved under `root`, where the test keeps that pod's volumes. `mounts` is
+/// longest first, so `/etc/sluice/tls` wins over a shorter mount it starts with.
+fn remount(text: &str, mounts: &[String], root: &Path) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(['=', '"']) {
+        out.push_str(&rest[..=i]);
+        rest = &rest[i + 1..];
+        let under = |m: &&String| {
+            rest.strip_prefix(m.as_str()).is_some_and(|r| r.is_empty() || r.starts_with(['/', '"']))
+        };
+        if let Some(m) = mounts.iter().find(under) {
+            out.push_str(&root.join(m.trim_start_matches('/')).display().to_string());
+            rest = &rest[m.len()..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The kubelet's gRPC readiness probe: SERVING at `address`?
@@ -291,8 +300,18 @@ async fn the_manifests_processes_form_a_quorum_with_workers_that_a_trainer_reads
     let (ok, id, err) =
         common::sluice().run(&[&["register"][..], &flags, &["-"]].concat(), Some(spec));
     assert!(ok, "{err}");
-    let read = [&["read"][..], &flags, &["--dataset-id", id.trim(), "--mode", "distributed_epoch"]];
-    let (ok, out, err) = common::sluice().run(&read.concat(), None);
+    // The read as docs/operations.md shows it: the settings in the environment.
+    let envs = [
+        ("SLUICE_DISPATCHER", dispatchers.join(",")),
+        ("SLUICE_TLS_CA", ca.clone()),
+        ("SLUICE_TLS_SERVER_NAME", "sluice".to_string()),
+        ("SLUICE_TOKEN_FILE", token.clone()),
+    ]
+    .map(|(k, v)| (k.to_string(), v));
+    let read = ["read", "--dataset-id", id.trim(), "--mode", "distributed_epoch"];
+    let spec = common::sluice().spec(&read, &envs);
+    let out = sluice_testkit::run(&spec, None, sluice_testkit::DEADLINE).unwrap();
+    let (ok, out, err) = (out.success(), out.stdout, out.stderr);
     assert!(ok, "{err}");
     let got: Vec<i64> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_eq!(got.len(), 300, "each element once: {err}");
