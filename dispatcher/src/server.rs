@@ -156,6 +156,7 @@ pub async fn run_with_listeners(
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = crate::health::spawn(core.clone(), reporter);
     let client_port = builder(&config, client_tls)?
+        .layer(sluice_telemetry::RpcSpans::new("dispatcher"))
         .layer(config.security.client_guard())
         .add_service(health_service)
         .add_service(
@@ -169,6 +170,7 @@ pub async fn run_with_listeners(
         tracing::info!(raft_address = %l.local_addr()?, "raft peers served");
         let incoming = TcpIncoming::from(l).with_nodelay(Some(true));
         builder(&config, raft_tls)?
+            .layer(sluice_telemetry::RpcSpans::new("dispatcher-raft"))
             .layer(config.security.peer_guard())
             .add_service(
                 RaftPeerServer::new(peer)
