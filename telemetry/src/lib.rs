@@ -20,7 +20,7 @@
 //!   Both do nothing (one atomic load) unless export is on.
 //! - [`server`]: [`server::RpcSpans`] — the tower layer that opens one span per
 //!   incoming RPC, a child of the caller's span when the call carried one.
-//! - [`error`]: [`TelemetryError`].
+//! - [`error`]: the crate's error type, [`TelemetryError`].
 //!
 //! ```text
 //!  client span ──inject──► traceparent on the call ──► RpcSpans (server) ──► rpc span
