@@ -146,6 +146,16 @@ impl Telemetry {
         self.provider.is_some()
     }
 
+    /// Exports the spans queued so far (blocks until done or the export timeout);
+    /// export goes on afterwards. Call it outside the runtime's worker threads.
+    pub fn flush(&self) {
+        if let Some(p) = &self.provider {
+            if let Err(e) = p.force_flush() {
+                tracing::warn!(error = %e, "exporting spans failed");
+            }
+        }
+    }
+
     /// Exports the spans still queued and stops the exporter (blocks until done
     /// or the export timeout). Call it outside the runtime's worker threads.
     pub fn shutdown(mut self) {
