@@ -170,7 +170,6 @@ pub async fn run_with_listeners(
         tracing::info!(raft_address = %l.local_addr()?, "raft peers served");
         let incoming = TcpIncoming::from(l).with_nodelay(Some(true));
         builder(&config, raft_tls)?
-            .layer(sluice_telemetry::RpcSpans::new("dispatcher-raft"))
             .layer(config.security.peer_guard())
             .add_service(
                 RaftPeerServer::new(peer)
