@@ -15,6 +15,8 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Fault-tolerant input-data service for ML training")]
 struct Cli {
+    #[command(flatten)]
+    telemetry: cmd::telemetry::TelemetryFlags,
     #[command(subcommand)]
     command: Command,
 }
@@ -43,6 +45,24 @@ enum Command {
     Config(cmd::config::check::ConfigArgs),
 }
 
+impl Command {
+    /// The role in the default `service.name` of exported spans (`sluice-ROLE`).
+    fn role(&self) -> &'static str {
+        match self {
+            Command::Dispatcher(_) => "dispatcher",
+            Command::Worker(_) => "worker",
+            Command::Register(_) => "register",
+            Command::Read(_) => "read",
+            Command::Status(_) => "status",
+            Command::Local(_) => "local",
+            Command::SampleData(_) => "sample-data",
+            Command::Bench(_) => "bench",
+            Command::Chaos(_) => "chaos",
+            Command::Config(_) => "config",
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     // The command line, the environment and the `--config` file, merged.
     let cli: Cli = cmd::config::parse();
@@ -55,7 +75,6 @@ fn main() -> std::process::ExitCode {
         Command::Chaos(_) => "warn,openraft=off,sluice_chaos=info",
         _ => "warn",
     };
-    cmd::init_tracing(default_level);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -63,6 +82,15 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    // Inside the runtime: the span exporter's channel runs on it.
+    let telemetry =
+        match runtime.block_on(async { cli.telemetry.init(cli.command.role(), default_level) }) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        };
     let result = runtime.block_on(async {
         match cli.command {
             Command::Dispatcher(a) => cmd::serve::dispatcher(a).await,
@@ -77,6 +105,8 @@ fn main() -> std::process::ExitCode {
             Command::Config(a) => cmd::config::check::run(a, cmd::config::command::<Cli>()),
         }
     });
+    // The last spans (a read's, ended just now) go out before the runtime stops.
+    telemetry.shutdown();
     // Background work (a best-effort release, a retrying call) must not hold the
     // process after its command is done.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -2,6 +2,7 @@
 
 use sluice_dataset::DatasetDef;
 use sluice_proto::v1 as pb;
+use tracing::Instrument;
 
 use crate::coordinated;
 use crate::dispatcher::DispatcherClient;
@@ -76,6 +77,44 @@ impl Client {
                  start a worker in-process (sluice local) or use ANY{static_note}"
             )));
         }
+        // One span for the whole read: the dispatcher's and workers' RPC spans of
+        // this read are its children (the trace context travels on each call).
+        let span = tracing::info_span!(
+            "read",
+            dataset_id,
+            job = tracing::field::Empty,
+            job_id = tracing::field::Empty,
+            iteration_id = tracing::field::Empty,
+            client_id = tracing::field::Empty,
+        );
+        let (job, it) = self.open_iteration(dataset_id, &opts).instrument(span.clone()).await?;
+        span.record("job", job.job_name.as_str()).record("job_id", job.job_id);
+        span.record("iteration_id", it.iteration_id).record("client_id", it.client_id);
+        tracing::debug!(parent: &span, "reading");
+        let (d, client_id) = (self.dispatcher.clone(), it.client_id);
+        let (job_name, capacity) = (job.job_name, opts.max_outstanding_requests);
+        // The stream's manager: rounds for a coordinated read, else one reader per task.
+        let coordinated = match opts.kind {
+            ReadKind::Coordinated { consumer_index, .. } => Some(consumer_index),
+            _ => None,
+        };
+        let manage = move |tx, loss| async move {
+            match coordinated {
+                Some(index) => coordinated::manage(d, client_id, index, opts, tx).await,
+                None => task_readers::manage(d, client_id, opts, tx, loss).await,
+            }
+        };
+        let d = self.dispatcher.clone();
+        let ids = (it.iteration_id, client_id);
+        Ok(ElementStream::start(d, job_name, ids, capacity, span, manage))
+    }
+
+    /// GetOrCreateJob then GetOrCreateIteration for a read of `dataset_id`.
+    async fn open_iteration(
+        &self,
+        dataset_id: &str,
+        opts: &ReadOptions,
+    ) -> Result<(pb::GetOrCreateJobResponse, pb::GetOrCreateIterationResponse), ClientError> {
         let job = self
             .dispatcher
             .get_or_create_job(pb::GetOrCreateJobRequest {
@@ -94,22 +133,7 @@ impl Client {
                 repetition: opts.repetition,
             })
             .await?;
-        tracing::debug!(job = %job.job_name, iteration_id = it.iteration_id, "reading");
-        let (d, client_id) = (self.dispatcher.clone(), it.client_id);
-        let (job_name, capacity) = (job.job_name, opts.max_outstanding_requests);
-        // The stream's manager: rounds for a coordinated read, else one reader per task.
-        let coordinated = match opts.kind {
-            ReadKind::Coordinated { consumer_index, .. } => Some(consumer_index),
-            _ => None,
-        };
-        let manage = move |tx, loss| async move {
-            match coordinated {
-                Some(index) => coordinated::manage(d, client_id, index, opts, tx).await,
-                None => task_readers::manage(d, client_id, opts, tx, loss).await,
-            }
-        };
-        let d = self.dispatcher.clone();
-        Ok(ElementStream::start(d, job_name, it.iteration_id, client_id, capacity, manage))
+        Ok((job, it))
     }
 
     /// Registers `def` and reads it: `register_dataset` + `from_dataset_id`.

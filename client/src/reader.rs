@@ -54,12 +54,15 @@ impl ElementStream {
     /// Spawns the iteration's manager, `manage(tx, loss)`, which sends the elements
     /// through a channel of `capacity` batches and ends the stream by returning
     /// (leaving in `loss` what a read that accepted loss lost).
+    ///
+    /// The manager runs in `span` (the read's, opened by `Client`), so every call it
+    /// makes carries the read's trace context.
     pub(crate) fn start<F, Fut>(
         dispatcher: DispatcherClient,
         job_name: String,
-        iteration_id: u64,
-        client_id: u64,
+        (iteration_id, client_id): (u64, u64),
         capacity: usize,
+        span: tracing::Span,
         manage: F,
     ) -> Self
     where
@@ -67,7 +70,6 @@ impl ElementStream {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(capacity);
-        let span = tracing::info_span!("read", iteration_id, client_id, job = %job_name);
         let loss = LossSlot::default();
         let manager = tokio::spawn(manage(tx, loss.clone()).instrument(span));
         ElementStream {
@@ -136,6 +138,16 @@ impl Stream for ElementStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.poll_with_source(cx).map(|r| r.map(|r| r.map(|(_, e)| e)))
+    }
+}
+
+impl ElementStream {
+    /// Stops the read like dropping the stream does, and waits until its manager
+    /// has ended: the read's span (and its tasks') is then closed, so a process
+    /// that flushes its exported spans next includes the whole read.
+    pub async fn close(mut self) {
+        self.manager.abort();
+        let _ = (&mut self.manager).await;
     }
 }
 

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tracing::Instrument;
 
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
@@ -167,8 +168,16 @@ impl Core {
     pub async fn propose(&self, cmd: Command) -> Result<Response, ProposeError> {
         let name = cmd.name();
         self.counters.proposed(name);
+        // The term the write was proposed in (its fields are read only when the
+        // span is enabled: logs at debug, or traces exported).
+        let span = tracing::debug_span!(
+            "propose",
+            command = name,
+            term = self.raft.metrics().borrow().current_term,
+            node_id = self.node_id,
+        );
         let result = match admit(&cmd) {
-            Ok(bytes) => self.submit(cmd, bytes).await,
+            Ok(bytes) => self.submit(cmd, bytes).instrument(span).await,
             Err(e) => Err(ProposeError::Rejected(e)),
         };
         if let Err(e) = &result {

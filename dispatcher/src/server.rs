@@ -174,6 +174,7 @@ pub async fn run_with_listeners(
             .map_err(DispatcherError::from)
     };
     let client_port = builder(&config, client_tls)?
+        .layer(sluice_telemetry::RpcSpans::new("dispatcher"))
         .layer(config.security.client_guard())
         .add_service(health_service)
         .add_service(sluice_proto::reflection::v1(&[DISPATCHER_SERVICE]))

@@ -281,6 +281,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         }
     }
 
+    #[instrument(level = "debug", skip_all, fields(client_id = req.get_ref().client_id))]
     async fn release_iteration_client(
         &self,
         req: Request<pb::ReleaseIterationClientRequest>,
@@ -290,6 +291,10 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         Ok(Response::new(pb::ReleaseIterationClientResponse {}))
     }
 
+    #[instrument(level = "debug", skip_all, fields(
+        client_id = req.get_ref().client_id,
+        consumer_index = req.get_ref().consumer_index,
+    ))]
     async fn client_heartbeat(
         &self,
         req: Request<pb::ClientHeartbeatRequest>,
@@ -354,6 +359,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         }
     }
 
+    #[instrument(level = "debug", skip_all, fields(worker = %req.get_ref().address))]
     async fn worker_heartbeat(
         &self,
         req: Request<pb::WorkerHeartbeatRequest>,
@@ -400,6 +406,12 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         Ok(Response::new(resp))
     }
 
+    #[instrument(level = "debug", skip_all, fields(
+        task_id = req.get_ref().task_id,
+        worker_uid = req.get_ref().worker_uid,
+        sequence = req.get_ref().sequence,
+        split_provider = req.get_ref().split_provider_index,
+    ))]
     async fn get_split(
         &self,
         req: Request<pb::GetSplitRequest>,

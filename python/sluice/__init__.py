@@ -30,6 +30,7 @@ from sluice.distribute import (
 )
 from sluice.errors import *  # noqa: F403  (the exception classes)
 from sluice.servers import DispatchServer, Quorum, WorkerServer, start_quorum
+from sluice.tracing import configure_tracing, flush_tracing
 
 __all__ = [
     "Dataset",
@@ -50,6 +51,8 @@ __all__ = [
     "Quorum",
     "start_quorum",
     "errors",
+    "configure_tracing",
+    "flush_tracing",
     "__version__",
     *errors.__all__,
 ]

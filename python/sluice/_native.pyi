@@ -159,5 +159,13 @@ def rust_read(
     """Reads a dataset to the end with the Rust client, counting (for the
     benchmark): (elements, payload bytes, seconds)."""
 
+def configure_tracing(
+    otlp_endpoint: str | None,
+    service_name: str | None,
+    log_format: str,
+    log_level: str | None,
+) -> bool: ...
+def flush_tracing() -> None: ...
+def shutdown_tracing() -> None: ...
 def build_profile() -> str:
     """"debug" or "release": how this module was built."""

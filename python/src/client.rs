@@ -244,11 +244,15 @@ impl Reader {
     }
 
     /// Stops reading and releases this consumer from the iteration.
-    fn close(&self) {
+    fn close(&self, py: Python<'_>) {
         // Not in the runtime (a Python thread): blocking is allowed, and waits for
         // a read in progress on another thread to end its slice (<= 100 ms).
         let taken = self.state.blocking_lock().take();
-        drop(taken);
+        // Waits for the read's manager to end, so its span is closed (and goes
+        // out with the next flush of exported spans). In a fork it is leaked.
+        if let Some(Ok((rt, stream))) = taken.map(|owned| owned.into_inner("reader")) {
+            py.detach(|| rt.block_on(stream.close()));
+        }
     }
 
     /// The job's name (generated for an anonymous job).

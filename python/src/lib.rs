@@ -12,6 +12,7 @@
 //! - `servers` — `DispatchServer`, `WorkerServer`, `start_quorum`.
 //! - `security` — the TLS and token keywords as the crates' settings.
 //! - `errors` — Rust errors as `sluice.errors` exceptions.
+//! - `telemetry` — `configure_tracing`: logs and OTLP trace export of the core.
 //! - `bench` — the Rust client's figure for `python -m sluice.bench`.
 
 use pyo3::prelude::*;
@@ -25,6 +26,7 @@ mod limits;
 mod runtime;
 mod security;
 mod servers;
+mod telemetry;
 
 /// The binary's allocator in the module too: it keeps freed message buffers for
 /// reuse (docs/performance.md).
@@ -62,5 +64,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_spec, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_read, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(telemetry::configure_tracing, m)?)?;
+    m.add_function(wrap_pyfunction!(telemetry::flush_tracing, m)?)?;
+    m.add_function(wrap_pyfunction!(telemetry::shutdown_tracing, m)?)?;
     Ok(())
 }

@@ -2,15 +2,21 @@
 //! (then it dials `https://`) and a bearer token, which [`Bearer`] adds to every
 //! request. Dispatcher clients, workers dialling the dispatcher, readers dialling
 //! workers, and dispatchers dialling their Raft peers all use it.
+//!
+//! [`Bearer`] is also where every call picks up the caller's trace context (W3C
+//! `traceparent`, `sluice_telemetry::propagation`), since every outgoing call of
+//! Sluice already passes through it; with trace export off that costs one atomic
+//! load.
 
-use tonic::metadata::{Ascii, MetadataValue};
+use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
 use crate::error::SecurityError;
 use crate::tls::TlsSettings;
 use crate::tokens::Secret;
 
-/// Adds `authorization: Bearer SECRET` to requests (nothing without a secret).
+/// Adds `authorization: Bearer SECRET` to requests (nothing without a secret), and
+/// the current span's trace context when traces are exported.
 #[derive(Clone, Default)]
 pub struct Bearer {
     value: Option<MetadataValue<Ascii>>,
@@ -42,6 +48,7 @@ impl Bearer {
             value.set_sensitive(true);
             request.headers_mut().insert(http::header::AUTHORIZATION, value);
         }
+        sluice_telemetry::propagation::inject_headers(request.headers_mut());
     }
 }
 
@@ -53,6 +60,12 @@ impl tonic::service::Interceptor for Bearer {
         if let Some(v) = &self.value {
             request.metadata_mut().insert("authorization", v.clone());
         }
+        let metadata = request.metadata_mut();
+        sluice_telemetry::propagation::inject(|key, value| {
+            if let (Ok(k), Ok(v)) = (MetadataKey::from_bytes(key.as_bytes()), value.parse()) {
+                metadata.insert(k, v);
+            }
+        });
         Ok(request)
     }
 }

@@ -12,6 +12,7 @@ pub mod sample;
 pub mod security;
 pub mod serve;
 pub mod status;
+pub mod telemetry;
 
 use std::time::Duration;
 
@@ -76,17 +77,6 @@ impl DataRootsFlag {
             .transpose()
             .map_err(Into::into)
     }
-}
-
-pub fn init_tracing(default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 /// Reads a JSON dataset spec from a file, or stdin for `-`.

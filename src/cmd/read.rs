@@ -161,6 +161,8 @@ pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::R
         bar.finish_and_clear();
     }
     summary.loss = stream.loss_report();
+    // Its spans end here, before the process flushes them (--otlp-endpoint).
+    stream.close().await;
     Ok(summary)
 }
 

@@ -32,6 +32,8 @@
 //! - [`spawner`]: the one long-lived thread that forks every child.
 //! - [`stderr`]: where a child's stderr goes and how its tail is read back.
 //! - [`ports`], [`quorum`], [`moto`], [`sluice`], [`wait`]: as in the diagram.
+//! - [`otlp`]: [`OtlpCollector`], an OTLP/gRPC trace collector stand-in that
+//!   records the spans it is sent.
 //! - [`python`]: the Python interpreter tests run (`SLUICE_TEST_PYTHON`, `.venv-py`).
 //! - [`fuzz_corpus`]: replays the fuzz targets' committed inputs as tests.
 //! - [`error`]: the one error type; every variant that concerns a child names it
@@ -44,6 +46,7 @@ pub mod child;
 pub mod error;
 pub mod fuzz_corpus;
 pub mod moto;
+pub mod otlp;
 pub mod ports;
 pub mod python;
 pub mod quorum;
@@ -55,6 +58,7 @@ pub mod wait;
 pub use child::{run, Child, Output, Spec, START_TIMEOUT};
 pub use error::Error;
 pub use moto::MotoServer;
+pub use otlp::{CollectedSpan, OtlpCollector};
 pub use ports::Port;
 pub use quorum::{group_flag, Quorum, QuorumConfig};
 pub use sluice::{harness_log_env, sluice_log_env, Sluice};

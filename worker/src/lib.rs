@@ -282,6 +282,7 @@ async fn serve(
         builder = builder.tls_config(tls)?;
     }
     let server = builder
+        .layer(sluice_telemetry::RpcSpans::new("worker"))
         .layer(worker.config.security.guard())
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)

@@ -47,6 +47,9 @@ pub fn command<C: CommandFactory>() -> Command {
         let server = SERVER_ROLES.contains(&name.as_str());
         cmd = cmd.mut_subcommand(&name, |s| s.arg(config_arg(server)));
     }
+    // Propagates the global flags (`--log-format`, `--otlp-endpoint`, ...) into every
+    // subcommand, so a file's keys cover them too.
+    cmd.build();
     cmd
 }
 
