@@ -60,7 +60,10 @@ pub(crate) struct SledJournal {
 }
 
 impl SledJournal {
-    pub(crate) async fn open(path: PathBuf) -> Result<(SledJournal, Recovery), JournalError> {
+    pub(crate) async fn open(
+        path: PathBuf,
+        read_only: bool,
+    ) -> Result<(SledJournal, Recovery), JournalError> {
         let display = format!("sled:{}", path.display());
         crate::fs_sync::create_dir_all_durable(&path)
             .map_err(|e| JournalError::io(&display, false, e))?;
@@ -69,7 +72,7 @@ impl SledJournal {
         let guard = OpenGuard::register(&path, &location)?;
         let loc = location.clone();
         let dir = path.clone();
-        let opened = tokio::task::spawn_blocking(move || open_blocking(&path, &loc))
+        let opened = tokio::task::spawn_blocking(move || open_blocking(&path, &loc, read_only))
             .await
             .map_err(|e| JournalError::io(&location, false, e))??;
         let (db, log, meta, state, recovery) = opened;
@@ -87,7 +90,7 @@ impl SledJournal {
             meta,
             syncer: Arc::new(StdMutex::new(syncer)),
             state: StdMutex::new(state),
-            writer: Mutex::new(None),
+            writer: Mutex::new(read_only.then(|| "opened read-only".to_string())),
             _open: guard,
         };
         Ok((journal, recovery))
