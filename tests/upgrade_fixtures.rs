@@ -15,6 +15,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -53,8 +54,12 @@ fn dispatcher_args(work_dir: &str) -> Vec<String> {
 }
 
 fn start_dispatcher(work_dir: &str) -> common::Proc {
+    start_dispatcher_env(work_dir, &[])
+}
+
+fn start_dispatcher_env(work_dir: &str, envs: &[(String, String)]) -> common::Proc {
     let args = dispatcher_args(work_dir);
-    common::server(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    common::server_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), envs)
 }
 
 /// The fake worker the fixture records (it never serves: the tests play it).
@@ -213,14 +218,22 @@ fn versions() -> Vec<PathBuf> {
 
 async fn opens_and_continues(version: &Path, layout: Layout) {
     let fixture = version.join(layout.name());
-    let what = fixture.display().to_string();
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(&fixture.join("work_dir"), &copy.path().join("work_dir"));
+    let work_dir = layout.work_dir(&copy.path().join("work_dir"));
+    continues(&fixture, &work_dir, &[]).await;
+}
+
+/// Starts this build on `work_dir` (a copy of `fixture`'s, reached with `envs`)
+/// and checks that it holds the state `fixture/expected.json` records and
+/// continues from it.
+async fn continues(fixture: &Path, work_dir: &str, envs: &[(String, String)]) {
+    let what = format!("{} at {work_dir}", fixture.display());
     let expected: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap())
             .unwrap();
-    let copy = tempfile::tempdir().unwrap();
-    copy_dir(&fixture.join("work_dir"), &copy.path().join("work_dir"));
     tracing::info!(%what, "--- start this build on a copy of the fixture");
-    let proc = start_dispatcher(&layout.work_dir(&copy.path().join("work_dir")));
+    let proc = start_dispatcher_env(work_dir, envs);
     let address = proc.address().to_string();
     let client =
         sluice_client::Client::new(std::slice::from_ref(&address), RetryPolicy::for_tests())
@@ -270,4 +283,86 @@ async fn every_committed_object_store_fixture_opens_and_continues() {
     for version in versions() {
         opens_and_continues(&version, Layout::Object).await;
     }
+}
+
+/// The object-store fixtures uploaded to an S3 server (moto) and read through
+/// `s3://`: the same objects, so the same state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_committed_object_store_fixture_opens_from_s3_and_continues() {
+    use object_store::{ObjectStoreExt, PutPayload};
+    common::init_tracing();
+    let s3 = sluice_journal::testing::MotoServer::start();
+    for (n, version) in versions().iter().enumerate() {
+        let fixture = version.join(Layout::Object.name());
+        let work_dir = format!("s3://{}/fixture-{n}", s3.bucket());
+        tracing::info!(%work_dir, "--- upload {}", fixture.display());
+        let (store, root) =
+            sluice_journal::testing::object_store_for(&work_dir, &s3.options()).unwrap();
+        for (name, bytes) in snapshot_dir(&fixture.join("work_dir")) {
+            if name.ends_with('/') {
+                continue;
+            }
+            let path = name.split('/').fold(root.clone(), |p, part| p.join(part));
+            store.put(&path, PutPayload::from(bytes)).await.unwrap();
+        }
+        continues(&fixture, &work_dir, &s3.env()).await;
+    }
+}
+
+/// A copy of the newest fixture whose last log entry is rewritten as a later
+/// build would write it (format version bumped): a real dispatcher refuses to
+/// start, says what to do, and changes nothing in the work_dir.
+async fn a_newer_work_dir_is_refused_unchanged(layout: Layout) {
+    let newest = versions().pop().unwrap();
+    let copy = tempfile::tempdir().unwrap();
+    let work_dir = copy.path().join("work_dir");
+    copy_dir(&newest.join(layout.name()).join("work_dir"), &work_dir);
+    let work_dir = layout.work_dir(&work_dir);
+    let journal = format!("{work_dir}/node-1");
+    tracing::info!(%journal, "--- rewrite the last entry in a newer format");
+    let newer = fixture_files::CURRENT_FORMAT + 1;
+    {
+        let (j, _) = sluice_journal::open(&journal).await.unwrap();
+        let last = j.state().await.unwrap().last_index.expect("entries after the snapshot");
+        let (_, bytes) = j.read(last, last + 1).await.unwrap().pop().unwrap();
+        j.truncate(last).await.unwrap();
+        let bumped = fixture_files::with_format(&bytes, newer);
+        j.append(vec![(last, bumped.into())]).await.unwrap();
+    }
+    assert!(sluice_journal::wait_closed(&journal, Duration::from_secs(10)).await);
+    let before = snapshot_dir(copy.path());
+
+    tracing::info!("--- this build refuses it, and says what to do");
+    let args = dispatcher_args(&work_dir);
+    let (ok, _, err) =
+        common::run_sluice(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
+    assert!(!ok, "a dispatcher started on a newer work_dir");
+    let want = format!(
+        "was written by a newer Sluice (format {newer}, this build reads up to {}): upgrade \
+         this binary or restore a backup; nothing was changed",
+        fixture_files::CURRENT_FORMAT
+    );
+    assert!(err.contains(&want), "{}: stderr lacks `{want}`:\n{err}", layout.name());
+    assert!(err.contains(&journal.replace("file://", "")), "names the work_dir:\n{err}");
+    let after = snapshot_dir(copy.path());
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "the refused start added or removed files"
+    );
+    for (name, bytes) in &before {
+        assert!(after[name] == *bytes, "the refused start changed {name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_work_dir_from_a_newer_build_is_refused_unchanged() {
+    common::init_tracing();
+    a_newer_work_dir_is_refused_unchanged(Layout::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_store_work_dir_from_a_newer_build_is_refused_unchanged() {
+    common::init_tracing();
+    a_newer_work_dir_is_refused_unchanged(Layout::Object).await;
 }

@@ -67,7 +67,8 @@ pub struct OpenOptions {
     /// (object stores), no format key written and no interrupted purge finished (sled);
     /// every write is refused. The dispatcher checks a work_dir's formats this way before
     /// taking it over, so a work_dir it refuses (written by a newer build) is left as it was.
-    /// (sled still creates a missing directory and its empty database files.)
+    /// sled writes its own files at every open, so a read-only sled open reads a copy of the
+    /// directory in the system temp dir (removed when the handle is dropped).
     pub read_only: bool,
 }
 
@@ -108,7 +109,8 @@ pub async fn open_with(
 ) -> Result<(Arc<dyn Journal>, Recovery), JournalError> {
     match Location::parse(location)? {
         Location::Sled(path) => {
-            let (journal, recovery) = sled_store::SledJournal::open(path, options.read_only).await?;
+            let (journal, recovery) =
+                sled_store::SledJournal::open(path, options.read_only).await?;
             Ok((Arc::new(journal), recovery))
         }
         other => {

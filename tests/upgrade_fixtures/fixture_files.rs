@@ -69,3 +69,17 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
         }
     }
 }
+
+/// The payload format this build writes (`sluice_dispatcher::raft::versioned`).
+pub const CURRENT_FORMAT: u16 = sluice_dispatcher::raft::versioned::CURRENT;
+
+/// `record` (a persisted dispatcher record, with or without its format header)
+/// with a header claiming `version`: what a later build would write.
+pub fn with_format(record: &[u8], version: u16) -> Vec<u8> {
+    let header = |b: &[u8]| b.len() >= 8 && b[..4] == [0xFF, b'S', b'L', b'V'] && b[7] == 0xFF;
+    let (kind, payload) = if header(record) { (record[6], &record[8..]) } else { (1, record) };
+    let v = version.to_le_bytes();
+    let mut out = vec![0xFF, b'S', b'L', b'V', v[0], v[1], kind, 0xFF];
+    out.extend_from_slice(payload);
+    out
+}

@@ -25,8 +25,8 @@ use openraft::{
 };
 use sluice_journal::Journal;
 
-use super::versioned::{seal, unseal};
 use super::group_commit::{self, Op, Pending};
+use super::versioned::{seal, unseal};
 use super::{NodeId, TypeConfig};
 
 #[derive(Clone)]

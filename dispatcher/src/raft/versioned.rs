@@ -180,7 +180,13 @@ fn open<'a>(
         return Err(FormatError::Newer { location, what, found: version, supported });
     }
     if version < OLDEST {
-        return Err(FormatError::Older { location, what, found: version, oldest: OLDEST, supported });
+        return Err(FormatError::Older {
+            location,
+            what,
+            found: version,
+            oldest: OLDEST,
+            supported,
+        });
     }
     if head[6] != kind as u8 {
         let reason = format!("its header says kind {}, expected {}", head[6], kind as u8);

@@ -92,8 +92,7 @@ impl ObjectJournal {
             }
             loaded.segments.insert(seq, SegInfo::default());
             let recovery = Recovery { entries: loaded.view.entries.len() as u64 };
-            let writer =
-                Writer { next_seq: seq + 1, segments: loaded.segments, broken: None };
+            let writer = Writer { next_seq: seq + 1, segments: loaded.segments, broken: None };
             let journal = ObjectJournal::new(remote, location, writer_id, loaded.view, writer);
             tracing::info!(journal = %journal.location, claim = seq, entries = recovery.entries,
                 state = ?journal.marks(), "journal opened");

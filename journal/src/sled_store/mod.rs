@@ -21,6 +21,7 @@
 
 mod durable;
 pub(crate) mod format;
+mod read_only;
 mod recover;
 
 #[cfg(feature = "testing")]
@@ -57,6 +58,8 @@ pub(crate) struct SledJournal {
     writer: Mutex<Option<String>>,
     /// Declared last so it is dropped after the database.
     _open: OpenGuard,
+    /// A read-only handle's copy of the directory, removed after the database is closed.
+    _copy: Option<read_only::ReadCopy>,
 }
 
 impl SledJournal {
@@ -65,10 +68,25 @@ impl SledJournal {
         read_only: bool,
     ) -> Result<(SledJournal, Recovery), JournalError> {
         let display = format!("sled:{}", path.display());
-        crate::fs_sync::create_dir_all_durable(&path)
-            .map_err(|e| JournalError::io(&display, false, e))?;
-        let path = path.canonicalize().map_err(|e| JournalError::io(&display, false, e))?;
-        let location = format!("sled:{}", path.display());
+        // Read-only: a copy (`read_only.rs`), named by the original in messages.
+        let (path, location, copy) = if read_only {
+            let (from, loc) = (path.clone(), display.clone());
+            let copy =
+                tokio::task::spawn_blocking(move || read_only::copy_for_reading(&from, &loc))
+                    .await
+                    .map_err(|e| JournalError::io(&display, false, e))??;
+            let location = match path.canonicalize() {
+                Ok(p) => format!("sled:{}", p.display()),
+                Err(_) => display.clone(),
+            };
+            (copy.path().to_path_buf(), location, Some(copy))
+        } else {
+            crate::fs_sync::create_dir_all_durable(&path)
+                .map_err(|e| JournalError::io(&display, false, e))?;
+            let path = path.canonicalize().map_err(|e| JournalError::io(&display, false, e))?;
+            let location = format!("sled:{}", path.display());
+            (path, location, None)
+        };
         let guard = OpenGuard::register(&path, &location)?;
         let loc = location.clone();
         let dir = path.clone();
@@ -92,6 +110,7 @@ impl SledJournal {
             state: StdMutex::new(state),
             writer: Mutex::new(read_only.then(|| "opened read-only".to_string())),
             _open: guard,
+            _copy: copy,
         };
         Ok((journal, recovery))
     }

@@ -117,7 +117,7 @@ fn recover(
         // (read-only: skip them below instead).
         if !read_only {
             let mut batch = sled::Batch::default();
-        for item in log.range(..=upto.to_be_bytes()) {
+            for item in log.range(..=upto.to_be_bytes()) {
                 batch.remove(item.map_err(sled)?.0);
             }
             log.apply_batch(batch).map_err(sled)?;
