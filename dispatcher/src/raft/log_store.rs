@@ -26,8 +26,21 @@ use openraft::{
 use sluice_journal::Journal;
 
 use super::group_commit::{self, Op, Pending};
-use super::versioned::{seal, unseal};
+use super::versioned::{seal, unseal, Kind, Versioned};
 use super::{NodeId, TypeConfig};
+
+// What the log store persists, and as which kind (`versioned.rs`): version 1 is
+// today's layout of each.
+impl Versioned for Entry<TypeConfig> {
+    const KIND: Kind = Kind::Entry;
+}
+impl Versioned for Vote<NodeId> {
+    const KIND: Kind = Kind::Vote;
+}
+/// The purge marker: the last purged log id.
+impl Versioned for LogId<NodeId> {
+    const KIND: Kind = Kind::PurgeMarker;
+}
 
 #[derive(Clone)]
 pub struct LogStore {

@@ -25,7 +25,7 @@ use sluice_journal::Journal;
 use tokio::sync::watch;
 
 use super::codec::{decode, encode};
-use super::versioned::{seal, seal_encoded, unseal, Kind};
+use super::versioned::{seal, seal_encoded, unseal, Kind, Versioned};
 use super::{CommandResult, NodeId, TypeConfig};
 use crate::state::State;
 
@@ -35,6 +35,15 @@ pub struct Applied {
     pub last_applied: Option<LogId<NodeId>>,
     pub membership: StoredMembership<NodeId, BasicNode>,
     pub state: State,
+}
+
+// What a snapshot persists, and as which kind (`versioned.rs`). A change to
+// `State`'s layout bumps the format and migrates here (`versioned.rs` docs).
+impl Versioned for Applied {
+    const KIND: Kind = Kind::Snapshot;
+}
+impl Versioned for SnapshotMeta<NodeId, BasicNode> {
+    const KIND: Kind = Kind::SnapshotMeta;
 }
 
 /// Shared by the state machine (writer) and the RPC handlers (readers). A std

@@ -41,14 +41,11 @@
 //! sending the old layout until every node runs the new build
 //! (docs/operations-upgrades.md).
 
-use openraft::{BasicNode, Entry, LogId, SnapshotMeta, Vote};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sluice_journal::Journal;
 
 use super::codec::{decode, encode};
-use super::state_machine::Applied;
-use super::{NodeId, TypeConfig};
 
 /// The payload format this build writes, and the newest it reads.
 pub const CURRENT: u16 = 1;
@@ -110,6 +107,7 @@ pub enum FormatError {
 }
 
 /// A persisted type: its kind, and how each readable version becomes it.
+/// Implemented next to where each is stored (`log_store.rs`, `state_machine.rs`).
 pub trait Versioned: Serialize + DeserializeOwned {
     const KIND: Kind;
 
@@ -122,21 +120,9 @@ pub trait Versioned: Serialize + DeserializeOwned {
     }
 }
 
-impl Versioned for Entry<TypeConfig> {
-    const KIND: Kind = Kind::Entry;
-}
-impl Versioned for Vote<NodeId> {
-    const KIND: Kind = Kind::Vote;
-}
-impl Versioned for LogId<NodeId> {
-    const KIND: Kind = Kind::PurgeMarker;
-}
-impl Versioned for SnapshotMeta<NodeId, BasicNode> {
-    const KIND: Kind = Kind::SnapshotMeta;
-}
-impl Versioned for Applied {
-    const KIND: Kind = Kind::Snapshot;
-}
+// The persisted types implement `Versioned` where they are stored: log entries,
+// votes and purge markers in `log_store.rs`, snapshots and their meta in
+// `state_machine.rs` (so this module depends on nothing of theirs).
 
 /// The header of a `kind` record at `version`.
 fn header(kind: Kind, version: u16) -> [u8; HEADER_LEN] {

@@ -4,12 +4,16 @@
 //! test-only v1 → v2 change); and what goes to peers stays the plain layout.
 
 use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, EntryPayload, RaftSnapshotBuilder, StoredMembership};
+use openraft::{
+    BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta,
+    StoredMembership, Vote,
+};
 use serde::{Deserialize, Serialize};
 
 use super::*;
 use crate::command::Command;
-use crate::raft::state_machine::StateMachine;
+use crate::raft::state_machine::{Applied, StateMachine};
+use crate::raft::{NodeId, TypeConfig};
 
 const LOC: &str = "sled:/somewhere/node-1";
 
