@@ -82,6 +82,7 @@ impl Core {
             attempts: JOURNAL_ATTEMPTS,
             ..sluice_journal::OpenOptions::default()
         };
+        crate::raft::versioned::check_work_dir(&journal, &options).await?;
         let (store, recovery) = sluice_journal::open_with(&journal, &options).await?;
         tracing::info!(%journal, entries = recovery.entries, "journal opened");
         let log = LogStore::open(store.clone()).await.map_err(DispatcherError::raft)?;

@@ -59,6 +59,9 @@ pub enum DispatcherError {
     Config(String),
     #[error(transparent)]
     Journal(#[from] sluice_journal::JournalError),
+    /// The work_dir holds a record this build does not read (a newer build's).
+    #[error(transparent)]
+    Format(#[from] crate::raft::versioned::CheckError),
     #[error("raft: {0}")]
     Raft(String),
     #[error(transparent)]

@@ -24,11 +24,9 @@ pub enum JournalError {
     )]
     Fenced { location: String, detail: String },
 
-    /// The journal was written by a newer (or unknown) format version.
-    #[error(
-        "journal {location} has format version {found}, this build supports version \
-         {supported}: run a build that understands it"
-    )]
+    /// The journal was written by a newer (or unknown) format version. Reported at open,
+    /// before anything is written.
+    #[error("{}", unsupported_version(location, *found, *supported))]
     UnsupportedVersion { location: String, found: u32, supported: u32 },
 
     /// The location string could not be understood.
@@ -57,5 +55,20 @@ impl JournalError {
     /// Whether trying the same call again may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, JournalError::Io { retryable: true, .. })
+    }
+}
+
+fn unsupported_version(location: &str, found: u32, supported: u32) -> String {
+    if found > supported {
+        format!(
+            "work_dir {location} was written by a newer Sluice (journal format {found}, this \
+             build reads up to {supported}): upgrade this binary or restore a backup; nothing \
+             was changed"
+        )
+    } else {
+        format!(
+            "journal {location} has format version {found}, which no Sluice build wrote (this \
+             build reads {supported}): restore a backup; nothing was changed"
+        )
     }
 }

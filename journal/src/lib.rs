@@ -63,6 +63,13 @@ pub struct OpenOptions {
     pub op_timeout: Duration,
     /// Attempts of a retryable remote call (timeouts, 5xx, connection errors) before giving up.
     pub attempts: u32,
+    /// Open to read, changing nothing: no claim of the next sequence number and no cleanup
+    /// (object stores), no format key written and no interrupted purge finished (sled);
+    /// every write is refused. The dispatcher checks a work_dir's formats this way before
+    /// taking it over, so a work_dir it refuses (written by a newer build) is left as it was.
+    /// sled writes its own files at every open, so a read-only sled open reads a copy of the
+    /// directory in the system temp dir (removed when the handle is dropped).
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -72,6 +79,7 @@ impl Default for OpenOptions {
             store_env: Vec::new(),
             op_timeout: Duration::from_secs(30),
             attempts: 4,
+            read_only: false,
         }
     }
 }
@@ -101,7 +109,8 @@ pub async fn open_with(
 ) -> Result<(Arc<dyn Journal>, Recovery), JournalError> {
     match Location::parse(location)? {
         Location::Sled(path) => {
-            let (journal, recovery) = sled_store::SledJournal::open(path).await?;
+            let (journal, recovery) =
+                sled_store::SledJournal::open(path, options.read_only).await?;
             Ok((Arc::new(journal), recovery))
         }
         other => {

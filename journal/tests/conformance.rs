@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{b, entries, Backend, Kind};
-use sluice_journal::{JournalError, LogState};
+use sluice_journal::{open_with, JournalError, LogState, OpenOptions};
 
 fn state(purged: Option<(u64, &str)>, range: Option<(u64, u64)>) -> LogState {
     LogState {
@@ -267,10 +267,45 @@ async fn unknown_format_version_is_refused(be: Backend) {
     drop(j);
     be.set_format_version_2().await;
     match be.try_open().await {
-        Err(JournalError::UnsupportedVersion { found: 2, supported: 1, .. }) => {}
+        Err(e @ JournalError::UnsupportedVersion { found: 2, supported: 1, .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("written by a newer Sluice"), "{msg}");
+            assert!(msg.contains("upgrade this binary or restore a backup"), "{msg}");
+        }
         Err(other) => panic!("expected UnsupportedVersion, got {other}"),
         Ok(_) => panic!("a version-2 journal must not open"),
     }
+}
+
+/// A read-only open sees what is durable and refuses every write; the journal is then as it
+/// was (the next writer's appends go on at the same index). The dispatcher checks formats
+/// this way before it takes a work_dir over.
+async fn read_only_open_reads_and_changes_nothing(be: Backend) {
+    let (j, _) = be.open().await;
+    j.append(entries(1..=3)).await.unwrap();
+    j.save_vote(b("vote")).await.unwrap();
+    j.purge(1, b("marker")).await.unwrap();
+    j.save_snapshot(b("meta"), b("data")).await.unwrap();
+    let before = j.state().await.unwrap();
+    drop(j);
+    let read_only = OpenOptions { read_only: true, ..be.options.clone() };
+    let (r, _) = open_with(&be.location, &read_only).await.unwrap();
+    assert_eq!(r.state().await.unwrap(), before);
+    assert_eq!(r.read(0, 10).await.unwrap(), entries(2..=3));
+    assert_eq!(r.read_vote().await.unwrap(), Some(b("vote")));
+    assert_eq!(r.read_snapshot().await.unwrap(), Some((b("meta"), b("data"))));
+    assert!(r.append(entries(4..=4)).await.is_err());
+    assert!(r.save_vote(b("other")).await.is_err());
+    assert!(r.truncate(3).await.is_err());
+    assert!(r.purge(2, b("m")).await.is_err());
+    assert!(r.save_snapshot(b("m"), b("d")).await.is_err());
+    drop(r);
+    assert!(sluice_journal::wait_closed(&be.location, Duration::from_secs(5)).await);
+    let (j, _) = be.open().await;
+    assert_eq!(j.state().await.unwrap(), before);
+    assert_eq!(j.read_vote().await.unwrap(), Some(b("vote")));
+    j.append(entries(4..=4)).await.unwrap();
+    assert_eq!(j.read(0, 10).await.unwrap(), entries(2..=4));
 }
 
 /// Opens racing for one location: at most one handle may write. sled lets one open win;
@@ -391,6 +426,7 @@ all_backends!(
     corruption_in_the_middle_refuses_to_open,
     stale_writer_is_fenced,
     unknown_format_version_is_refused,
+    read_only_open_reads_and_changes_nothing,
     purge_reclaims_space,
     concurrent_opens_leave_one_writer,
     damaged_snapshot_is_reported,

@@ -8,6 +8,9 @@
 //! commit, `group_commit.rs`). Truncate, purge and votes wait until every earlier
 //! append is durable, and are durable themselves before they return.
 //!
+//! Every record is written with its format version (`versioned.rs`) and read
+//! back through it, so an older record is migrated and a newer one refused.
+//!
 //! Soft state: `last_log_id` and `last_purged` are caches of what the journal holds
 //! plus the appends in flight, rebuilt at open.
 
@@ -22,9 +25,22 @@ use openraft::{
 };
 use sluice_journal::Journal;
 
-use super::codec::{decode, encode};
 use super::group_commit::{self, Op, Pending};
+use super::versioned::{seal, unseal, Kind, Versioned};
 use super::{NodeId, TypeConfig};
+
+// What the log store persists, and as which kind (`versioned.rs`): version 1 is
+// today's layout of each.
+impl Versioned for Entry<TypeConfig> {
+    const KIND: Kind = Kind::Entry;
+}
+impl Versioned for Vote<NodeId> {
+    const KIND: Kind = Kind::Vote;
+}
+/// The purge marker: the last purged log id.
+impl Versioned for LogId<NodeId> {
+    const KIND: Kind = Kind::PurgeMarker;
+}
 
 #[derive(Clone)]
 pub struct LogStore {
@@ -53,8 +69,9 @@ impl LogStore {
     /// Reads the journal's marks: the last entry's log id and the purge marker.
     pub async fn open(journal: Arc<dyn Journal>) -> Result<Self, StorageError<NodeId>> {
         let state = journal.state().await.map_err(io_read)?;
+        let location = journal.location();
         let last_purged: Option<LogId<NodeId>> = match &state.purged_marker {
-            Some(m) => Some(decode(m).map_err(io_read)?),
+            Some(m) => Some(unseal(m, &location).map_err(io_read)?),
             None => None,
         };
         let last_log_id = match state.last_index {
@@ -66,7 +83,7 @@ impl LogStore {
                         journal.location()
                     )))
                 })?;
-                let entry: Entry<TypeConfig> = decode(bytes).map_err(io_read)?;
+                let entry: Entry<TypeConfig> = unseal(bytes, &location).map_err(io_read)?;
                 Some(entry.log_id)
             }
             None => last_purged,
@@ -114,8 +131,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let raw = self.journal.read(from, to).await.map_err(io_read)?;
         all.extend(raw);
         let mut out = Vec::with_capacity(all.len());
+        let location = self.journal.location();
         for b in all.values() {
-            out.push(decode(b).map_err(io_read)?);
+            out.push(unseal(b, &location).map_err(io_read)?);
         }
         Ok(out)
     }
@@ -135,7 +153,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         self.barrier().await?;
-        let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
+        let bytes = seal(vote).map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
         self.journal
             .save_vote(Bytes::from(bytes))
             .await
@@ -149,9 +167,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .await
             .map_err(|e| StorageIOError::read_vote(AnyError::new(&e)))?;
         match vote {
-            Some(b) => {
-                Ok(Some(decode(&b).map_err(|e| StorageIOError::read_vote(AnyError::new(&e)))?))
-            }
+            Some(b) => Ok(Some(
+                unseal(&b, &self.journal.location())
+                    .map_err(|e| StorageIOError::read_vote(AnyError::new(&e)))?,
+            )),
             None => Ok(None),
         }
     }
@@ -175,7 +194,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 continue;
             }
             last = Some(entry.log_id);
-            batch.push((entry.log_id.index, Bytes::from(encode(&entry).map_err(io_write)?)));
+            batch.push((entry.log_id.index, Bytes::from(seal(&entry).map_err(io_write)?)));
         }
         // Readable now, durable when the writer calls back (group commit).
         group_commit::lock(&self.pending).extend(batch.iter().cloned());
@@ -194,7 +213,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         } else {
             let raw = self.journal.read(log_id.index - 1, log_id.index).await.map_err(io_read)?;
             match raw.first() {
-                Some((_, b)) => Some(decode::<Entry<TypeConfig>>(b).map_err(io_read)?.log_id),
+                Some((_, b)) => {
+                    let location = self.journal.location();
+                    Some(unseal::<Entry<TypeConfig>>(b, &location).map_err(io_read)?.log_id)
+                }
                 None => None,
             }
         };
@@ -205,7 +227,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         self.barrier().await?;
-        let marker = Bytes::from(encode(&log_id).map_err(io_write)?);
+        let marker = Bytes::from(seal(&log_id).map_err(io_write)?);
         self.journal.purge(log_id.index, marker).await.map_err(io_write)?;
         let mut m = self.marks();
         m.last_purged = Some(log_id);

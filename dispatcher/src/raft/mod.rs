@@ -17,6 +17,9 @@
 //!   with the byte bounds: decoding limited to the input, a log entry at most
 //!   [`MAX_ENTRY_BYTES`] (refused when proposed), a Raft RPC at most
 //!   [`MAX_RAFT_MESSAGE_BYTES`] (an AppendEntries over it is sent in pieces).
+//! - `versioned`: the format version in front of every record the dispatcher
+//!   persists, migrations of older ones, the refusal of newer ones
+//!   (`check_journal`, before a work_dir is opened for writing).
 //! - `log_store`: `RaftLogStorage` on the journal.
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
@@ -34,6 +37,7 @@ pub mod log_store;
 pub(crate) mod network;
 pub(crate) mod peer_service;
 pub mod state_machine;
+pub mod versioned;
 
 use std::io::Cursor;
 

@@ -5,6 +5,10 @@
 //! applied log id and membership; openraft takes one every `snapshot_every`
 //! entries and then purges the log before it, so a restart replays at most that
 //! many entries after loading the snapshot, however long the history.
+//!
+//! In the journal, the snapshot and its meta carry their format version
+//! (`versioned.rs`); between nodes (InstallSnapshot) the snapshot is the plain
+//! current layout, as older builds send and expect it.
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +25,7 @@ use sluice_journal::Journal;
 use tokio::sync::watch;
 
 use super::codec::{decode, encode};
+use super::versioned::{seal, seal_encoded, unseal, Kind, Versioned};
 use super::{CommandResult, NodeId, TypeConfig};
 use crate::state::State;
 
@@ -30,6 +35,15 @@ pub struct Applied {
     pub last_applied: Option<LogId<NodeId>>,
     pub membership: StoredMembership<NodeId, BasicNode>,
     pub state: State,
+}
+
+// What a snapshot persists, and as which kind (`versioned.rs`). A change to
+// `State`'s layout bumps the format and migrates here (`versioned.rs` docs).
+impl Versioned for Applied {
+    const KIND: Kind = Kind::Snapshot;
+}
+impl Versioned for SnapshotMeta<NodeId, BasicNode> {
+    const KIND: Kind = Kind::SnapshotMeta;
 }
 
 /// Shared by the state machine (writer) and the RPC handlers (readers). A std
@@ -90,7 +104,7 @@ impl StateMachine {
     pub async fn open(journal: Arc<dyn Journal>) -> Result<Self, StorageError<NodeId>> {
         let data = Shared::default();
         if let Some((_meta, body)) = journal.read_snapshot().await.map_err(snap_read_err)? {
-            *data.write() = decode(&body).map_err(snap_read_err)?;
+            *data.write() = unseal(&body, &journal.location()).map_err(snap_read_err)?;
         }
         Ok(StateMachine { data, journal, snapshots_built: Arc::new(AtomicU64::new(0)) })
     }
@@ -113,9 +127,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         };
         let meta =
             SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
-        let meta_bytes = encode(&meta).map_err(snap_write_err)?;
+        let meta_bytes = seal(&meta).map_err(snap_write_err)?;
+        let stored = seal_encoded(Kind::Snapshot, &body);
         self.journal
-            .save_snapshot(Bytes::from(meta_bytes), Bytes::from(body.clone()))
+            .save_snapshot(Bytes::from(meta_bytes), Bytes::from(stored))
             .await
             .map_err(snap_write_err)?;
         tracing::info!(index = ?last_applied.map(|l| l.index), bytes = body.len(), "snapshot saved");
@@ -175,9 +190,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let body = snapshot.into_inner();
         let applied: Applied = decode(&body).map_err(sm_err)?;
         // Durable first: a crash after this keeps the snapshot the log was cut at.
-        let meta_bytes = encode(meta).map_err(snap_write_err)?;
+        let meta_bytes = seal(meta).map_err(snap_write_err)?;
+        let stored = seal_encoded(Kind::Snapshot, &body);
         self.journal
-            .save_snapshot(Bytes::from(meta_bytes), Bytes::from(body))
+            .save_snapshot(Bytes::from(meta_bytes), Bytes::from(stored))
             .await
             .map_err(snap_write_err)?;
         *self.data.write() = applied;
@@ -191,8 +207,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         match self.journal.read_snapshot().await.map_err(snap_read_err)? {
             Some((meta, body)) => {
-                let meta: SnapshotMeta<NodeId, BasicNode> = decode(&meta).map_err(snap_read_err)?;
-                Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(body.to_vec())) }))
+                // Sent to a peer as the plain current layout: decoded (migrated if
+                // older) and encoded again.
+                let location = self.journal.location();
+                let meta: SnapshotMeta<NodeId, BasicNode> =
+                    unseal(&meta, &location).map_err(snap_read_err)?;
+                let applied: Applied = unseal(&body, &location).map_err(snap_read_err)?;
+                let body = encode(&applied).map_err(snap_read_err)?;
+                Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(body)) }))
             }
             None => Ok(None),
         }

@@ -73,6 +73,14 @@ impl ObjectJournal {
         let remote = Arc::new(Remote::build(&loc, opts)?);
         let location = loc.display();
         let writer_id = random_id();
+        if opts.read_only {
+            let loaded = recover::load(&remote).await?;
+            let recovery = Recovery { entries: loaded.view.entries.len() as u64 };
+            let broken = Some(Broken::Poisoned("opened read-only".into()));
+            let writer = Writer { next_seq: loaded.next_seq, segments: loaded.segments, broken };
+            let journal = ObjectJournal::new(remote, location, writer_id, loaded.view, writer);
+            return Ok((journal, recovery));
+        }
         for attempt in 1..=CLAIM_ATTEMPTS {
             let mut loaded = recover::load(&remote).await?;
             let seq = loaded.next_seq;
@@ -84,22 +92,8 @@ impl ObjectJournal {
             }
             loaded.segments.insert(seq, SegInfo::default());
             let recovery = Recovery { entries: loaded.view.entries.len() as u64 };
-            let journal = ObjectJournal {
-                cleaner: compact::Cleaner {
-                    remote: remote.clone(),
-                    location: location.clone(),
-                    serial: Arc::new(Mutex::new(())),
-                },
-                remote,
-                location,
-                writer_id,
-                view: StdMutex::new(loaded.view),
-                writer: Arc::new(Mutex::new(Writer {
-                    next_seq: seq + 1,
-                    segments: loaded.segments,
-                    broken: None,
-                })),
-            };
+            let writer = Writer { next_seq: seq + 1, segments: loaded.segments, broken: None };
+            let journal = ObjectJournal::new(remote, location, writer_id, loaded.view, writer);
             tracing::info!(journal = %journal.location, claim = seq, entries = recovery.entries,
                 state = ?journal.marks(), "journal opened");
             journal.finish_interrupted_cleanup().await;
@@ -112,6 +106,27 @@ impl ObjectJournal {
                  ({CLAIM_ATTEMPTS} attempts)"
             ),
         })
+    }
+
+    fn new(
+        remote: Arc<Remote>,
+        location: String,
+        writer_id: u64,
+        view: View,
+        writer: Writer,
+    ) -> ObjectJournal {
+        ObjectJournal {
+            cleaner: compact::Cleaner {
+                remote: remote.clone(),
+                location: location.clone(),
+                serial: Arc::new(Mutex::new(())),
+            },
+            remote,
+            location,
+            writer_id,
+            view: StdMutex::new(view),
+            writer: Arc::new(Mutex::new(writer)),
+        }
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, View> {

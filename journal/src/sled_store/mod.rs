@@ -21,6 +21,7 @@
 
 mod durable;
 pub(crate) mod format;
+mod read_only;
 mod recover;
 
 #[cfg(feature = "testing")]
@@ -57,19 +58,39 @@ pub(crate) struct SledJournal {
     writer: Mutex<Option<String>>,
     /// Declared last so it is dropped after the database.
     _open: OpenGuard,
+    /// A read-only handle's copy of the directory, removed after the database is closed.
+    _copy: Option<read_only::ReadCopy>,
 }
 
 impl SledJournal {
-    pub(crate) async fn open(path: PathBuf) -> Result<(SledJournal, Recovery), JournalError> {
+    pub(crate) async fn open(
+        path: PathBuf,
+        read_only: bool,
+    ) -> Result<(SledJournal, Recovery), JournalError> {
         let display = format!("sled:{}", path.display());
-        crate::fs_sync::create_dir_all_durable(&path)
-            .map_err(|e| JournalError::io(&display, false, e))?;
-        let path = path.canonicalize().map_err(|e| JournalError::io(&display, false, e))?;
-        let location = format!("sled:{}", path.display());
+        // Read-only: a copy (`read_only.rs`), named by the original in messages.
+        let (path, location, copy) = if read_only {
+            let (from, loc) = (path.clone(), display.clone());
+            let copy =
+                tokio::task::spawn_blocking(move || read_only::copy_for_reading(&from, &loc))
+                    .await
+                    .map_err(|e| JournalError::io(&display, false, e))??;
+            let location = match path.canonicalize() {
+                Ok(p) => format!("sled:{}", p.display()),
+                Err(_) => display.clone(),
+            };
+            (copy.path().to_path_buf(), location, Some(copy))
+        } else {
+            crate::fs_sync::create_dir_all_durable(&path)
+                .map_err(|e| JournalError::io(&display, false, e))?;
+            let path = path.canonicalize().map_err(|e| JournalError::io(&display, false, e))?;
+            let location = format!("sled:{}", path.display());
+            (path, location, None)
+        };
         let guard = OpenGuard::register(&path, &location)?;
         let loc = location.clone();
         let dir = path.clone();
-        let opened = tokio::task::spawn_blocking(move || open_blocking(&path, &loc))
+        let opened = tokio::task::spawn_blocking(move || open_blocking(&path, &loc, read_only))
             .await
             .map_err(|e| JournalError::io(&location, false, e))??;
         let (db, log, meta, state, recovery) = opened;
@@ -87,8 +108,9 @@ impl SledJournal {
             meta,
             syncer: Arc::new(StdMutex::new(syncer)),
             state: StdMutex::new(state),
-            writer: Mutex::new(None),
+            writer: Mutex::new(read_only.then(|| "opened read-only".to_string())),
             _open: guard,
+            _copy: copy,
         };
         Ok((journal, recovery))
     }

@@ -45,11 +45,16 @@ pub(super) type Opened = (sled::Db, sled::Tree, sled::Tree, LogState, Recovery);
 /// No live handle in this process has `path` open (the caller registered it), so a held lock
 /// is either a dropped handle of ours whose sled threads are still finishing (milliseconds)
 /// or another process: poll for up to [`LOCK_WAIT`] before calling it fenced.
-pub(super) fn open_blocking(path: &Path, location: &str) -> Result<Opened, JournalError> {
+/// Opens and recovers; `read_only` writes nothing (see `OpenOptions::read_only`).
+pub(super) fn open_blocking(
+    path: &Path,
+    location: &str,
+    read_only: bool,
+) -> Result<Opened, JournalError> {
     let db = open_db(path, location, LOCK_WAIT)?;
     let log = db.open_tree("log").map_err(|e| sled_err(location, e))?;
     let meta = db.open_tree("meta").map_err(|e| sled_err(location, e))?;
-    let (state, recovery) = recover(location, &log, &meta)?;
+    let (state, recovery) = recover(location, &log, &meta, read_only)?;
     Ok((db, log, meta, state, recovery))
 }
 
@@ -60,6 +65,7 @@ fn recover(
     location: &str,
     log: &sled::Tree,
     meta: &sled::Tree,
+    read_only: bool,
 ) -> Result<(LogState, Recovery), JournalError> {
     let sled = |e| sled_err(location, e);
     let corrupt = |what: &str, offset: u64, reason: String| JournalError::Corrupt {
@@ -88,6 +94,7 @@ fn recover(
                 });
             }
         }
+        None if log.is_empty() && meta.is_empty() && read_only => {}
         None if log.is_empty() && meta.is_empty() => {
             meta.insert(KEY_FORMAT, seal(&FORMAT_VERSION.to_le_bytes())).map_err(sled)?;
         }
@@ -106,18 +113,24 @@ fn recover(
             split_purged(&v).map_err(|r| corrupt("tree `meta`, key `purged`", 0, r))?;
         state.purged_index = Some(upto);
         state.purged_marker = Some(marker);
-        // Finish a purge that crashed between writing its marker and deleting entries.
-        let mut batch = sled::Batch::default();
-        for item in log.range(..=upto.to_be_bytes()) {
-            batch.remove(item.map_err(sled)?.0);
+        // Finish a purge that crashed between writing its marker and deleting entries
+        // (read-only: skip them below instead).
+        if !read_only {
+            let mut batch = sled::Batch::default();
+            for item in log.range(..=upto.to_be_bytes()) {
+                batch.remove(item.map_err(sled)?.0);
+            }
+            log.apply_batch(batch).map_err(sled)?;
         }
-        log.apply_batch(batch).map_err(sled)?;
     }
 
     let mut recovery = Recovery::default();
     for item in log.iter() {
         let (key, value) = item.map_err(sled)?;
         let index = key_index(&key).map_err(|r| corrupt("tree `log`", 0, r))?;
+        if state.purged_index.is_some_and(|p| index <= p) {
+            continue;
+        }
         let what = format!("tree `log`, key = entry {index}; offset = that index");
         if let Some(last) = state.last_index {
             if index != last + 1 {

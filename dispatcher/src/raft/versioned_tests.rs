@@ -1,0 +1,193 @@
+//! The envelope: what this build writes it reads back; what builds before the
+//! envelope wrote is read as version 1; a newer version or another kind is
+//! refused with what to do; a layout change migrates the older version (a
+//! test-only v1 → v2 change); and what goes to peers stays the plain layout.
+
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta,
+    StoredMembership, Vote,
+};
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::command::Command;
+use crate::raft::state_machine::{Applied, StateMachine};
+use crate::raft::{NodeId, TypeConfig};
+
+const LOC: &str = "sled:/somewhere/node-1";
+
+fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Normal(Command::ReleaseClient { client_id: 7 }),
+    }
+}
+
+fn applied() -> Applied {
+    Applied { last_applied: Some(log_id(3, 9)), ..Applied::default() }
+}
+
+fn meta() -> SnapshotMeta<NodeId, BasicNode> {
+    SnapshotMeta {
+        last_log_id: Some(log_id(3, 9)),
+        last_membership: StoredMembership::default(),
+        snapshot_id: "3-1-9-0".into(),
+    }
+}
+
+/// Round trip through `seal`/`unseal`, compared by encoding (openraft's types
+/// are not all `PartialEq`).
+fn round_trip<T: Versioned>(value: &T) {
+    let sealed = seal(value).unwrap();
+    assert_eq!(sealed[..4], MAGIC);
+    assert_eq!(sealed[4..6], CURRENT.to_le_bytes());
+    assert_eq!(sealed[6], T::KIND as u8);
+    let back: T = unseal(&sealed, LOC).unwrap();
+    assert_eq!(encode(&back).unwrap(), encode(value).unwrap());
+}
+
+#[test]
+fn every_kind_is_written_with_its_header_and_read_back() {
+    round_trip(&entry(1, 1));
+    round_trip(&Vote::<NodeId>::new_committed(4, 2));
+    round_trip(&log_id(2, 5));
+    round_trip(&meta());
+    round_trip(&applied());
+}
+
+/// Reads `value` as a build before the envelope wrote it (plain bincode).
+fn unversioned_round_trip<T: Versioned>(value: &T) {
+    let plain = encode(value).unwrap();
+    let back: T = unseal(&plain, LOC).unwrap();
+    assert_eq!(encode(&back).unwrap(), plain);
+}
+
+#[test]
+fn records_written_before_the_header_are_read_as_version_1() {
+    // Terms whose bytes look most like a header: the first seven bytes equal to
+    // one, the eighth not 0xFF (a term of 2^56 * 0xFF or more never occurs).
+    let lookalike = u64::from_le_bytes([0xFF, b'S', b'L', b'V', 1, 0, 1, 0xFE]);
+    for term in [0, 1, 255, u32::MAX as u64, lookalike] {
+        unversioned_round_trip(&entry(term, 3));
+        unversioned_round_trip(&Vote::<NodeId>::new(term, 2));
+        unversioned_round_trip(&log_id(term, 3));
+    }
+    unversioned_round_trip(&meta());
+    unversioned_round_trip(&SnapshotMeta::<NodeId, BasicNode>::default());
+    unversioned_round_trip(&applied());
+    unversioned_round_trip(&Applied::default());
+}
+
+#[test]
+fn a_newer_version_is_refused_with_what_to_do() {
+    let mut bytes = seal(&entry(1, 1)).unwrap();
+    bytes[4..6].copy_from_slice(&(CURRENT + 1).to_le_bytes());
+    let err = unseal::<Entry<TypeConfig>>(&bytes, LOC).unwrap_err();
+    assert!(matches!(err, FormatError::Newer { found, .. } if found == CURRENT + 1), "{err:?}");
+    let msg = err.to_string();
+    let want = format!(
+        "work_dir {LOC} was written by a newer Sluice (format {}, this build reads up to \
+         {CURRENT}): upgrade this binary or restore a backup; nothing was changed",
+        CURRENT + 1
+    );
+    assert!(msg.starts_with(&want), "{msg}");
+}
+
+#[test]
+fn a_record_of_another_kind_or_a_damaged_payload_is_refused() {
+    let vote = seal(&Vote::<NodeId>::new(1, 1)).unwrap();
+    let err = unseal::<Entry<TypeConfig>>(&vote, LOC).unwrap_err();
+    assert!(err.to_string().contains("header says kind 2, expected 1"), "{err}");
+    let mut cut = seal(&applied()).unwrap();
+    cut.truncate(12);
+    let err = unseal::<Applied>(&cut, LOC).unwrap_err();
+    assert!(matches!(err, FormatError::Undecodable { version: 1, .. }), "{err:?}");
+    assert!(err.to_string().contains("restore this node's journal"), "{err}");
+}
+
+/// A layout change, the way a real one is made (module docs): version 1's type
+/// frozen in `v1`, the current type with a new field, and `migrate` converting.
+mod v1 {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    pub struct Worker {
+        pub address: String,
+        pub uid: u64,
+    }
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Worker {
+    address: String,
+    uid: u64,
+    zone: Option<String>,
+}
+
+impl From<v1::Worker> for Worker {
+    fn from(w: v1::Worker) -> Self {
+        Worker { address: w.address, uid: w.uid, zone: None }
+    }
+}
+
+impl Versioned for Worker {
+    const KIND: Kind = Kind::Snapshot;
+    fn migrate(version: u16, payload: &[u8]) -> Result<Self, bincode::Error> {
+        match version {
+            1 => decode::<v1::Worker>(payload).map(Worker::from),
+            _ => decode(payload),
+        }
+    }
+}
+
+#[test]
+fn a_layout_change_migrates_the_older_version() {
+    let old = v1::Worker { address: "w:1".into(), uid: 9 };
+    let migrated = Worker { address: "w:1".into(), uid: 9, zone: None };
+    // As version 1 wrote it (with the header), and as builds before the header did.
+    let sealed_v1 = seal_encoded(Kind::Snapshot, &encode(&old).unwrap());
+    let plain_v1 = encode(&old).unwrap();
+    // As "version 2" writes it.
+    let now = Worker { address: "w:2".into(), uid: 3, zone: Some("a".into()) };
+    let mut sealed_v2 = header(Kind::Snapshot, 2).to_vec();
+    sealed_v2.extend_from_slice(&encode(&now).unwrap());
+    assert_eq!(unseal_up_to::<Worker>(&sealed_v1, 2, LOC).unwrap(), migrated);
+    assert_eq!(unseal_up_to::<Worker>(&plain_v1, 2, LOC).unwrap(), migrated);
+    assert_eq!(unseal_up_to::<Worker>(&sealed_v2, 2, LOC).unwrap(), now);
+    // And the build before the change refuses version 2 rather than misread it.
+    let err = unseal_up_to::<Worker>(&sealed_v2, 1, LOC).unwrap_err();
+    assert!(matches!(err, FormatError::Newer { found: 2, supported: 1, .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn the_journal_holds_the_snapshot_versioned_and_peers_get_the_plain_layout() {
+    let (journal, _) = sluice_journal::open("memory://versioned-snapshot").await.unwrap();
+    let mut sm = StateMachine::open(journal.clone()).await.unwrap();
+    let built = sm.build_snapshot().await.unwrap();
+    // What a peer of a build before the envelope decodes: the plain layout.
+    let plain: Applied = decode(built.snapshot.get_ref()).unwrap();
+    assert_eq!(encode(&plain).unwrap(), *built.snapshot.get_ref());
+    let (stored_meta, stored) = journal.read_snapshot().await.unwrap().unwrap();
+    assert_eq!(stored[..4], MAGIC);
+    assert_eq!(stored_meta[..4], MAGIC);
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.snapshot.get_ref(), built.snapshot.get_ref());
+    // A restart reads the versioned snapshot back.
+    assert!(StateMachine::open(journal).await.is_ok());
+}
+
+#[tokio::test]
+async fn check_journal_refuses_a_newer_entry_anywhere_in_the_log() {
+    let (journal, _) = sluice_journal::open("memory://versioned-check").await.unwrap();
+    let mut newer = seal(&entry(1, 2)).unwrap();
+    newer[4..6].copy_from_slice(&(CURRENT + 7).to_le_bytes());
+    let ok = seal(&entry(1, 1)).unwrap();
+    journal.append(vec![(1, ok.clone().into()), (2, newer.into()), (3, ok.into())]).await.unwrap();
+    let err = check_journal(&*journal).await.unwrap_err().to_string();
+    assert!(err.contains("newer Sluice") && err.contains("(log entry)"), "{err}");
+}
