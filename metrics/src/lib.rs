@@ -7,9 +7,12 @@
 //!  GET /metrics ──► serve (hyper HTTP/1.1) ──► encode ──► OpenMetrics text
 //! ```
 //! - [`serve`] / [`spawn`]: `GET /metrics` on a bound listener, with an injectable
-//!   shutdown; everything else is 404 (405 for another method on `/metrics`).
+//!   shutdown; everything else is 404 (405 for a method other than GET/HEAD).
 //!   Connections are bounded ([`MAX_CONNECTIONS`]) and a client has
 //!   [`HEADER_READ_TIMEOUT`] to send its request head.
+//! - [`serve_with_routes`] / [`spawn_with_routes`]: the same, also answering
+//!   `GET` on other paths from a [`Routes`] the role passes in (`routes.rs`; the
+//!   dispatcher's status page). `/metrics` is always the registry's.
 //! - [`encode`]: the registry as OpenMetrics text.
 //! - [`parse`]: a strict reader of that text (names, labels, values, `# EOF`), for
 //!   tests and tools that check a scrape.
@@ -30,17 +33,20 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE as CONTENT_TYPE_HEADER};
+use hyper::header::{HeaderValue, CONTENT_TYPE as CONTENT_TYPE_HEADER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
+mod routes;
+
 pub use prometheus_client;
 use prometheus_client::registry::Registry;
+pub use routes::{NoRoutes, Page, Routes, MAX_PAGE_BYTES};
 
 /// The content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -68,19 +74,16 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
-fn respond(registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let plain = |status: StatusCode, body: &'static str| {
-        let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
-        *r.status_mut() = status;
-        r
-    };
+fn respond(
+    registry: &Registry,
+    routes: &dyn Routes,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
     if req.uri().path() != "/metrics" {
-        return plain(StatusCode::NOT_FOUND, "not found: metrics are at GET /metrics\n");
+        return routes::respond(routes, req.method(), req.uri().path());
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET /metrics\n");
-        r.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return r;
+        return routes::method_not_allowed("use GET /metrics\n");
     }
     let mut r = Response::new(Full::new(Bytes::from(encode(registry))));
     r.headers_mut().insert(CONTENT_TYPE_HEADER, HeaderValue::from_static(CONTENT_TYPE));
@@ -93,6 +96,16 @@ fn respond(registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_with_routes(listener, registry, Arc::new(NoRoutes), shutdown).await
+}
+
+/// [`serve`], also answering `GET` on other paths from `routes` (`routes.rs`).
+pub async fn serve_with_routes(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    routes: Arc<dyn Routes>,
     shutdown: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -120,11 +133,11 @@ pub async fn serve(
                 }
             }
         };
-        let registry = registry.clone();
+        let (registry, routes) = (registry.clone(), routes.clone());
         connections.spawn(async move {
             let _permit = permit;
             let service = service_fn(move |req| {
-                let r = respond(&registry, &req);
+                let r = respond(&registry, &*routes, &req);
                 async move { Ok::<_, Infallible>(r) }
             });
             let served = http1::Builder::new()
@@ -147,9 +160,18 @@ pub struct MetricsServer {
 
 /// Spawns [`serve`] on the current runtime.
 pub fn spawn(listener: TcpListener, registry: Arc<Registry>) -> std::io::Result<MetricsServer> {
+    spawn_with_routes(listener, registry, Arc::new(NoRoutes))
+}
+
+/// Spawns [`serve_with_routes`] on the current runtime.
+pub fn spawn_with_routes(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    routes: Arc<dyn Routes>,
+) -> std::io::Result<MetricsServer> {
     let address = listener.local_addr()?;
     tracing::info!(%address, "metrics served at http://{address}/metrics");
-    let task = tokio::spawn(serve(listener, registry, std::future::pending()));
+    let task = tokio::spawn(serve_with_routes(listener, registry, routes, std::future::pending()));
     Ok(MetricsServer { address, task })
 }
 

@@ -91,3 +91,40 @@ fn parse_reads_labels_and_rejects_what_is_not_exposition() {
     assert!(parse("# HELP a A\n# TYPE a gauge\na x\n# EOF\n").is_err(), "not a number");
     assert!(parse("# HELP a A\n# TYPE a gauge\na{k=v} 1\n# EOF\n").is_err(), "unquoted");
 }
+
+/// A route table for the tests: `/` answers a page, `/big` one over the bound.
+struct TwoPages;
+
+impl Routes for TwoPages {
+    fn page(&self, path: &str) -> Option<Page> {
+        match path {
+            "/" => Some(Page::html("<p>hello</p>".into())),
+            "/big" => Some(Page::html("x".repeat(MAX_PAGE_BYTES + 1))),
+            _ => None,
+        }
+    }
+}
+
+#[tokio::test]
+async fn routes_answer_their_pages_beside_metrics_which_they_cannot_shadow() {
+    let (registry, _, _) = sample_registry();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = spawn_with_routes(listener, registry, Arc::new(TwoPages)).unwrap();
+    let base = format!("http://{}", server.address());
+    let http = http();
+
+    let resp = http.get(format!("{base}/?refresh=1")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let ct = resp.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_string();
+    assert_eq!(ct, "text/html; charset=utf-8");
+    assert_eq!(resp.headers()[reqwest::header::CACHE_CONTROL], "no-store");
+    assert_eq!(resp.text().await.unwrap(), "<p>hello</p>");
+
+    let resp = http.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    parse(&resp.text().await.unwrap()).expect("/metrics is still the registry's");
+
+    assert_eq!(http.get(format!("{base}/nope")).send().await.unwrap().status(), 404);
+    assert_eq!(http.post(format!("{base}/")).send().await.unwrap().status(), 405);
+    assert_eq!(http.get(format!("{base}/big")).send().await.unwrap().status(), 500);
+}
