@@ -22,6 +22,7 @@ use crate::error::DispatcherError;
 use crate::liveness::Liveness;
 use crate::raft::peer_service::PeerService;
 use crate::service::DispatcherService;
+use crate::status_page::StatusPage;
 use crate::worker_reports::WorkerReports;
 
 /// How long a stopping dispatcher waits for the Raft node's tasks to close its
@@ -35,7 +36,8 @@ pub struct Listeners {
     /// The RaftPeer service. `None`: bound at this node's `raft_peers` address
     /// when the group has several nodes (a one-node group has no Raft port).
     pub raft: Option<TcpListener>,
-    /// Prometheus metrics at `GET /metrics`.
+    /// Prometheus metrics at `GET /metrics`, and the status page at `GET /`
+    /// (`status_page`).
     pub metrics: Option<TcpListener>,
 }
 
@@ -102,16 +104,23 @@ pub async fn run_with_listeners(
     let registry = registry.with_data_roots(data_roots);
     let core = Arc::new(Core::start(&config, &address.to_string()).await?);
     let reports = Arc::new(WorkerReports::default());
-    // Stops when dropped, at the end of this function.
+    let liveness = Arc::new(Liveness::default());
+    // Stops when dropped, at the end of this function (and with it the status
+    // page's sampler).
     let _metrics = match metrics {
         Some(l) => {
             let metrics = crate::metrics::registry(core.clone(), reports.clone());
-            Some(sluice_metrics::spawn(l, Arc::new(metrics))?)
+            let page = StatusPage::start(
+                core.clone(),
+                liveness.clone(),
+                reports.clone(),
+                crate::status_page::SAMPLE_INTERVAL,
+            );
+            Some(sluice_metrics::spawn_with_routes(l, Arc::new(metrics), Arc::new(page))?)
         }
         None => None,
     };
     let peer = PeerService::new(core.raft().clone(), core.vote_gate());
-    let liveness = Arc::new(Liveness::default());
     let timers = liveness.spawn(core.clone(), config.clone());
     let anonymous_off_loopback = !address.ip().is_loopback() && config.security.tokens.is_none();
     let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness, reports)
@@ -251,12 +260,22 @@ pub async fn spawn_with_raft(
     config: DispatcherConfig,
     registry: FunctionRegistry,
 ) -> Result<DispatcherHandle, DispatcherError> {
+    spawn_with_listeners(Listeners { client: listener, raft, metrics: None }, config, registry)
+        .await
+}
+
+/// [`spawn`] on the given [`Listeners`] (e.g. with a metrics listener, which
+/// also serves the status page).
+pub async fn spawn_with_listeners(
+    listeners: Listeners,
+    config: DispatcherConfig,
+    registry: FunctionRegistry,
+) -> Result<DispatcherHandle, DispatcherError> {
     config.validate()?;
-    let address = listener.local_addr()?.to_string();
+    let address = listeners.client.local_addr()?.to_string();
     let (stop, stopped) = oneshot::channel::<()>();
     let (done_tx, done) = watch::channel(false);
     let task = tokio::spawn(async move {
-        let listeners = Listeners { client: listener, raft, metrics: None };
         let result = run_with_listeners(listeners, config, registry, async {
             let _ = stopped.await;
         })

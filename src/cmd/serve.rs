@@ -73,7 +73,8 @@ pub struct DispatcherArgs {
     #[arg(long, value_name = "MIN..MAX", default_value = "150..300", value_parser = parse_ms_range)]
     pub election_timeout_ms: (u64, u64),
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/architecture.md,
-    /// "Metrics").
+    /// "Metrics") and the status page at http://HOST:PORT/ (and /status.json;
+    /// docs/operations-status.md).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
     #[command(flatten)]
@@ -152,7 +153,8 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
 async fn bind_metrics(addr: Option<&str>, insecure: bool) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = addr else { return Ok(None) };
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    let missing = ["TLS and authentication (the metrics endpoint has neither)"];
+    // The same listener serves the dispatcher's status page (docs/operations-status.md).
+    let missing = ["TLS and authentication (the metrics endpoint and status page have neither)"];
     sluice_security::require_secure_off_loopback("metrics endpoint", host, &missing, insecure)
         .context("--metrics-addr")?;
     let listener = TcpListener::bind(addr)
