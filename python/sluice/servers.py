@@ -85,6 +85,10 @@ class DispatchServer(_Server):
     ``s3://bucket/prefix``, ``gs://`` URLs) a registered spec may name; a spec naming
     anything else is refused with ``InvalidArgumentError``. ``None``: on loopback the
     current and temp directories, elsewhere nothing (docs/security.md).
+    ``metrics_address`` (``--metrics-addr``, ``"host:port"``, port 0 picks one)
+    serves Prometheus metrics at ``/metrics`` and the status page at ``/`` and
+    ``/status.json`` (docs/operations-status.md); loopback only, as the listener
+    has neither TLS nor tokens. The bound address is ``.metrics_address``.
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class DispatchServer(_Server):
         peer_ca: _Path | None = None,
         peer_secret_file: _Path | None = None,
         data_roots: Union[str, Sequence[str], None] = None,
+        metrics_address: str | None = None,
     ) -> None:
         limits = _limits(
             max_datasets=max_datasets,
@@ -145,6 +150,7 @@ class DispatchServer(_Server):
             snapshot_every=snapshot_every,
             limits=limits,
             data_roots=_roots(data_roots),
+            metrics_address=metrics_address,
             **_paths(
                 tls_cert=tls_cert,
                 tls_key=tls_key,
@@ -154,6 +160,12 @@ class DispatchServer(_Server):
                 peer_secret_file=peer_secret_file,
             ),
         )
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the metrics listener (``metrics_address=``): metrics
+        at ``/metrics``, the status page at ``/``; ``None`` without one."""
+        return self._native.metrics_address
 
 
 def _limits(**given: float | None) -> dict[str, float]:

@@ -14,15 +14,25 @@ pub const REFRESH_SECS: u32 = 5;
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
 h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}\
 table{border-collapse:collapse}th,td{padding:.2em .7em;border-bottom:1px solid #ddd;text-align:left}\
-th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+th{background:#f4f4f4;white-space:nowrap}td{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .lost{color:#b00020}.muted{color:#777}.axis{font-size:11px;fill:#555}\
 .legend{list-style:none;padding:0}.legend li{display:inline-block;margin-right:1.5em}\
 .swatch{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:middle}";
 
-/// `s` with `& < > " '` replaced by entities: safe in text and quoted attributes.
+/// Characters of a user string shown (job names, dataset ids, addresses); the
+/// rest is cut with an ellipsis, so one long name cannot stretch the page. The
+/// JSON has them whole.
+pub const MAX_SHOWN_CHARS: usize = 80;
+
+/// `s` cut to [`MAX_SHOWN_CHARS`], with `& < > " '` replaced by entities: safe in
+/// text and quoted attributes.
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    let mut out = String::with_capacity(s.len().min(4 * MAX_SHOWN_CHARS));
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX_SHOWN_CHARS {
+            out.push('…');
+            break;
+        }
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
@@ -84,7 +94,7 @@ fn jobs_table(out: &mut String, jobs: &[JobRow]) {
     for j in jobs {
         let _ = write!(
             out,
-            r#"<tr><td class="n">{}</td><td class="job-name">{}</td><td>{} <span class="muted">({})</span></td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{} / {}</td><td class="n">{}</td><td class="n">{} / {} / {}</td><td>{}</td></tr>"#,
+            r#"<tr><td class="n">{}</td><td class="job-name">{}</td><td>{}<br><span class="muted">{}</span></td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{} / {}</td><td class="n">{}</td><td class="n">{} / {} / {}</td><td>{}</td></tr>"#,
             j.job_id,
             escape(&j.name),
             escape(&j.dataset_id),
