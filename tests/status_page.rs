@@ -186,6 +186,8 @@ async fn read_some(stream: &mut ElementStream, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_status_page_in_a_headless_browser_shows_quorum_workers_jobs_and_a_throughput_chart() {
     common::init_tracing();
+    // Fails at once, saying how to install it, rather than after the cluster.
+    chromium();
     let dir = tempfile::tempdir().unwrap();
     let work_dir = dir.path().join("work");
     let g = start_group(work_dir.to_str().unwrap());
