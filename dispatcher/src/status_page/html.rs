@@ -14,7 +14,7 @@ pub const REFRESH_SECS: u32 = 5;
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
 h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}\
 table{border-collapse:collapse}th,td{padding:.2em .7em;border-bottom:1px solid #ddd;text-align:left}\
-th{background:#f4f4f4;white-space:nowrap}td{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+th{background:#f4f4f4;vertical-align:bottom}td{white-space:nowrap}td.wrap{white-space:normal;min-width:8em;max-width:16em;overflow-wrap:anywhere}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .lost{color:#b00020}.muted{color:#777}.axis{font-size:11px;fill:#555}\
 .legend{list-style:none;padding:0}.legend li{display:inline-block;margin-right:1.5em}\
 .swatch{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:middle}";
@@ -81,7 +81,7 @@ fn workers_table(out: &mut String, rows: &[WorkerRow], id: &str) {
 
 fn progress(j: &JobRow) -> String {
     match (j.splits_granted, j.splits_per_epoch) {
-        (Some(g), Some(per)) => format!("{g} / {per} per epoch"),
+        (Some(g), Some(per)) => format!("{g} / {per}"),
         (Some(g), None) => format!("{g} / ?"),
         _ => "-".into(),
     }
@@ -89,12 +89,12 @@ fn progress(j: &JobRow) -> String {
 
 fn jobs_table(out: &mut String, jobs: &[JobRow]) {
     out.push_str(
-        r#"<table id="jobs"><tr><th>Job</th><th>Name</th><th>Dataset</th><th>Mode</th><th>Iterations</th><th>Splits granted</th><th>Elements</th><th>Tasks done</th><th>Consumers</th><th>Lost splits / elements / tasks</th><th>State</th></tr>"#,
+        r#"<table id="jobs"><tr><th>Job</th><th>Name</th><th>Dataset</th><th>Mode</th><th>Iterations</th><th>Splits granted / per epoch</th><th>Elements</th><th>Tasks done</th><th>Consumers</th><th>Lost splits / elements / tasks</th><th>State</th></tr>"#,
     );
     for j in jobs {
         let _ = write!(
             out,
-            r#"<tr><td class="n">{}</td><td class="job-name">{}</td><td>{}<br><span class="muted">{}</span></td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{} / {}</td><td class="n">{}</td><td class="n">{} / {} / {}</td><td>{}</td></tr>"#,
+            r#"<tr><td class="n">{}</td><td class="wrap job-name">{}</td><td>{}<br><span class="muted">{}</span></td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{} / {}</td><td class="n">{}</td><td class="n">{} / {} / {}</td><td class="wrap">{}</td></tr>"#,
             j.job_id,
             escape(&j.name),
             escape(&j.dataset_id),

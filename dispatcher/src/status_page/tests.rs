@@ -161,7 +161,7 @@ fn a_dynamic_job_shows_its_progress_and_a_charted_series() {
         (j.mode, j.splits_granted, j.splits_per_epoch, j.elements),
         ("DYNAMIC", Some(3), Some(10), Some(30))
     );
-    assert_eq!(j.dataset_summary, "1 stage, 100 source elements");
+    assert_eq!(j.dataset_summary, "1 stage, 100 elements");
     // One sample 5 s ago at 0 elements, the live one at 30: 6 elements/s.
     assert_eq!(v.throughput.jobs.len(), 1);
     assert_eq!(v.throughput.jobs[0].points, vec![(0.0, 6.0)]);

@@ -74,7 +74,7 @@ pub struct JobRow {
     pub job_id: u64,
     pub name: String,
     pub dataset_id: String,
-    /// E.g. "1 stage, 100 source elements".
+    /// E.g. "1 stage, 100 elements" (the source's).
     pub dataset_summary: String,
     pub mode: &'static str,
     pub iterations: usize,
@@ -246,7 +246,7 @@ fn extras(s: &State) -> BTreeMap<JobId, Extra> {
             let stages = s.datasets.get(&j.dataset_id).map_or(0, |d| d.def.stages.len());
             let plural = if stages == 1 { "" } else { "s" };
             let summary = match cardinality {
-                Some(n) => format!("{stages} stage{plural}, {n} source elements"),
+                Some(n) => format!("{stages} stage{plural}, {n} elements"),
                 None => format!("{stages} stage{plural}"),
             };
             let per = s
