@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::html::escape;
+use super::text::escape;
 use super::view::Throughput;
 
 const WIDTH: f64 = 720.0;

@@ -1,11 +1,12 @@
 //! The status page as HTML: one self-contained document (inline CSS, the chart
 //! as inline SVG, no script, no external asset) that reloads itself every
 //! [`REFRESH_SECS`]. Every string that comes from outside this process (job
-//! names, dataset ids, addresses, Python versions) goes through [`escape`].
+//! names, dataset ids, addresses, Python versions) goes through `text::escape`.
 
 use std::fmt::Write;
 
 use super::chart;
+use super::text::escape;
 use super::view::{JobRow, StatusView, WorkerRow};
 
 /// The page's `<meta http-equiv="refresh">` period.
@@ -18,32 +19,6 @@ th{background:#f4f4f4;vertical-align:bottom}td{white-space:nowrap}td.wrap{white-
 .lost{color:#b00020}.muted{color:#777}.axis{font-size:11px;fill:#555}\
 .legend{list-style:none;padding:0}.legend li{display:inline-block;margin-right:1.5em}\
 .swatch{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:middle}";
-
-/// Characters of a user string shown (job names, dataset ids, addresses); the
-/// rest is cut with an ellipsis, so one long name cannot stretch the page. The
-/// JSON has them whole.
-pub const MAX_SHOWN_CHARS: usize = 80;
-
-/// `s` cut to [`MAX_SHOWN_CHARS`], with `& < > " '` replaced by entities: safe in
-/// text and quoted attributes.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len().min(4 * MAX_SHOWN_CHARS));
-    for (i, c) in s.chars().enumerate() {
-        if i == MAX_SHOWN_CHARS {
-            out.push('…');
-            break;
-        }
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())

@@ -16,6 +16,7 @@
 mod chart;
 pub(crate) mod history;
 mod html;
+mod text;
 pub(crate) mod view;
 
 use std::sync::Arc;

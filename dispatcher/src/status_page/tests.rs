@@ -123,7 +123,7 @@ fn user_strings_are_escaped_and_tables_are_bounded() {
     assert!(!html.contains("\"><b>"), "no attribute or tag injected by an address");
     assert!(html.contains("5 more workers not shown."));
     let long = "n".repeat(10_000);
-    assert_eq!(super::html::escape(&long).chars().count(), super::html::MAX_SHOWN_CHARS + 1);
+    assert_eq!(super::text::escape(&long).chars().count(), super::text::MAX_SHOWN_CHARS + 1);
     assert!(html.contains(r#"<meta http-equiv="refresh" content="5">"#));
     // Bounded: 200 rows of long addresses stay far below the endpoint's cap.
     assert!(html.len() < sluice_metrics::MAX_PAGE_BYTES / 8, "{} bytes", html.len());
