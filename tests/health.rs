@@ -4,6 +4,9 @@
 //! worker serves while it is registered and not draining.
 
 mod common;
+#[path = "security/pki.rs"]
+#[allow(dead_code)]
+mod pki;
 
 use std::time::Duration;
 
@@ -96,4 +99,63 @@ async fn a_worker_serves_once_registered_and_stops_serving_when_it_drains() {
     let pid = nix::unistd::Pid::from_raw(worker.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     wait_status("the draining worker", &w, "", ServingStatus::NotServing).await;
+}
+
+/// `--health-addr`: the health service alone, in plain text, next to TLS ports
+/// that want tokens (Kubernetes' gRPC probes speak neither TLS nor tokens). It
+/// reports what the main port reports and serves nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plain_health_port_answers_probes_beside_tls_ports_and_serves_nothing_else() {
+    common::init_tracing();
+    let pki = pki::Pki::new();
+    let (d_health, w_health) = (Port::reserve().unwrap(), Port::reserve().unwrap());
+    let (d_health_address, w_health_address) = (d_health.address(), w_health.address());
+    drop((d_health, w_health));
+    let tls = [
+        "--tls-cert",
+        &pki.arg("server.pem"),
+        "--tls-key",
+        &pki.arg("server.key"),
+        "--tls-ca",
+        &pki.arg("ca.pem"),
+        "--auth-tokens",
+        &pki.arg("tokens"),
+    ]
+    .map(str::to_string);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let dispatcher = common::server(
+        &[&["dispatcher", "--port", "0", "--health-addr", &d_health_address][..], &tls].concat(),
+    );
+    let d = dispatcher.address().to_string();
+    wait_status("a dispatcher's plain health port", &d_health_address, "", ServingStatus::Serving)
+        .await;
+    // The TLS port does not speak plain text; the plain port serves no Dispatcher RPC.
+    assert_eq!(status(&d, "").await, None, "the TLS client port answered plain text");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{d_health_address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let refused = sluice_proto::v1::dispatcher_client::DispatcherClient::new(channel)
+        .get_status(sluice_proto::v1::GetStatusRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused:?}");
+
+    let token = pki.arg("worker.token");
+    let worker_args = [
+        &["worker", "--dispatcher", &d, "--port", "0", "--health-addr", &w_health_address][..],
+        &tls,
+        &["--token-file", &token, "--drain-timeout-secs", "0"],
+    ]
+    .concat();
+    let worker = common::server(&worker_args);
+    wait_status("a worker's plain health port", &w_health_address, "", ServingStatus::Serving)
+        .await;
+    let pid = nix::unistd::Pid::from_raw(worker.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    wait_until("the stopped worker's health port closes", || async {
+        status(&w_health_address, "").await.is_none()
+    })
+    .await;
 }

@@ -85,9 +85,11 @@ impl DispatcherSecurity {
     /// How this node dials its peers' Raft ports.
     pub fn peer_client(&self) -> Result<ClientSecurity, SecurityError> {
         let tls = self.tls.as_ref().map(|t| match self.peer_ca() {
-            Some(ca) => TlsSettings::from_pem(t.identity_pem(), Some(ca.to_vec())),
-            None => t.clone(),
+            Some(ca) => TlsSettings::from_pem(t.identity_pem(), Some(ca.to_vec()))
+                .with_server_name(t.server_name()),
+            None => Ok(t.clone()),
         });
+        let tls = tls.transpose()?;
         ClientSecurity::new(tls.as_ref(), self.peer_secret.as_ref())
     }
 

@@ -39,6 +39,9 @@ pub struct Listeners {
     /// Prometheus metrics at `GET /metrics`, and the status page at `GET /`
     /// (`status_page`).
     pub metrics: Option<TcpListener>,
+    /// The gRPC health service alone, in plain text (`--health-addr`), for
+    /// orchestrators' probes (`sluice_security::health_port`).
+    pub health: Option<TcpListener>,
 }
 
 /// Starts this node's Raft member on its journal and serves the Dispatcher
@@ -50,7 +53,7 @@ pub async fn run(
     registry: FunctionRegistry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DispatcherError> {
-    let listeners = Listeners { client: listener, raft: None, metrics: None };
+    let listeners = Listeners { client: listener, raft: None, metrics: None, health: None };
     run_with_listeners(listeners, config, registry, shutdown).await
 }
 
@@ -63,7 +66,7 @@ pub async fn run_with_metrics(
     registry: FunctionRegistry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DispatcherError> {
-    let listeners = Listeners { client: listener, raft: None, metrics };
+    let listeners = Listeners { client: listener, raft: None, metrics, health: None };
     run_with_listeners(listeners, config, registry, shutdown).await
 }
 
@@ -75,7 +78,8 @@ pub async fn run_with_listeners(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DispatcherError> {
     config.validate()?;
-    let Listeners { client: listener, raft: raft_listener, metrics } = listeners;
+    let Listeners { client: listener, raft: raft_listener, metrics, health: health_port } =
+        listeners;
     let address = listener.local_addr()?;
     config.check_exposure(&address.ip().to_string())?;
     let client_tls = config.security.client_port_tls()?;
@@ -110,13 +114,15 @@ pub async fn run_with_listeners(
     let _metrics = match metrics {
         Some(l) => {
             let metrics = crate::metrics::registry(core.clone(), reports.clone());
+            let s = &config.security;
+            let access = sluice_metrics::Access::new(s.tls.as_ref(), s.tokens.clone())?;
             let page = StatusPage::start(
                 core.clone(),
                 liveness.clone(),
                 reports.clone(),
                 crate::status_page::SAMPLE_INTERVAL,
             );
-            Some(sluice_metrics::spawn_with_routes(l, Arc::new(metrics), Arc::new(page))?)
+            Some(sluice_metrics::spawn_with_routes(l, Arc::new(metrics), access, Arc::new(page))?)
         }
         None => None,
     };
@@ -164,6 +170,14 @@ pub async fn run_with_listeners(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = crate::health::spawn(core.clone(), reporter);
+    let plain_health = health_service.clone();
+    let health_stop = stopped(stop_rx.clone());
+    let health_port = async {
+        let Some(l) = health_port else { return Ok(()) };
+        sluice_security::health_port::serve(l, plain_health, health_stop)
+            .await
+            .map_err(DispatcherError::from)
+    };
     let client_port = builder(&config, client_tls)?
         .layer(config.security.client_guard())
         .add_service(health_service)
@@ -188,7 +202,8 @@ pub async fn run_with_listeners(
             .await
             .map_err(DispatcherError::from)
     };
-    let (served, raft_served, ()) = tokio::join!(client_port, raft_port, stop);
+    let (served, raft_served, health_served, ()) =
+        tokio::join!(client_port, raft_port, health_port, stop);
     watcher.abort();
     health.abort();
     timers.abort();
@@ -212,6 +227,7 @@ pub async fn run_with_listeners(
     }
     served?;
     raft_served?;
+    health_served?;
     if let Some(reason) = fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(DispatcherError::Raft(format!(
             "the raft node stopped: {reason}; restart this dispatcher on its work_dir"
@@ -260,8 +276,8 @@ pub async fn spawn_with_raft(
     config: DispatcherConfig,
     registry: FunctionRegistry,
 ) -> Result<DispatcherHandle, DispatcherError> {
-    spawn_with_listeners(Listeners { client: listener, raft, metrics: None }, config, registry)
-        .await
+    let listeners = Listeners { client: listener, raft, metrics: None, health: None };
+    spawn_with_listeners(listeners, config, registry).await
 }
 
 /// [`spawn`] on the given [`Listeners`] (e.g. with a metrics listener, which

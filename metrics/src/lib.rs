@@ -12,8 +12,11 @@
 //!   [`HEADER_READ_TIMEOUT`] to send its request head.
 //! - [`serve_with_routes`] / [`spawn_with_routes`]: the same, also answering
 //!   `GET` on other paths from a [`Routes`] the role passes in (`routes.rs`; the
-//!   dispatcher's status page). `/metrics` is always the registry's.
+//!   dispatcher's status page), under the same [`Access`]. `/metrics` is always
+//!   the registry's.
 //! - [`encode`]: the registry as OpenMetrics text.
+//! - [`Access`] (`access.rs`): TLS with the server's certificate and a `metrics`
+//!   bearer token, when the server has them, so the listener may be off loopback.
 //! - [`parse`]: a strict reader of that text (names, labels, values, `# EOF`), for
 //!   tests and tools that check a scrape.
 //!
@@ -42,8 +45,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
+mod access;
 mod routes;
 
+pub use access::Access;
 pub use prometheus_client;
 use prometheus_client::registry::Registry;
 pub use routes::{NoRoutes, Page, Routes, MAX_PAGE_BYTES};
@@ -76,9 +81,14 @@ pub fn encode(registry: &Registry) -> String {
 
 fn respond(
     registry: &Registry,
+    access: &Access,
     routes: &dyn Routes,
     req: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
+    // Every path is behind the same TLS and token: the pages too.
+    if let Some(refusal) = access.refusal(req) {
+        return refusal;
+    }
     if req.uri().path() != "/metrics" {
         return routes::respond(routes, req.method(), req.uri().path());
     }
@@ -98,13 +108,25 @@ pub async fn serve(
     registry: Arc<Registry>,
     shutdown: impl Future<Output = ()>,
 ) {
-    serve_with_routes(listener, registry, Arc::new(NoRoutes), shutdown).await
+    serve_with_access(listener, registry, Access::open(), shutdown).await
 }
 
-/// [`serve`], also answering `GET` on other paths from `routes` (`routes.rs`).
+/// [`serve`] under `access`: TLS and a `metrics` token when it has them.
+pub async fn serve_with_access(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    access: Access,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_with_routes(listener, registry, access, Arc::new(NoRoutes), shutdown).await
+}
+
+/// [`serve_with_access`], also answering `GET` on other paths from `routes`
+/// (`routes.rs`).
 pub async fn serve_with_routes(
     listener: TcpListener,
     registry: Arc<Registry>,
+    access: Access,
     routes: Arc<dyn Routes>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -134,21 +156,41 @@ pub async fn serve_with_routes(
             }
         };
         let (registry, routes) = (registry.clone(), routes.clone());
+        let access = access.clone();
         connections.spawn(async move {
             let _permit = permit;
+            let acceptor = access.acceptor().cloned();
             let service = service_fn(move |req| {
-                let r = respond(&registry, &*routes, &req);
+                let r = respond(&registry, &access, &*routes, &req);
                 async move { Ok::<_, Infallible>(r) }
             });
-            let served = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "metrics: connection ended with an error");
+            let Some(acceptor) = acceptor else {
+                return serve_connection(stream, service).await;
+            };
+            // The handshake gets the same time limit as a request head.
+            match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => serve_connection(tls, service).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "metrics: TLS handshake failed"),
+                Err(_) => tracing::debug!("metrics: TLS handshake timed out"),
             }
         });
+    }
+}
+
+/// One HTTP/1.1 connection over `io` (plain or TLS).
+async fn serve_connection<I, S>(io: I, service: S)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Full<Bytes>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "metrics: connection ended with an error");
     }
 }
 
@@ -160,18 +202,30 @@ pub struct MetricsServer {
 
 /// Spawns [`serve`] on the current runtime.
 pub fn spawn(listener: TcpListener, registry: Arc<Registry>) -> std::io::Result<MetricsServer> {
-    spawn_with_routes(listener, registry, Arc::new(NoRoutes))
+    spawn_with_access(listener, registry, Access::open())
+}
+
+/// [`spawn`] under `access`.
+pub fn spawn_with_access(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    access: Access,
+) -> std::io::Result<MetricsServer> {
+    spawn_with_routes(listener, registry, access, Arc::new(NoRoutes))
 }
 
 /// Spawns [`serve_with_routes`] on the current runtime.
 pub fn spawn_with_routes(
     listener: TcpListener,
     registry: Arc<Registry>,
+    access: Access,
     routes: Arc<dyn Routes>,
 ) -> std::io::Result<MetricsServer> {
     let address = listener.local_addr()?;
-    tracing::info!(%address, "metrics served at http://{address}/metrics");
-    let task = tokio::spawn(serve_with_routes(listener, registry, routes, std::future::pending()));
+    let scheme = if access.uses_tls() { "https" } else { "http" };
+    tracing::info!(%address, tokens = access.checks_tokens(), "metrics served at {scheme}://{address}/metrics");
+    let shutdown = std::future::pending();
+    let task = tokio::spawn(serve_with_routes(listener, registry, access, routes, shutdown));
     Ok(MetricsServer { address, task })
 }
 

@@ -109,7 +109,7 @@ impl Routes for TwoPages {
 async fn routes_answer_their_pages_beside_metrics_which_they_cannot_shadow() {
     let (registry, _, _) = sample_registry();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = spawn_with_routes(listener, registry, Arc::new(TwoPages)).unwrap();
+    let server = spawn_with_routes(listener, registry, Access::open(), Arc::new(TwoPages)).unwrap();
     let base = format!("http://{}", server.address());
     let http = http();
 
@@ -127,4 +127,67 @@ async fn routes_answer_their_pages_beside_metrics_which_they_cannot_shadow() {
     assert_eq!(http.get(format!("{base}/nope")).send().await.unwrap().status(), 404);
     assert_eq!(http.post(format!("{base}/")).send().await.unwrap().status(), 405);
     assert_eq!(http.get(format!("{base}/big")).send().await.unwrap().status(), 500);
+}
+
+/// A CA and a certificate it signs for 127.0.0.1, as PEM: (ca, cert, key).
+fn test_pki() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    leaf.subject_alt_names.push(SanType::IpAddress([127, 0, 0, 1].into()));
+    let key = KeyPair::generate().unwrap();
+    let cert = leaf.signed_by(&key, &ca).unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test]
+async fn with_tls_and_tokens_only_a_metrics_token_over_tls_may_scrape() {
+    const SCRAPER: &str = "metrics-secret-0123456789abcdef";
+    const TRAINER: &str = "client-secret-0123456789abcdef";
+    let (ca, cert, key) = test_pki();
+    let tls = sluice_security::TlsSettings::from_pem(Some((cert.into(), key.into())), None);
+    let tokens = sluice_security::TokenSet::parse(&format!(
+        "metrics prometheus {SCRAPER}\nclient trainer {TRAINER}\n"
+    ))
+    .unwrap();
+    let access = Access::new(Some(&tls), Some(tokens)).unwrap();
+    let (registry, requests, _) = sample_registry();
+    requests.inc_by(7);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // The pages beside /metrics are behind the same TLS and token.
+    let server = spawn_with_routes(listener, registry, access, Arc::new(TwoPages)).unwrap();
+    let addr = server.address();
+
+    // Plain HTTP gets no answer from a TLS listener.
+    assert!(http().get(format!("http://{addr}/metrics")).send().await.is_err());
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let url = format!("https://{addr}/metrics");
+    let resp = https.get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.headers()[reqwest::header::WWW_AUTHENTICATE], "Bearer");
+    assert!(resp.text().await.unwrap().contains("`metrics` bearer token"));
+
+    let resp = https.get(&url).bearer_auth("wrong-secret-000000000000000").send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = https.get(&url).bearer_auth(TRAINER).send().await.unwrap();
+    assert_eq!(resp.status(), 403);
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("`trainer` has role `client`") && !body.contains(TRAINER), "{body}");
+
+    let resp = https.get(&url).bearer_auth(SCRAPER).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let s = parse(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(value(&s, "sluice_requests_total", &[]), Some(7.0));
+    let page = format!("https://{addr}/");
+    assert_eq!(https.get(&page).send().await.unwrap().status(), 401, "a page without a token");
+    assert_eq!(https.get(&page).bearer_auth(TRAINER).send().await.unwrap().status(), 403);
+    let resp = https.get(&page).bearer_auth(SCRAPER).send().await.unwrap();
+    assert_eq!(resp.text().await.unwrap(), "<p>hello</p>");
 }

@@ -125,7 +125,9 @@ class _Clients:
     def get(
         self, addrs: Sequence[str], timeout: float, tls_ca: str | None, token: str | None
     ) -> _native.Client:
-        key = (tuple(addrs), float(timeout), tls_ca, token)
+        # The native client also reads $SLUICE_TLS_SERVER_NAME (docs/security.md).
+        server_name = os.environ.get("SLUICE_TLS_SERVER_NAME")
+        key = (tuple(addrs), float(timeout), tls_ca, token, server_name)
         with self._lock:
             if self._pid != os.getpid():
                 self._inherited.append(self._clients)
@@ -153,7 +155,9 @@ def client(
     """This process's native client of ``service``. ``tls_ca``: the PEM file of
     the CA that signed the servers' certificates (then it dials over TLS; default
     ``$SLUICE_TLS_CA``); ``token``: the client token it presents (default
-    ``$SLUICE_TOKEN``). See docs/security.md."""
+    ``$SLUICE_TOKEN``). With ``$SLUICE_TLS_SERVER_NAME`` set, every server's
+    certificate is verified against that name instead of the host dialled (as
+    ``--tls-server-name``). See docs/security.md."""
     if tls_ca is None:
         tls_ca = os.environ.get("SLUICE_TLS_CA") or None
     if token is None:

@@ -87,8 +87,9 @@ class DispatchServer(_Server):
     current and temp directories, elsewhere nothing (docs/security.md).
     ``metrics_address`` (``--metrics-addr``, ``"host:port"``, port 0 picks one)
     serves Prometheus metrics at ``/metrics`` and the status page at ``/`` and
-    ``/status.json`` (docs/operations-status.md); loopback only, as the listener
-    has neither TLS nor tokens. The bound address is ``.metrics_address``.
+    ``/status.json`` (docs/operations-status.md); loopback only (with TLS and
+    ``auth_tokens`` it is HTTPS and wants a ``metrics`` token). The bound address
+    is ``.metrics_address``.
     """
 
     def __init__(

@@ -16,13 +16,20 @@ fn invalid(e: SecurityError) -> pyo3::PyErr {
     errors::invalid_argument(e.to_string())
 }
 
-/// `tls_cert`, `tls_key`, `tls_ca` (PEM files).
+/// `tls_cert`, `tls_key`, `tls_ca` (PEM files), and the server name every server is
+/// verified against when `SLUICE_TLS_SERVER_NAME` is set (as `--tls-server-name`).
 pub fn tls(
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     ca: Option<PathBuf>,
 ) -> PyResult<Option<TlsSettings>> {
-    TlsSettings::from_files(cert.as_deref(), key.as_deref(), ca.as_deref()).map_err(invalid)
+    let settings =
+        TlsSettings::from_files(cert.as_deref(), key.as_deref(), ca.as_deref()).map_err(invalid)?;
+    let name = std::env::var("SLUICE_TLS_SERVER_NAME").ok();
+    match settings {
+        Some(s) => s.with_server_name(name.as_deref()).map(Some).map_err(invalid),
+        None => Ok(None),
+    }
 }
 
 /// `auth_tokens` (a token file).

@@ -264,7 +264,8 @@ impl DispatchServer {
             }
             None => None,
         };
-        let listeners = sluice_dispatcher::Listeners { client: listener, raft, metrics };
+        let listeners =
+            sluice_dispatcher::Listeners { client: listener, raft, metrics, health: None };
         let handle = blocking::run(py, &rt, None, "starting the dispatcher", async move {
             sluice_dispatcher::spawn_with_listeners(listeners, config, registry).await
         })?

@@ -93,3 +93,31 @@ def test_a_server_off_loopback_without_tls_and_tokens_is_refused_before_it_binds
     refused = sluice.errors.FailedPreconditionError
     with pytest.raises(refused, match="worker would listen on 0.0.0.0"):
         sluice.WorkerServer("127.0.0.1:1", host="0.0.0.0")
+
+
+def test_tls_server_name_verifies_every_server_against_one_name(
+    pki: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A certificate naming only ``sluice`` (no IP) serves 127.0.0.1: a reader
+    refuses it unless ``$SLUICE_TLS_SERVER_NAME=sluice`` (``--tls-server-name``),
+    the way pods that advertise their IPs are verified in Kubernetes."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    _openssl("req", *ec, "-subj", "/CN=sluice", "-keyout", "named.key",
+             "-out", "named.csr", cwd=pki)
+    (pki / "named.cnf").write_text(
+        "subjectAltName=DNS:sluice\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
+    )
+    _openssl("x509", "-req", "-in", "named.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "1", "-extfile", "named.cnf", "-out", "named.pem",
+             cwd=pki)
+    tls = dict(tls_cert=pki / "named.pem", tls_key=pki / "named.key", tls_ca=pki / "ca.pem")
+    ds = sluice.Dataset.range(5)
+    monkeypatch.delenv("SLUICE_TLS_SERVER_NAME", raising=False)
+    with sluice.DispatchServer(**tls) as d:
+        with pytest.raises(sluice.errors.SluiceError):
+            sluice.register_dataset(d.target, ds, tls_ca=pki / "ca.pem", dispatcher_timeout=3)
+    monkeypatch.setenv("SLUICE_TLS_SERVER_NAME", "sluice")
+    with sluice.DispatchServer(**tls) as d, sluice.WorkerServer(d, **tls):
+        got = ds.distribute("distributed_epoch", d, tls_ca=pki / "ca.pem")
+        assert sorted(int(x) for x in got) == list(range(5))

@@ -19,6 +19,8 @@
 //! - [`client`]: [`ClientSecurity`] — what a client presents: TLS (dial `https://`)
 //!   and its bearer token, added to every request by [`Bearer`].
 //! - [`exposure`]: the loopback test and "secure by default off loopback".
+//! - [`health_port`]: the plain-text, health-only listener for orchestrators'
+//!   probes (`--health-addr`).
 //! - [`error`] — [`SecurityError`].
 //!
 //! ```text
@@ -31,6 +33,7 @@ pub mod client;
 pub mod error;
 pub mod exposure;
 pub mod guard;
+pub mod health_port;
 pub mod tls;
 pub mod tokens;
 

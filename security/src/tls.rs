@@ -8,6 +8,11 @@
 //!   peers, which require one).
 //! - The Raft listener also requires a client certificate verified against the
 //!   peer CA ([`TlsSettings::mutual_server_config`]).
+//! - A client may verify every server against one fixed name
+//!   (`--tls-server-name`, [`TlsSettings::with_server_name`]) instead of the host it
+//!   dials: workers advertise addresses no certificate can name in advance (a
+//!   Kubernetes pod's IP), so a deployment gives each of its servers a certificate
+//!   for one shared name (docs/operations.md, "TLS in Kubernetes").
 
 use std::path::Path;
 
@@ -20,6 +25,7 @@ use crate::error::SecurityError;
 pub struct TlsSettings {
     cert_and_key: Option<(Vec<u8>, Vec<u8>)>,
     ca: Option<Vec<u8>>,
+    server_name: Option<String>,
 }
 
 impl std::fmt::Debug for TlsSettings {
@@ -28,6 +34,7 @@ impl std::fmt::Debug for TlsSettings {
         f.debug_struct("TlsSettings")
             .field("identity", &self.cert_and_key.is_some())
             .field("ca", &self.ca.is_some())
+            .field("server_name", &self.server_name)
             .finish()
     }
 }
@@ -82,12 +89,34 @@ impl TlsSettings {
         if cert_and_key.is_none() && ca.is_none() {
             return Ok(None);
         }
-        Ok(Some(TlsSettings { cert_and_key, ca }))
+        Ok(Some(TlsSettings { cert_and_key, ca, server_name: None }))
     }
 
     /// Settings from PEM contents already in memory (the Python package, tests).
     pub fn from_pem(cert_and_key: Option<(Vec<u8>, Vec<u8>)>, ca: Option<Vec<u8>>) -> Self {
-        TlsSettings { cert_and_key, ca }
+        TlsSettings { cert_and_key, ca, server_name: None }
+    }
+
+    /// Verify servers against `name` instead of the host dialled (`--tls-server-name`).
+    /// An empty name is refused: it would match no certificate.
+    pub fn with_server_name(mut self, name: Option<&str>) -> Result<Self, SecurityError> {
+        match name.map(str::trim) {
+            Some("") => {
+                return Err(SecurityError::Incomplete(
+                    "--tls-server-name is empty: give the DNS name every server's \
+                     certificate carries, or leave it out"
+                        .into(),
+                ))
+            }
+            Some(n) => self.server_name = Some(n.to_string()),
+            None => self.server_name = None,
+        }
+        Ok(self)
+    }
+
+    /// The name servers are verified against, if fixed.
+    pub fn server_name(&self) -> Option<&str> {
+        self.server_name.as_deref()
     }
 
     /// Whether a certificate and key are set (this side can serve TLS).
@@ -133,6 +162,32 @@ impl TlsSettings {
             .client_auth_optional(false))
     }
 
+    /// The certificate and key as a rustls server configuration speaking HTTP/1.1:
+    /// the metrics and status listener's TLS (`sluice-metrics`).
+    pub fn http_server_config(
+        &self,
+    ) -> Result<std::sync::Arc<rustls::ServerConfig>, SecurityError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        crate::install_crypto_provider();
+        let bad = |reason: String| SecurityError::Tls { what: "metrics server", reason };
+        let (cert, key) = self.cert_and_key.as_ref().ok_or_else(|| {
+            SecurityError::Incomplete(
+                "TLS serving needs a certificate and key: give --tls-cert and --tls-key".into(),
+            )
+        })?;
+        let certs = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(format!("--tls-cert: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad(format!("--tls-key: {e}")))?;
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| bad(e.to_string()))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(std::sync::Arc::new(config))
+    }
+
     /// A client's TLS: verify the server against the CA; present this side's
     /// certificate when it has one.
     pub fn client_config(&self) -> Result<ClientTlsConfig, SecurityError> {
@@ -144,6 +199,9 @@ impl TlsSettings {
             )
         })?;
         let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some(name) = &self.server_name {
+            config = config.domain_name(name.clone());
+        }
         if self.cert_and_key.is_some() {
             config = config.identity(self.identity("client authentication")?);
         }

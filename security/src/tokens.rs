@@ -9,7 +9,8 @@
 //! client   trainer-a   3f0c8c3e4b6d9a1f2e7c5b8a
 //! worker   pool-1      9a8b7c6d5e4f3a2b1c0d9e8f
 //! ```
-//! `ROLE` is `client` or `worker`. Names and secrets are unique within a file.
+//! `ROLE` is `client`, `worker` or `metrics` (a scraper of `/metrics` and the
+//! status page, which may call no RPC). Names and secrets are unique within a file.
 //! The name is the token's identity: logs and refusals name it, never the secret.
 //! A side that presents a token (a client, a worker) reads just the secret: from
 //! `--token-file` (the file's only content, surrounding whitespace ignored) or the
@@ -35,6 +36,8 @@ pub enum Role {
     Worker,
     /// A dispatcher of the same group speaking Raft (`--peer-secret-file`).
     Peer,
+    /// Read `/metrics` and the status page (a Prometheus scraper); no RPC.
+    Metrics,
 }
 
 impl Role {
@@ -43,6 +46,7 @@ impl Role {
             Role::Client => "client",
             Role::Worker => "worker",
             Role::Peer => "peer",
+            Role::Metrics => "metrics",
         }
     }
 
@@ -52,6 +56,10 @@ impl Role {
             Role::Client => "give the client a client token: --token-file FILE or SLUICE_TOKEN",
             Role::Worker => "give the worker its worker token: --token-file FILE or SLUICE_TOKEN",
             Role::Peer => "give every dispatcher of the group the same --peer-secret-file",
+            Role::Metrics => {
+                "give the scraper a `metrics` token of --auth-tokens as \
+                 `Authorization: Bearer TOKEN` (Prometheus: authorization.credentials_file)"
+            }
         }
     }
 }
@@ -145,7 +153,8 @@ impl TokenSet {
             return Err(SecurityError::BadFile {
                 flag,
                 path: path.to_path_buf(),
-                reason: "no token in it (lines `ROLE NAME SECRET`, ROLE client or worker)".into(),
+                reason: "no token in it (lines `ROLE NAME SECRET`, ROLE client, worker or metrics)"
+                    .into(),
             });
         }
         Ok(set)
@@ -170,8 +179,12 @@ impl TokenSet {
             let role = match role {
                 "client" => Role::Client,
                 "worker" => Role::Worker,
+                "metrics" => Role::Metrics,
                 other => {
-                    return Err((n, format!("unknown role `{other}`: use `client` or `worker`")))
+                    return Err((
+                        n,
+                        format!("unknown role `{other}`: use `client`, `worker` or `metrics`"),
+                    ))
                 }
             };
             let secret = Secret::parse(secret).map_err(|reason| (n, reason))?;

@@ -20,15 +20,29 @@ pub struct TlsFlags {
     /// PEM CA that signed the servers' certificates; dial them over TLS.
     #[arg(long, env = "SLUICE_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// Verify every server's certificate against this DNS name instead of the host
+    /// dialled (workers advertise pod IPs no certificate names; give each Sluice
+    /// server a certificate for NAME). docs/operations.md, "TLS in Kubernetes".
+    #[arg(long, env = "SLUICE_TLS_SERVER_NAME", value_name = "NAME")]
+    pub tls_server_name: Option<String>,
 }
 
 impl TlsFlags {
     pub fn settings(&self) -> Result<Option<TlsSettings>, SecurityError> {
-        TlsSettings::from_files(
+        let settings = TlsSettings::from_files(
             self.tls_cert.as_deref(),
             self.tls_key.as_deref(),
             self.tls_ca.as_deref(),
-        )
+        )?;
+        match (settings, &self.tls_server_name) {
+            (Some(s), name) => s.with_server_name(name.as_deref()).map(Some),
+            (None, Some(_)) => Err(SecurityError::Incomplete(
+                "--tls-server-name was given without TLS: give --tls-ca (and, on a server, \
+                 --tls-cert and --tls-key) too"
+                    .into(),
+            )),
+            (None, None) => Ok(None),
+        }
     }
 }
 

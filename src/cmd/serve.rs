@@ -77,6 +77,11 @@ pub struct DispatcherArgs {
     /// docs/operations-status.md).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// Also serve the gRPC health service (grpc.health.v1) alone, in plain text and
+    /// without a token, at HOST:PORT: for Kubernetes' native gRPC probes, which
+    /// cannot speak TLS (docs/operations.md, "Health checks").
+    #[arg(long, env = "SLUICE_HEALTH_ADDR", value_name = "HOST:PORT")]
+    pub health_addr: Option<String>,
     #[command(flatten)]
     pub limits: super::limits::LimitsArgs,
     #[command(flatten)]
@@ -128,6 +133,11 @@ pub struct WorkerArgs {
     /// "Metrics").
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// Also serve the gRPC health service (grpc.health.v1) alone, in plain text and
+    /// without a token, at HOST:PORT: for Kubernetes' native gRPC probes, which
+    /// cannot speak TLS (docs/operations.md, "Health checks").
+    #[arg(long, env = "SLUICE_HEALTH_ADDR", value_name = "HOST:PORT")]
+    pub health_addr: Option<String>,
     #[command(flatten)]
     pub server: super::limits::ServerArgs,
     #[command(flatten)]
@@ -136,6 +146,16 @@ pub struct WorkerArgs {
     pub data_roots: super::DataRootsFlag,
     #[command(flatten)]
     pub python: super::python::PythonFlags,
+}
+
+/// The `--health-addr` listener, if asked for: plain text anywhere, since it
+/// serves nothing but the health service (`sluice_security::health_port`).
+async fn bind_health(addr: Option<&str>) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--health-addr {addr}: cannot listen (is the port in use?)"))?;
+    Ok(Some(listener))
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -147,14 +167,21 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
 }
 
 /// The `--metrics-addr` listener, if asked for. Its address goes to the log (not
-/// stdout, whose first line scripts read for the service address).
-/// The metrics listener. It is plain HTTP without authentication, so off loopback
-/// it needs `--insecure` (refused before binding, as the service's listeners).
-async fn bind_metrics(addr: Option<&str>, insecure: bool) -> anyhow::Result<Option<TcpListener>> {
+/// stdout, whose first line scripts read for the service address). It serves TLS
+/// with the server's certificate and wants a `metrics` token when the server has
+/// them (`sluice_metrics::Access`); off loopback it needs both, or `--insecure`
+/// (refused before binding, as the service's listeners).
+async fn bind_metrics(
+    addr: Option<&str>,
+    tls: Option<&sluice_security::TlsSettings>,
+    tokens: bool,
+    insecure: bool,
+) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = addr else { return Ok(None) };
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     // The same listener serves the dispatcher's status page (docs/operations-status.md).
-    let missing = ["TLS and authentication (the metrics endpoint and status page have neither)"];
+    let tls = tls.filter(|t| t.has_identity());
+    let missing = sluice_security::missing_protections(tls, tokens);
     sluice_security::require_secure_off_loopback("metrics endpoint", host, &missing, insecure)
         .context("--metrics-addr")?;
     let listener = TcpListener::bind(addr)
@@ -246,7 +273,10 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         let raft_host = raft.rsplit_once(':').map_or(raft.as_str(), |(h, _)| h);
         config.check_raft_exposure(raft_host)?;
     }
-    let metrics = bind_metrics(a.metrics_addr.as_deref(), config.security.insecure).await?;
+    let s = &config.security;
+    let metrics =
+        bind_metrics(a.metrics_addr.as_deref(), s.tls.as_ref(), s.tokens.is_some(), s.insecure)
+            .await?;
     let raft = match config.raft_peers.get(&config.node_id) {
         Some(own) if config.peers.len() > 1 => {
             Some(TcpListener::bind(own).await.with_context(|| {
@@ -255,9 +285,10 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let health = bind_health(a.health_addr.as_deref()).await?;
     let listener = bind(&host, port).await?;
     let registry = FunctionRegistry::builtin();
-    let listeners = sluice_dispatcher::Listeners { client: listener, raft, metrics };
+    let listeners = sluice_dispatcher::Listeners { client: listener, raft, metrics, health };
     sluice_dispatcher::run_with_listeners(listeners, config, registry, stop).await?;
     Ok(())
 }
@@ -292,9 +323,12 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     sluice_security::require_secure_off_loopback("worker", &a.host, &s.missing(), s.insecure)?;
     let registry = a.python.attach(FunctionRegistry::builtin(), &a.host, s.tokens.is_some())?;
     let stop = stop_signal()?;
-    let metrics = bind_metrics(a.metrics_addr.as_deref(), a.auth.insecure).await?;
+    let metrics =
+        bind_metrics(a.metrics_addr.as_deref(), s.tls.as_ref(), s.tokens.is_some(), s.insecure)
+            .await?;
+    let health = bind_health(a.health_addr.as_deref()).await?;
     let listener = bind(&a.host, a.port).await?;
-    sluice_worker::run_with_metrics(listener, metrics, config, registry, stop).await?;
+    sluice_worker::run_with_health(listener, metrics, health, config, registry, stop).await?;
     Ok(())
 }
 

@@ -146,6 +146,19 @@ pub async fn run_with_metrics(
     registry: FunctionRegistry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), WorkerError> {
+    run_with_health(listener, metrics, None, config, registry, shutdown).await
+}
+
+/// [`run_with_metrics`], also serving the gRPC health service alone, in plain
+/// text, on `health` (`--health-addr`, for orchestrators' probes).
+pub async fn run_with_health(
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    health: Option<TcpListener>,
+    config: WorkerConfig,
+    registry: FunctionRegistry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), WorkerError> {
     config.validate()?;
     let address = advertised_address(&config, &listener)?;
     let host = listener.local_addr()?.ip().to_string();
@@ -196,17 +209,21 @@ pub async fn run_with_metrics(
         let _entered = span.enter();
         match metrics {
             Some(l) => {
-                Some(sluice_metrics::spawn(l, Arc::new(crate::metrics::registry(worker.clone())))?)
+                let s = &worker.config.security;
+                let access = sluice_metrics::Access::new(s.tls.as_ref(), s.tokens.clone())?;
+                let registry = Arc::new(crate::metrics::registry(worker.clone()));
+                Some(sluice_metrics::spawn_with_access(l, registry, access)?)
             }
             None => None,
         }
     };
-    serve(worker, listener, shutdown).instrument(span).await
+    serve(worker, listener, health, shutdown).instrument(span).await
 }
 
 async fn serve(
     worker: Arc<Worker>,
     listener: TcpListener,
+    health_port: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), WorkerError> {
     tracing::info!(dispatchers = ?worker.config.dispatcher_addresses, "worker serving");
@@ -221,6 +238,22 @@ async fn serve(
     let service = WorkerRoutes::new(worker.clone(), generated);
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = health::spawn(worker.clone(), reporter);
+    // Ends with the worker: aborted below.
+    let health_port = health_port.map(|l| {
+        let plain = health_service.clone();
+        let mut stopping = worker.shutdown_signal();
+        tokio::spawn(
+            async move {
+                let stopped = async move {
+                    let _ = stopping.wait_for(|stopping| *stopping).await;
+                };
+                if let Err(e) = sluice_security::health_port::serve(l, plain, stopped).await {
+                    tracing::warn!(error = %e, "the plain health listener failed");
+                }
+            }
+            .in_current_span(),
+        )
+    });
     // Stopping the tasks first ends their streams, which lets graceful shutdown finish.
     // The worker may also stop itself (the dispatcher refused it).
     let signal = {
@@ -267,6 +300,9 @@ async fn serve(
     // Also when the server failed on its own: stop tasks and the control loop.
     worker.shut_down();
     health.abort();
+    if let Some(port) = health_port {
+        port.abort();
+    }
     if let Err(e) = control.await {
         if e.is_panic() {
             std::panic::resume_unwind(e.into_panic());
