@@ -23,6 +23,7 @@ use crate::config::DispatcherConfig;
 use crate::counters::Counters;
 use crate::error::DispatcherError;
 use crate::raft::bootstrap::{self, VoteGate};
+use crate::raft::contacts::PeerContacts;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::PeerNetwork;
 use crate::raft::state_machine::{Shared, StateMachine};
@@ -53,6 +54,8 @@ pub struct Core {
     votes: VoteGate,
     /// That decision, running in the background; aborted at shutdown.
     bootstrap: Option<tokio::task::JoinHandle<()>>,
+    /// Soft state: when each peer last answered this node's Raft RPCs.
+    contacts: PeerContacts,
 }
 
 /// How long a leader read waits for the log to be applied before answering
@@ -106,7 +109,12 @@ impl Core {
         let mut dial = config.raft_peers.clone();
         dial.extend(config.raft_dial.clone());
         let security = config.security.peer_client()?;
-        let network = PeerNetwork { dial: dial.clone(), security: security.clone() };
+        let contacts = PeerContacts::default();
+        let network = PeerNetwork {
+            dial: dial.clone(),
+            security: security.clone(),
+            contacts: contacts.clone(),
+        };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(DispatcherError::raft)?;
@@ -152,6 +160,7 @@ impl Core {
             batcher,
             votes,
             bootstrap,
+            contacts,
         })
     }
 
@@ -294,6 +303,11 @@ impl Core {
             journal: self.journal.clone(),
             members,
         }
+    }
+
+    /// When each peer last answered this node's Raft RPCs (soft state).
+    pub(crate) fn contacts(&self) -> &PeerContacts {
+        &self.contacts
     }
 
     pub fn is_leader(&self) -> bool {

@@ -35,7 +35,9 @@
 //!   (`ClientHeartbeat`); `worker_view`: a worker's heartbeat answer (tasks to
 //!   start and to delete), held while it would be empty.
 //! - `service`: the gRPC handlers; `convert`: wire ↔ domain and errors → `Status`;
-//!   `status`: the `GetStatus` rendering.
+//!   `status`: the `GetStatus` rendering. `status_page`: the HTML status page
+//!   (and `/status.json`) beside `/metrics`, built on that rendering, with a
+//!   sampled throughput history (soft state) drawn as an SVG chart.
 //! - `health`: the standard gRPC health service's status, from Raft's metrics
 //!   (SERVING while a leader is known and the log applied; docs/operations.md).
 //! - `liveness`: the leader's timers (soft state) that propose `WorkerLost`,
@@ -86,6 +88,7 @@ pub mod server;
 mod service;
 pub mod state;
 mod status;
+mod status_page;
 mod worker_identity;
 mod worker_reports;
 mod worker_view;
@@ -98,6 +101,7 @@ pub use core::Core;
 pub use error::{DispatcherError, ProposeError, StateError};
 pub use limits::Limits;
 pub use server::{
-    run, run_with_listeners, run_with_metrics, spawn, spawn_with_raft, DispatcherHandle, Listeners,
+    run, run_with_listeners, run_with_metrics, spawn, spawn_with_listeners, spawn_with_raft,
+    DispatcherHandle, Listeners,
 };
 pub use state::{Mode, State, TargetWorkers};

@@ -78,23 +78,9 @@ impl StateGauges {
             g.lost_splits += it.lost_split_count();
             g.lost_elements += it.lost_elements();
             g.lost_tasks += it.lost_tasks.len() as u64;
-            // A cursor at (repetition r, next n) has handed out r whole epochs of
-            // the source and n elements of the current one.
-            let cardinality = s
-                .jobs
-                .get(&it.job_id)
-                .and_then(|j| s.datasets.get(&j.dataset_id))
-                .and_then(|d| d.source_cardinality)
-                .unwrap_or(0);
-            let per = it.elements_per_split.max(1);
-            for c in &it.cursors {
-                g.split_elements_handed_out +=
-                    c.repetition.saturating_mul(cardinality).saturating_add(c.next);
-                g.splits_handed_out += c
-                    .repetition
-                    .saturating_mul(cardinality.div_ceil(per))
-                    .saturating_add(c.next.div_ceil(per));
-            }
+            let (splits, elements) = it.handed_out(s.source_cardinality_of(it.job_id).unwrap_or(0));
+            g.splits_handed_out += splits;
+            g.split_elements_handed_out += elements;
         }
         g
     }

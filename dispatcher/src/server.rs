@@ -22,6 +22,7 @@ use crate::error::DispatcherError;
 use crate::liveness::Liveness;
 use crate::raft::peer_service::PeerService;
 use crate::service::DispatcherService;
+use crate::status_page::StatusPage;
 use crate::worker_reports::WorkerReports;
 
 /// The client port's own service, as gRPC reflection advertises it.
@@ -39,7 +40,8 @@ pub struct Listeners {
     /// The RaftPeer service. `None`: bound at this node's `raft_peers` address
     /// when the group has several nodes (a one-node group has no Raft port).
     pub raft: Option<TcpListener>,
-    /// Prometheus metrics at `GET /metrics`.
+    /// Prometheus metrics at `GET /metrics`, and the status page at `GET /`
+    /// (`status_page`).
     pub metrics: Option<TcpListener>,
     /// The gRPC health service alone, in plain text (`--health-addr`), for
     /// orchestrators' probes (`sluice_security::health_port`).
@@ -110,18 +112,25 @@ pub async fn run_with_listeners(
     let registry = registry.with_data_roots(data_roots);
     let core = Arc::new(Core::start(&config, &address.to_string()).await?);
     let reports = Arc::new(WorkerReports::default());
-    // Stops when dropped, at the end of this function.
+    let liveness = Arc::new(Liveness::default());
+    // Stops when dropped, at the end of this function (and with it the status
+    // page's sampler).
     let _metrics = match metrics {
         Some(l) => {
             let metrics = crate::metrics::registry(core.clone(), reports.clone());
             let s = &config.security;
             let access = sluice_metrics::Access::new(s.tls.as_ref(), s.tokens.clone())?;
-            Some(sluice_metrics::spawn_with_access(l, Arc::new(metrics), access)?)
+            let page = StatusPage::start(
+                core.clone(),
+                liveness.clone(),
+                reports.clone(),
+                crate::status_page::SAMPLE_INTERVAL,
+            );
+            Some(sluice_metrics::spawn_with_routes(l, Arc::new(metrics), access, Arc::new(page))?)
         }
         None => None,
     };
     let peer = PeerService::new(core.raft().clone(), core.vote_gate());
-    let liveness = Arc::new(Liveness::default());
     let timers = liveness.spawn(core.clone(), config.clone());
     let anonymous_off_loopback = !address.ip().is_loopback() && config.security.tokens.is_none();
     let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness, reports)
@@ -274,12 +283,22 @@ pub async fn spawn_with_raft(
     config: DispatcherConfig,
     registry: FunctionRegistry,
 ) -> Result<DispatcherHandle, DispatcherError> {
+    let listeners = Listeners { client: listener, raft, metrics: None, health: None };
+    spawn_with_listeners(listeners, config, registry).await
+}
+
+/// [`spawn`] on the given [`Listeners`] (e.g. with a metrics listener, which
+/// also serves the status page).
+pub async fn spawn_with_listeners(
+    listeners: Listeners,
+    config: DispatcherConfig,
+    registry: FunctionRegistry,
+) -> Result<DispatcherHandle, DispatcherError> {
     config.validate()?;
-    let address = listener.local_addr()?.to_string();
+    let address = listeners.client.local_addr()?.to_string();
     let (stop, stopped) = oneshot::channel::<()>();
     let (done_tx, done) = watch::channel(false);
     let task = tokio::spawn(async move {
-        let listeners = Listeners { client: listener, raft, metrics: None, health: None };
         let result = run_with_listeners(listeners, config, registry, async {
             let _ = stopped.await;
         })

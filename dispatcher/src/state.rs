@@ -283,6 +283,23 @@ impl Iteration {
     pub fn lost_elements(&self) -> u64 {
         self.lost_splits.iter().map(|l| l.end.saturating_sub(l.begin)).sum()
     }
+
+    /// DYNAMIC: (splits, source elements) handed out so far over the split
+    /// cursors, for a source of `cardinality` elements (0 if unknown). A cursor at
+    /// (repetition r, next n) has handed out r whole epochs and n elements of the
+    /// current one.
+    pub fn handed_out(&self, cardinality: u64) -> (u64, u64) {
+        let per = self.elements_per_split.max(1);
+        self.cursors.iter().fold((0u64, 0u64), |(splits, elements), c| {
+            let epochs = c.repetition.saturating_mul(cardinality.div_ceil(per));
+            (
+                splits.saturating_add(epochs.saturating_add(c.next.div_ceil(per))),
+                elements.saturating_add(
+                    c.repetition.saturating_mul(cardinality).saturating_add(c.next),
+                ),
+            )
+        })
+    }
 }
 
 impl Job {
@@ -302,6 +319,12 @@ impl Job {
 }
 
 impl State {
+    /// The number of elements of `job_id`'s dataset's source, if known.
+    pub fn source_cardinality_of(&self, job_id: JobId) -> Option<u64> {
+        let job = self.jobs.get(&job_id)?;
+        self.datasets.get(&job.dataset_id)?.source_cardinality
+    }
+
     /// The iteration a client reads, if the client is known.
     pub fn client_iteration(&self, client_id: ClientId) -> Option<&Iteration> {
         self.clients.get(&client_id).and_then(|id| self.iterations.get(id))

@@ -7,9 +7,13 @@
 //!  GET /metrics ──► serve (hyper HTTP/1.1) ──► encode ──► OpenMetrics text
 //! ```
 //! - [`serve`] / [`spawn`]: `GET /metrics` on a bound listener, with an injectable
-//!   shutdown; everything else is 404 (405 for another method on `/metrics`).
+//!   shutdown; everything else is 404 (405 for a method other than GET/HEAD).
 //!   Connections are bounded ([`MAX_CONNECTIONS`]) and a client has
 //!   [`HEADER_READ_TIMEOUT`] to send its request head.
+//! - [`serve_with_routes`] / [`spawn_with_routes`]: the same, also answering
+//!   `GET` on other paths from a [`Routes`] the role passes in (`routes.rs`; the
+//!   dispatcher's status page), under the same [`Access`]. `/metrics` is always
+//!   the registry's.
 //! - [`encode`]: the registry as OpenMetrics text.
 //! - [`Access`] (`access.rs`): TLS with the server's certificate and a `metrics`
 //!   bearer token, when the server has them, so the listener may be off loopback.
@@ -32,20 +36,22 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE as CONTENT_TYPE_HEADER};
+use hyper::header::{HeaderValue, CONTENT_TYPE as CONTENT_TYPE_HEADER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
 mod access;
+mod routes;
 
 pub use access::Access;
 pub use prometheus_client;
 use prometheus_client::registry::Registry;
+pub use routes::{NoRoutes, Page, Routes, MAX_PAGE_BYTES};
 
 /// The content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -73,22 +79,21 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
-fn respond(registry: &Registry, access: &Access, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn respond(
+    registry: &Registry,
+    access: &Access,
+    routes: &dyn Routes,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    // Every path is behind the same TLS and token: the pages too.
     if let Some(refusal) = access.refusal(req) {
         return refusal;
     }
-    let plain = |status: StatusCode, body: &'static str| {
-        let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
-        *r.status_mut() = status;
-        r
-    };
     if req.uri().path() != "/metrics" {
-        return plain(StatusCode::NOT_FOUND, "not found: metrics are at GET /metrics\n");
+        return routes::respond(routes, req.method(), req.uri().path());
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET /metrics\n");
-        r.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return r;
+        return routes::method_not_allowed("use GET /metrics\n");
     }
     let mut r = Response::new(Full::new(Bytes::from(encode(registry))));
     r.headers_mut().insert(CONTENT_TYPE_HEADER, HeaderValue::from_static(CONTENT_TYPE));
@@ -111,6 +116,18 @@ pub async fn serve_with_access(
     listener: TcpListener,
     registry: Arc<Registry>,
     access: Access,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_with_routes(listener, registry, access, Arc::new(NoRoutes), shutdown).await
+}
+
+/// [`serve_with_access`], also answering `GET` on other paths from `routes`
+/// (`routes.rs`).
+pub async fn serve_with_routes(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    access: Access,
+    routes: Arc<dyn Routes>,
     shutdown: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -138,13 +155,13 @@ pub async fn serve_with_access(
                 }
             }
         };
-        let registry = registry.clone();
+        let (registry, routes) = (registry.clone(), routes.clone());
         let access = access.clone();
         connections.spawn(async move {
             let _permit = permit;
             let acceptor = access.acceptor().cloned();
             let service = service_fn(move |req| {
-                let r = respond(&registry, &access, &req);
+                let r = respond(&registry, &access, &*routes, &req);
                 async move { Ok::<_, Infallible>(r) }
             });
             let Some(acceptor) = acceptor else {
@@ -194,11 +211,21 @@ pub fn spawn_with_access(
     registry: Arc<Registry>,
     access: Access,
 ) -> std::io::Result<MetricsServer> {
+    spawn_with_routes(listener, registry, access, Arc::new(NoRoutes))
+}
+
+/// Spawns [`serve_with_routes`] on the current runtime.
+pub fn spawn_with_routes(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    access: Access,
+    routes: Arc<dyn Routes>,
+) -> std::io::Result<MetricsServer> {
     let address = listener.local_addr()?;
     let scheme = if access.uses_tls() { "https" } else { "http" };
     tracing::info!(%address, tokens = access.checks_tokens(), "metrics served at {scheme}://{address}/metrics");
     let shutdown = std::future::pending();
-    let task = tokio::spawn(serve_with_access(listener, registry, access, shutdown));
+    let task = tokio::spawn(serve_with_routes(listener, registry, access, routes, shutdown));
     Ok(MetricsServer { address, task })
 }
 

@@ -92,6 +92,43 @@ fn parse_reads_labels_and_rejects_what_is_not_exposition() {
     assert!(parse("# HELP a A\n# TYPE a gauge\na{k=v} 1\n# EOF\n").is_err(), "unquoted");
 }
 
+/// A route table for the tests: `/` answers a page, `/big` one over the bound.
+struct TwoPages;
+
+impl Routes for TwoPages {
+    fn page(&self, path: &str) -> Option<Page> {
+        match path {
+            "/" => Some(Page::html("<p>hello</p>".into())),
+            "/big" => Some(Page::html("x".repeat(MAX_PAGE_BYTES + 1))),
+            _ => None,
+        }
+    }
+}
+
+#[tokio::test]
+async fn routes_answer_their_pages_beside_metrics_which_they_cannot_shadow() {
+    let (registry, _, _) = sample_registry();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = spawn_with_routes(listener, registry, Access::open(), Arc::new(TwoPages)).unwrap();
+    let base = format!("http://{}", server.address());
+    let http = http();
+
+    let resp = http.get(format!("{base}/?refresh=1")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let ct = resp.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_string();
+    assert_eq!(ct, "text/html; charset=utf-8");
+    assert_eq!(resp.headers()[reqwest::header::CACHE_CONTROL], "no-store");
+    assert_eq!(resp.text().await.unwrap(), "<p>hello</p>");
+
+    let resp = http.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    parse(&resp.text().await.unwrap()).expect("/metrics is still the registry's");
+
+    assert_eq!(http.get(format!("{base}/nope")).send().await.unwrap().status(), 404);
+    assert_eq!(http.post(format!("{base}/")).send().await.unwrap().status(), 405);
+    assert_eq!(http.get(format!("{base}/big")).send().await.unwrap().status(), 500);
+}
+
 /// A CA and a certificate it signs for 127.0.0.1, as PEM: (ca, cert, key).
 fn test_pki() -> (String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
@@ -119,7 +156,8 @@ async fn with_tls_and_tokens_only_a_metrics_token_over_tls_may_scrape() {
     let (registry, requests, _) = sample_registry();
     requests.inc_by(7);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = spawn_with_access(listener, registry, access).unwrap();
+    // The pages beside /metrics are behind the same TLS and token.
+    let server = spawn_with_routes(listener, registry, access, Arc::new(TwoPages)).unwrap();
     let addr = server.address();
 
     // Plain HTTP gets no answer from a TLS listener.
@@ -147,4 +185,9 @@ async fn with_tls_and_tokens_only_a_metrics_token_over_tls_may_scrape() {
     assert_eq!(resp.status(), 200);
     let s = parse(&resp.text().await.unwrap()).unwrap();
     assert_eq!(value(&s, "sluice_requests_total", &[]), Some(7.0));
+    let page = format!("https://{addr}/");
+    assert_eq!(https.get(&page).send().await.unwrap().status(), 401, "a page without a token");
+    assert_eq!(https.get(&page).bearer_auth(TRAINER).send().await.unwrap().status(), 403);
+    let resp = https.get(&page).bearer_auth(SCRAPER).send().await.unwrap();
+    assert_eq!(resp.text().await.unwrap(), "<p>hello</p>");
 }

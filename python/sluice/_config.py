@@ -3,7 +3,7 @@
 flag names, docs/operations-config.md), as keyword arguments.
 
 Each key the Python server supports maps to its keyword; a key that is a flag of
-the role but has no keyword here (``metrics-addr``, ``insecure``, ...) is an error
+the role but has no keyword here (``health-addr``, ``insecure``, ...) is an error
 naming it, as is a key that is no flag at all (with the closest key). Keywords
 given to the constructor win over the file; ``SLUICE_*`` variables are the
 command line's and do not apply here.
@@ -54,6 +54,7 @@ _DISPATCHER = {
     "request-timeout-secs": ("request_timeout", "float"),
     "peer-ca": ("peer_ca", "str"),
     "peer-secret-file": ("peer_secret_file", "str"),
+    "metrics-addr": ("metrics_address", "str"),
 }
 
 _WORKER = {
@@ -78,8 +79,12 @@ _CLI_ONLY = {
         "gc-dynamic-jobs",
         "raft-heartbeat-ms",
         "election-timeout-ms",
-        "metrics-addr",
         "insecure",
+        "health-addr",
+        "tls-server-name",
+        "log-format",
+        "otlp-endpoint",
+        "otlp-service-name",
     },
     "worker": {
         "splits-per-request",
@@ -90,6 +95,11 @@ _CLI_ONLY = {
         "max-concurrent-streams",
         "request-timeout-secs",
         "insecure",
+        "health-addr",
+        "tls-server-name",
+        "log-format",
+        "otlp-endpoint",
+        "otlp-service-name",
     },
 }
 

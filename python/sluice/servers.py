@@ -91,6 +91,11 @@ class DispatchServer(_Server):
     ``worker-timeout-secs`` sets ``worker_timeout``), a keyword given here wins
     over the file, and a key this class has no keyword for raises
     ``InvalidArgumentError`` naming it.
+    ``metrics_address`` (``--metrics-addr``, ``"host:port"``, port 0 picks one)
+    serves Prometheus metrics at ``/metrics`` and the status page at ``/`` and
+    ``/status.json`` (docs/operations-status.md); loopback only (with TLS and
+    ``auth_tokens`` it is HTTPS and wants a ``metrics`` token). The bound address
+    is ``.metrics_address``.
     """
 
     @_config.from_file("dispatcher")
@@ -125,6 +130,7 @@ class DispatchServer(_Server):
         peer_secret_file: _Path | None = None,
         data_roots: Union[str, Sequence[str], None] = None,
         config: _Path | None = None,
+        metrics_address: str | None = None,
     ) -> None:
         limits = _limits(
             max_datasets=max_datasets,
@@ -153,6 +159,7 @@ class DispatchServer(_Server):
             snapshot_every=snapshot_every,
             limits=limits,
             data_roots=_roots(data_roots),
+            metrics_address=metrics_address,
             **_paths(
                 tls_cert=tls_cert,
                 tls_key=tls_key,
@@ -162,6 +169,12 @@ class DispatchServer(_Server):
                 peer_secret_file=peer_secret_file,
             ),
         )
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the metrics listener (``metrics_address=``): metrics
+        at ``/metrics``, the status page at ``/``; ``None`` without one."""
+        return self._native.metrics_address
 
 
 def _limits(**given: float | None) -> dict[str, float]:

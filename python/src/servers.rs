@@ -41,6 +41,23 @@ fn bind(
     )
 }
 
+/// The metrics listener at `HOST:PORT` (`metrics_address=`). It has neither TLS
+/// nor authentication, so as `sluice dispatcher --metrics-addr` without
+/// `--insecure`, it is refused off loopback before anything is bound.
+fn bind_metrics(py: Python<'_>, rt: &Runtime, addr: &str) -> PyResult<TcpListener> {
+    let bad = || {
+        errors::invalid_argument(format!(
+            "metrics_address `{addr}` is not HOST:PORT (e.g. 127.0.0.1:0)"
+        ))
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let missing = ["TLS and authentication (the metrics endpoint and status page have neither)"];
+    sluice_security::require_secure_off_loopback("metrics endpoint", host, &missing, false)
+        .map_err(|e| errors::failed_precondition(format!("metrics_address: {e}")))?;
+    bind(py, rt, host, port)
+}
+
 /// What a running server's Python object holds: its address, its handle until
 /// stopped, and a future that resolves once it has stopped (for `join`).
 struct Running<H> {
@@ -111,7 +128,7 @@ impl<H: ServerHandle> Running<H> {
 
 /// A dispatcher node: one node of a Raft group (alone by default).
 #[pyclass(frozen, module = "sluice._native")]
-pub struct DispatchServer(Running<DispatcherHandle>);
+pub struct DispatchServer(Running<DispatcherHandle>, Option<String>);
 
 #[pymethods]
 impl DispatchServer {
@@ -124,7 +141,8 @@ impl DispatchServer {
         node_id = 1, elements_per_split = 1, worker_addresses = None,
         worker_timeout = 10.0, client_timeout = 60.0, job_gc_timeout = 300.0,
         snapshot_every = None, limits = None, data_roots = None, tls_cert = None, tls_key = None,
-        tls_ca = None, auth_tokens = None, peer_ca = None, peer_secret_file = None))]
+        tls_ca = None, auth_tokens = None, peer_ca = None, peer_secret_file = None,
+        metrics_address = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -147,6 +165,7 @@ impl DispatchServer {
         auth_tokens: Option<PathBuf>,
         peer_ca: Option<PathBuf>,
         peer_secret_file: Option<PathBuf>,
+        metrics_address: Option<String>,
     ) -> PyResult<Self> {
         let keywords = DispatcherKeywords {
             tls_cert,
@@ -193,14 +212,26 @@ impl DispatchServer {
         // loopback unprotected, not even for a moment.
         config.check_exposure(&host).map_err(|e| errors::failed_precondition(e.to_string()))?;
         let rt = runtime::get()?;
+        let metrics = match metrics_address {
+            Some(addr) => Some(bind_metrics(py, &rt, &addr)?),
+            None => None,
+        };
         let listener = bind(py, &rt, &host, port)?;
-        Self::start(py, rt, listener, None, config)
+        Self::start(py, rt, listener, None, metrics, config)
     }
 
     /// `host:port` this dispatcher serves on.
     #[getter]
     fn address(&self) -> &str {
         &self.0.address
+    }
+
+    /// `host:port` of the metrics listener (`metrics_address=`): Prometheus
+    /// metrics at `/metrics`, the status page at `/` and `/status.json`. `None`
+    /// without one.
+    #[getter]
+    fn metrics_address(&self) -> Option<&str> {
+        self.1.as_deref()
     }
 
     /// Stops serving and waits until the dispatcher has stopped (its journal
@@ -223,14 +254,23 @@ impl DispatchServer {
         rt: Arc<Runtime>,
         listener: TcpListener,
         raft: Option<TcpListener>,
+        metrics: Option<TcpListener>,
         config: DispatcherConfig,
     ) -> PyResult<Self> {
         let registry = FunctionRegistry::builtin();
+        let metrics_address = match &metrics {
+            Some(l) => {
+                Some(l.local_addr().map_err(|e| errors::internal(e.to_string()))?.to_string())
+            }
+            None => None,
+        };
+        let listeners =
+            sluice_dispatcher::Listeners { client: listener, raft, metrics, health: None };
         let handle = blocking::run(py, &rt, None, "starting the dispatcher", async move {
-            sluice_dispatcher::spawn_with_raft(listener, raft, config, registry).await
+            sluice_dispatcher::spawn_with_listeners(listeners, config, registry).await
         })?
         .map_err(|e| errors::invalid_argument(e.to_string()))?;
-        Ok(DispatchServer(Running::new("dispatch server", rt, handle)))
+        Ok(DispatchServer(Running::new("dispatch server", rt, handle), metrics_address))
     }
 }
 
@@ -297,7 +337,7 @@ pub fn start_quorum(
         };
         crate::limits::apply(&mut config, limits.clone())?;
         let raft = raft_listeners.next();
-        servers.push(DispatchServer::start(py, rt.clone(), listener, raft, config)?);
+        servers.push(DispatchServer::start(py, rt.clone(), listener, raft, None, config)?);
     }
     Ok(servers)
 }

@@ -73,7 +73,8 @@ pub struct DispatcherArgs {
     #[arg(long, value_name = "MIN..MAX", default_value = "150..300", value_parser = parse_ms_range)]
     pub election_timeout_ms: (u64, u64),
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/architecture.md,
-    /// "Metrics").
+    /// "Metrics") and the status page at http://HOST:PORT/ (and /status.json;
+    /// docs/operations-status.md).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
     /// Also serve the gRPC health service (grpc.health.v1) alone, in plain text and
@@ -178,6 +179,7 @@ async fn bind_metrics(
 ) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = addr else { return Ok(None) };
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    // The same listener serves the dispatcher's status page (docs/operations-status.md).
     let tls = tls.filter(|t| t.has_identity());
     let missing = sluice_security::missing_protections(tls, tokens);
     sluice_security::require_secure_off_loopback("metrics endpoint", host, &missing, insecure)

@@ -23,7 +23,8 @@
 //! - `log_store`: `RaftLogStorage` on the journal.
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
-//! - `network` / `peer_service`: Raft RPCs over tonic, both directions.
+//! - `network` / `peer_service`: Raft RPCs over tonic, both directions;
+//!   `contacts`: when each peer last answered this node (soft, for the status page).
 
 // openraft's StorageError is large by design and is what its traits return.
 #![allow(clippy::result_large_err)]
@@ -31,6 +32,7 @@
 pub(crate) mod bootstrap;
 // Public so tests can speak Raft to a node as a peer (or a forger) would.
 pub mod codec;
+pub(crate) mod contacts;
 pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
 pub(crate) mod group_commit;
 pub mod log_store;

@@ -29,6 +29,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use super::codec::{decode, encode, encoded_len, MAX_RAFT_MESSAGE_BYTES};
+use super::contacts::PeerContacts;
 use super::{NodeId, TypeConfig};
 
 /// Makes one [`PeerClient`] per peer; channels connect lazily and reconnect.
@@ -40,6 +41,8 @@ pub struct PeerNetwork {
     pub dial: std::collections::BTreeMap<NodeId, String>,
     /// TLS and peer secret presented to peers.
     pub security: ClientSecurity,
+    /// Each RPC's outcome, for the status page (`contacts.rs`).
+    pub contacts: PeerContacts,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -53,6 +56,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             address: addr.clone(),
             channel,
             max_message_bytes: MAX_RAFT_MESSAGE_BYTES,
+            contacts: self.contacts.clone(),
         }
     }
 }
@@ -85,6 +89,7 @@ pub struct PeerClient {
     channel: Result<PeerChannel, String>,
     /// The largest RPC sent (`MAX_RAFT_MESSAGE_BYTES`; smaller in tests).
     max_message_bytes: u64,
+    contacts: PeerContacts,
 }
 
 /// How many of `rpc`'s first entries fit in an AppendEntries of `max` bytes (at
@@ -149,8 +154,14 @@ impl PeerClient {
             }
         };
         let reply = match tokio::time::timeout(option.hard_ttl(), call).await {
-            Ok(Ok(r)) => r.into_inner(),
-            Ok(Err(status)) => return Err(unreachable(status.to_string())),
+            Ok(Ok(r)) => {
+                self.contacts.answered(self.target);
+                r.into_inner()
+            }
+            Ok(Err(status)) => {
+                self.contacts.failed(self.target, status.message().to_string());
+                return Err(unreachable(status.to_string()));
+            }
             // A slow answer is not an unreachable peer. openraft bounds the same
             // RPC by the same TTL (the heartbeat interval) and resends at once
             // when *its* timeout fires, but backs a stream off for 500 ms after
@@ -167,6 +178,8 @@ impl PeerClient {
                     self.address,
                     option.hard_ttl()
                 );
+                self.contacts
+                    .failed(self.target, format!("no answer within {:?}", option.hard_ttl()));
                 let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, msg);
                 return Err(RPCError::Network(NetworkError::new(&timed_out)));
             }
