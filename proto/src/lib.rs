@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`v1`]: every message and both services (`Dispatcher`, `Worker`), generated.
+//! - [`compression`]: the element codec (zstd frames with a declared, bounded size).
 //! - [`contract`]: the rest of the wire contract — reason codes and the leader's
 //!   address carried on a status, and the element route's path and framing.
 //! - [`MAX_MESSAGE_BYTES`]: the one bound on a gRPC message that every server and
@@ -19,6 +20,7 @@ pub mod v1 {
     tonic::include_proto!("sluice.v1");
 }
 
+pub mod compression;
 pub mod contract;
 pub mod limits;
 
