@@ -50,6 +50,7 @@ pub mod limits;
 pub mod machine;
 pub mod measure;
 pub mod procstat;
+pub mod proxy;
 pub mod python;
 pub mod read_failover;
 pub mod report;

@@ -41,12 +41,9 @@ pub enum CompressionError {
     Decode(String),
 }
 
-/// `raw` (an encoded `ElementBatch` holding only elements) compressed with `codec`
-/// by `compressor`, or `None` when the frame would not be smaller than `raw`.
-pub fn compress(
-    compressor: &mut zstd::bulk::Compressor<'static>,
-    raw: &[u8],
-) -> Option<pb::CompressedElements> {
+/// `raw` (an encoded `ElementBatch` holding only elements) compressed by
+/// `compressor`, or `None` when the frame would not be smaller than `raw`.
+pub fn compress(compressor: &mut Compressor, raw: &[u8]) -> Option<pb::CompressedElements> {
     // A frame no smaller than the data is a loss: send the data raw.
     let capacity = raw.len().saturating_sub(1);
     let mut out = Vec::with_capacity(capacity);
@@ -93,8 +90,11 @@ pub fn decompress(
     Ok(batch.elements)
 }
 
-/// A compressor for one stream (its context is reused across messages).
-pub fn compressor() -> std::io::Result<zstd::bulk::Compressor<'static>> {
+/// A stream's compression context (reused across its messages).
+pub type Compressor = zstd::bulk::Compressor<'static>;
+
+/// A compressor for one stream.
+pub fn compressor() -> std::io::Result<Compressor> {
     zstd::bulk::Compressor::new(ZSTD_LEVEL)
 }
 

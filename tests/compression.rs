@@ -1,0 +1,108 @@
+//! Compression of the element stream through a real worker, observed on the wire:
+//! a counting proxy sits between the reader and the worker (the worker advertises
+//! the proxy's address), so the test sees the bytes that crossed the "network".
+//! Each setting must deliver the same elements; zstd must shrink token ids and
+//! leave random bytes about as they are; `none` and `auto` over loopback send
+//! raw (guarantees OP-COMPRESS1 and OP-COMPRESS2).
+
+mod common;
+
+use common::{init_tracing, DEADLINE};
+use futures::StreamExt;
+use sluice_bench::proxy::{Cap, Proxy};
+use sluice_client::{Client, Compression, ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_dataset::{DatasetDef, Element, FunctionRegistry, Tensor};
+use sluice_dispatcher::DispatcherConfig;
+use sluice_worker::WorkerConfig;
+use tokio::net::TcpListener;
+
+const TOKENS: usize = 2048;
+const RANDOM_BYTES: usize = 16 * 1024;
+
+/// `token_ids`: n → 2048 int32 ids below 5000 (a tokenizer's output);
+/// `random_bytes`: n → 16 KiB of xorshift bytes seeded by n.
+fn registry() -> FunctionRegistry {
+    let mut r = FunctionRegistry::builtin();
+    r.register_map("token_ids", 0, |e, _| {
+        let n = e.as_i64().map_err(|e| e.to_string())?;
+        let ids: Vec<i32> =
+            (0..TOKENS as i64).map(|i| ((i * i * 7 + n * 31) % 5000) as i32).collect();
+        let t = Tensor::from_i32s(vec![TOKENS as u64], &ids).map_err(|e| e.to_string())?;
+        Ok(Element::single(t))
+    });
+    r.register_map("random_bytes", 0, |e, _| {
+        let mut x = e.as_i64().map_err(|e| e.to_string())? as u64 * 0x9E37_79B9 + 1;
+        let data: Vec<u8> = (0..RANDOM_BYTES)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        Ok(Element::single(Tensor::scalar_bytes(&data)))
+    });
+    r
+}
+
+/// Reads `def` to its end with `compression`; the elements and the bytes the
+/// proxy carried to the reader meanwhile.
+async fn read(
+    client: &Client,
+    proxy: &Proxy,
+    def: &DatasetDef,
+    compression: Compression,
+) -> (Vec<Element>, u64) {
+    let before = proxy.to_reader();
+    let opts = ReadOptions::new(ProcessingMode::Off)
+        .worker_retry(RetryPolicy::for_tests())
+        .compression(compression);
+    let mut stream = client.distribute(def, opts).await.expect("distribute");
+    let mut got = vec![];
+    while let Some(e) = tokio::time::timeout(DEADLINE, stream.next()).await.expect("in time") {
+        got.push(e.expect("element"));
+    }
+    (got, proxy.to_reader() - before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_setting_delivers_the_same_elements_and_zstd_shrinks_token_ids_on_the_wire() {
+    init_tracing();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dispatcher =
+        sluice_dispatcher::spawn(listener, DispatcherConfig::default(), registry()).await.unwrap();
+    let addresses = vec![dispatcher.address().to_string()];
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = Proxy::start(listener.local_addr().unwrap(), Cap::UNCAPPED).await.unwrap();
+    let config = WorkerConfig {
+        advertised_address: Some(proxy.address().to_string()),
+        ..WorkerConfig::for_tests(addresses.clone())
+    };
+    let _worker = sluice_worker::spawn(listener, config, registry()).await.unwrap();
+    let client = Client::new(&addresses, RetryPolicy::for_tests()).unwrap();
+
+    let tokens = DatasetDef::range(64).map("token_ids");
+    let (raw, raw_bytes) = read(&client, &proxy, &tokens, Compression::None).await;
+    let (zstd, zstd_bytes) = read(&client, &proxy, &tokens, Compression::Zstd).await;
+    let (auto, auto_bytes) = read(&client, &proxy, &tokens, Compression::Auto).await;
+    assert_eq!(raw.len(), 64);
+    let payload = (64 * TOKENS * 4) as u64;
+    assert!(raw_bytes >= payload, "raw: {raw_bytes} bytes on the wire for {payload}");
+    assert_eq!(zstd, raw, "zstd delivers the same elements");
+    assert_eq!(auto, raw, "auto delivers the same elements");
+    assert!(zstd_bytes * 2 < raw_bytes, "zstd: {zstd_bytes} bytes on the wire, raw {raw_bytes}");
+    // Auto over loopback sends raw (the proxy is on 127.0.0.1): within 10% of none
+    // (the HTTP/2 and gRPC framing around the same messages).
+    assert!(auto_bytes * 10 > raw_bytes * 9, "auto over loopback: {auto_bytes} vs raw {raw_bytes}");
+
+    let random = DatasetDef::range(32).map("random_bytes");
+    let (raw, raw_bytes) = read(&client, &proxy, &random, Compression::None).await;
+    let (zstd, zstd_bytes) = read(&client, &proxy, &random, Compression::Zstd).await;
+    assert_eq!(raw.len(), 32);
+    assert_eq!(zstd, raw, "zstd delivers the same random elements");
+    // Incompressible: sent raw, never larger than raw by more than framing.
+    assert!(
+        zstd_bytes <= raw_bytes + raw_bytes / 20,
+        "random bytes: {zstd_bytes} with zstd, {raw_bytes} raw"
+    );
+}
