@@ -85,7 +85,7 @@ impl Rng {
 
 /// Zipf-like ids (id ≈ 32000^u, u uniform) with a tenth of them starting a
 /// repeat of an earlier 3..10-id phrase, as text repeats itself.
-fn token_ids(n: usize) -> Vec<i32> {
+pub fn token_ids(n: usize) -> Vec<i32> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut out: Vec<i32> = Vec::with_capacity(n);
     while out.len() < n {
@@ -147,7 +147,8 @@ pub async fn run(
     let workers = start_workers(exe, &service.addresses, 1, &extra, logs, "compression").await?;
     wait_registered(&service.client, 1).await?;
     let worker_pid = workers[0].id().to_string();
-    let links = [("1 Gbit/s", Cap::gbit(1.0)), ("10 Gbit/s", Cap::gbit(10.0)), ("uncapped", Cap::UNCAPPED)];
+    let links =
+        [("1 Gbit/s", Cap::gbit(1.0)), ("10 Gbit/s", Cap::gbit(10.0)), ("uncapped", Cap::UNCAPPED)];
     let mut cases = vec![];
     for (data, def, expected) in datasets(cfg.mb)? {
         for (link, cap) in links {

@@ -98,7 +98,7 @@ def test_every_setting_delivers_the_same_elements_and_zstd_shrinks_token_ids(pro
         np.testing.assert_array_equal(b, row)
         np.testing.assert_array_equal(c, row)
     assert raw_bytes >= tokens.nbytes
-    assert zstd_bytes * 2 < raw_bytes, (zstd_bytes, raw_bytes)
+    assert zstd_bytes * 3 < raw_bytes * 2, (zstd_bytes, raw_bytes)
     # auto over loopback: raw, like none (the proxy is on 127.0.0.1).
     assert auto_bytes * 10 > raw_bytes * 9, (auto_bytes, raw_bytes)
     # tf.data's None means no compression.
