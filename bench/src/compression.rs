@@ -89,7 +89,7 @@ pub fn token_ids(n: usize) -> Vec<i32> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut out: Vec<i32> = Vec::with_capacity(n);
     while out.len() < n {
-        if out.len() > 64 && rng.next() % 10 == 0 {
+        if out.len() > 64 && rng.next().is_multiple_of(10) {
             let len = 3 + (rng.next() % 8) as usize;
             let at = rng.next() as usize % (out.len() - len);
             for i in 0..len {
