@@ -23,7 +23,7 @@ const RANDOM_BYTES: usize = 16 * 1024;
 
 /// `token_ids`: n → row n of 2048 int32 ids from the bench's Zipf-like generator
 /// (a tokenizer's output);
-/// `random_bytes`: n → 16 KiB of xorshift bytes seeded by n.
+/// `random_bytes`: n → 16 KiB of the bench's xorshift bytes seeded by n.
 fn registry() -> FunctionRegistry {
     let mut r = FunctionRegistry::builtin();
     let all = sluice_bench::compression::token_ids(ROWS * TOKENS);
@@ -34,15 +34,8 @@ fn registry() -> FunctionRegistry {
         Ok(Element::single(t))
     });
     r.register_map("random_bytes", 0, |e, _| {
-        let mut x = e.as_i64().map_err(|e| e.to_string())? as u64 * 0x9E37_79B9 + 1;
-        let data: Vec<u8> = (0..RANDOM_BYTES)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let seed = e.as_i64().map_err(|e| e.to_string())? as u64;
+        let data = sluice_bench::compression::random_bytes(RANDOM_BYTES, seed * 0x9E37_79B9 + 1);
         Ok(Element::single(Tensor::scalar_bytes(&data)))
     });
     r

@@ -83,6 +83,12 @@ impl Rng {
     }
 }
 
+/// `n` incompressible bytes (xorshift, seeded).
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed | 1);
+    (0..n).map(|_| rng.next() as u8).collect()
+}
+
 /// Zipf-like ids (id ≈ 32000^u, u uniform) with a tenth of them starting a
 /// repeat of an earlier 3..10-id phrase, as text repeats itself.
 pub fn token_ids(n: usize) -> Vec<i32> {
@@ -108,8 +114,7 @@ fn datasets(mb: u64) -> anyhow::Result<Vec<(&'static str, DatasetDef, u64)>> {
     let ids = token_ids(TOKEN_ROWS * TOKENS_PER_ROW);
     let tokens = Tensor::from_i32s(vec![TOKEN_ROWS as u64, TOKENS_PER_ROW as u64], &ids)?;
     let token_pass = (TOKEN_ROWS * TOKENS_PER_ROW * 4) as u64;
-    let mut rng = Rng(7);
-    let random: Vec<u8> = (0..RANDOM_ROWS * RANDOM_ROW_BYTES).map(|_| rng.next() as u8).collect();
+    let random = random_bytes(RANDOM_ROWS * RANDOM_ROW_BYTES, 7);
     let random = Tensor::from_u8s(vec![RANDOM_ROWS as u64, RANDOM_ROW_BYTES as u64], random)?;
     let random_pass = (RANDOM_ROWS * RANDOM_ROW_BYTES) as u64;
     let passes = |per: u64| (mb * 1_000_000).div_ceil(per).max(1);
