@@ -1,6 +1,9 @@
 //! A GetElements stream's compression: which messages the producer compresses,
-//! on its own task, before they enter the response channel (so the HTTP layer
-//! only writes bytes, and no lock is held while compressing).
+//! before they enter the response channel (so the HTTP layer only writes bytes,
+//! and no lock is held while compressing). A message of [`BLOCKING_FROM_BYTES`]
+//! or more is compressed on tokio's blocking pool ([`StreamCompression::apply_off_runtime`]):
+//! a 4 MiB message takes tens of milliseconds, which must not stall the runtime
+//! threads that serve the worker's other streams and its heartbeats.
 //!
 //! The client asks for a codec in its request (`GetElementsRequest.compression`);
 //! a client that asks for nothing (an old one) gets raw messages. A message is
@@ -22,6 +25,8 @@ pub(crate) const MIN_COMPRESS_BYTES: usize = 512;
 pub(crate) const MIN_SAVING_FRACTION: usize = 16;
 /// Most messages skipped after ones that did not shrink.
 pub(crate) const MAX_SKIP: u32 = 32;
+/// Messages at least this large are compressed off the runtime threads.
+pub(crate) const BLOCKING_FROM_BYTES: usize = 64 * 1024;
 
 /// One stream's compression state.
 pub(crate) struct StreamCompression {
@@ -44,6 +49,30 @@ impl StreamCompression {
             None
         };
         StreamCompression { compressor, skip: 0, backoff: 1 }
+    }
+
+    /// [`apply`](Self::apply), on the blocking pool for a large message. `None`
+    /// only if the runtime is shutting down (the stream ends with it).
+    pub(crate) async fn apply_off_runtime(
+        mut self,
+        mut message: pb::ElementBatch,
+    ) -> Option<(Self, pb::ElementBatch)> {
+        let large = || {
+            message.elements.iter().map(|e| e.encoded_len()).sum::<usize>() >= BLOCKING_FROM_BYTES
+        };
+        if self.compressor.is_none() || self.skip > 0 || !large() {
+            self.apply(&mut message);
+            return Some((self, message));
+        }
+        let done = tokio::task::spawn_blocking(move || {
+            self.apply(&mut message);
+            (self, message)
+        });
+        match done.await {
+            Ok(done) => Some(done),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => None,
+        }
     }
 
     /// Replaces `message`'s elements by their compressed frame when that pays.
@@ -120,6 +149,18 @@ mod tests {
         let frame = m.compressed.as_ref().expect("compressed");
         assert!(m.elements.is_empty());
         assert_eq!(compression::decompress(frame, 1 << 20).unwrap(), original.elements);
+    }
+
+    #[tokio::test]
+    async fn large_messages_are_compressed_off_the_runtime_and_come_back_whole() {
+        let original = message(vec![3; 2 * BLOCKING_FROM_BYTES]);
+        let s = StreamCompression::for_request(pb::Compression::Zstd as i32);
+        let (s, m) = s.apply_off_runtime(original.clone()).await.expect("runtime alive");
+        let frame = m.compressed.as_ref().expect("compressed");
+        assert_eq!(compression::decompress(frame, 1 << 20).unwrap(), original.elements);
+        // The stream's state came back with it: it compresses the next one too.
+        let (_, m) = s.apply_off_runtime(original).await.expect("runtime alive");
+        assert!(m.compressed.is_some());
     }
 
     #[test]

@@ -94,14 +94,17 @@ pub(crate) async fn produce(
                     worker.finish(&task);
                 }
                 let elements = batch.elements.len();
-                let mut message = pb::ElementBatch {
+                let message = pb::ElementBatch {
                     elements: batch.elements,
                     end_of_sequence: end,
                     compressed: None,
                 };
-                // Here, on the stream's own task, with a channel slot reserved and no
-                // lock held: the HTTP layer then only writes the bytes.
-                compression.apply(&mut message);
+                // With a channel slot reserved and no lock held (a large message on
+                // the blocking pool): the HTTP layer then only writes the bytes.
+                let Some((codec, message)) = compression.apply_off_runtime(message).await else {
+                    return; // the runtime is shutting down
+                };
+                compression = codec;
                 worker.counters.streamed(elements, message.encoded_len());
                 permit.send(Ok(message));
                 if end {
