@@ -17,6 +17,8 @@
 //!      ─► rss ───► service    VmRSS of an idle dispatcher and worker
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
 //!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
+//!      ─► compression ─► proxy  token ids and random bytes through a capped link,
+//!                 compression none vs zstd
 //!      ─► report ─────────── one table on stdout, the same figures as JSON
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
@@ -25,6 +27,8 @@
 //!   `sluice dispatcher` processes are `sluice_testkit::Quorum`s started as [`group`] says.
 //!   Every child is `sluice_testkit`'s: killed and reaped on drop, killed by the kernel if
 //!   the bench dies, every wait bounded. [`procstat`] — CPU time and RSS from `/proc`.
+//! - [`proxy`] — a bandwidth-capped, byte-counting TCP proxy on loopback (a token
+//!   bucket); [`compression`] reads through it.
 //! - [`limits`], [`streaming`], [`epoch`], [`gap`], [`rss`] — the streaming-side
 //!   measurements; [`read_failover`] — the gap section's kill and restart cycles as
 //!   a `sluice read` process sees them.
@@ -39,6 +43,7 @@
 //! error, a panic, or Ctrl-C, which drops the whole run); every loop is bounded in
 //! count and in time; only 127.0.0.1 is used.
 
+pub mod compression;
 pub mod driver;
 pub mod epoch;
 pub mod failover;
@@ -50,6 +55,7 @@ pub mod limits;
 pub mod machine;
 pub mod measure;
 pub mod procstat;
+pub mod proxy;
 pub mod python;
 pub mod read_failover;
 pub mod report;
@@ -87,6 +93,29 @@ pub enum Section {
     Restart,
     Files,
     Python,
+    Compression,
+}
+
+impl Section {
+    /// Every section, for `--only`.
+    pub const ALL: [Section; 16] = [
+        Section::Limits,
+        Section::Streaming,
+        Section::Epoch,
+        Section::Grants,
+        Section::Gap,
+        Section::Rss,
+        Section::Fsync,
+        Section::Memory,
+        Section::Sled,
+        Section::Cluster,
+        Section::Failover,
+        Section::S3,
+        Section::Restart,
+        Section::Files,
+        Section::Python,
+        Section::Compression,
+    ];
 }
 
 impl FromStr for Section {
@@ -108,10 +137,12 @@ impl FromStr for Section {
             "restart" => Section::Restart,
             "files" => Section::Files,
             "python" => Section::Python,
+            "compression" => Section::Compression,
             other => {
                 return Err(format!(
                     "unknown section `{other}`; one of limits, streaming, epoch, fsync, memory, \
-                     sled, cluster, grants, failover, gap, s3, restart, rss, files, python"
+                     sled, cluster, grants, failover, gap, s3, restart, rss, files, python, \
+                     compression"
                 ))
             }
         })
@@ -151,6 +182,8 @@ pub struct BenchConfig {
     pub keep: bool,
     /// The Python stages section's interpreter and sizes.
     pub python: python::PythonConfig,
+    /// The compression section's size.
+    pub compression: compression::CompressionConfig,
 }
 
 impl BenchConfig {
@@ -403,6 +436,13 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
+    let compression = if cfg.runs(Section::Compression) {
+        tracing::info!("--- compression through a capped link");
+        Outcome::from_result(compression::run(&cfg.sluice_exe, cfg.compression, &logs).await)
+    } else {
+        skipped()
+    };
+
     machine.load_end = machine::loadavg();
     if cfg.keep {
         let kept = temp.keep();
@@ -428,6 +468,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         restart,
         files,
         python,
+        compression,
     })
 }
 

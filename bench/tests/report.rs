@@ -69,6 +69,7 @@ fn report(check: &str) -> Report {
         restart: skipped(),
         files: skipped(),
         python: skipped(),
+        compression: skipped(),
     }
 }
 

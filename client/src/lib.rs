@@ -39,6 +39,9 @@
 //!   manager that reads every task one round at a time, pauses for joining
 //!   workers and votes dead ones out.
 //! - [`blocking`] — the same as a blocking iterator, for callers without a runtime.
+//! - [`compression`] — [`Compression`]: the `compression` read option (`auto`
+//!   asks non-loopback workers for zstd) and the bounded decoding of compressed
+//!   messages.
 //! - [`options`] — [`ReadOptions`] and its checks, [`ProcessingMode`]
 //!   (`"parallel_epochs"` / `"distributed_epoch"` accepted, and the static `file`,
 //!   `data`, `file_or_data`, `hint`), [`TargetWorkers`]. A leaf: the readers
@@ -60,6 +63,7 @@
 pub mod blocking;
 mod channels;
 pub mod client;
+pub mod compression;
 pub mod coordinated;
 pub mod dispatcher;
 pub mod error;
@@ -77,6 +81,7 @@ mod view_poll;
 mod worker_stream;
 
 pub use client::Client;
+pub use compression::Compression;
 pub use dispatcher::DispatcherClient;
 pub use error::ClientError;
 pub use loss::{LossReport, LostTask};

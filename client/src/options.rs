@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use sluice_proto::v1 as pb;
 
+use crate::compression::Compression;
 use crate::error::ClientError;
 use crate::retry::RetryPolicy;
 
@@ -219,6 +220,9 @@ pub struct ReadOptions {
     /// [`ClientError::DataLost`](crate::ClientError::DataLost); `true` ends it
     /// normally and the loss is in [`ElementStream::loss_report`](crate::ElementStream::loss_report).
     pub accept_data_loss: bool,
+    /// Whether workers compress the elements they send this reader (default
+    /// `Auto`: zstd from workers off this host, raw over loopback).
+    pub compression: Compression,
 }
 
 impl ReadOptions {
@@ -235,6 +239,7 @@ impl ReadOptions {
             worker_retry: RetryPolicy::default(),
             kind: ReadKind::Plain,
             accept_data_loss: false,
+            compression: Compression::Auto,
         }
     }
 
@@ -276,6 +281,12 @@ impl ReadOptions {
     /// [`ClientError::DataLost`](crate::ClientError::DataLost) (see `accept_data_loss`).
     pub fn accept_data_loss(mut self, accept: bool) -> Self {
         self.accept_data_loss = accept;
+        self
+    }
+
+    /// Compression of the elements workers send (see [`Compression`]).
+    pub fn compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
         self
     }
 

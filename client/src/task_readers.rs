@@ -195,6 +195,7 @@ async fn read_task(
         max_elements_per_message: opts.max_elements_per_message,
         max_bytes_per_message: 0,
         trainer_id: opts.kind.trainer_id().unwrap_or_default().to_string(),
+        compression: opts.compression.for_worker(&address) as i32,
     };
     let bearer = security.bearer();
     let (channel, req, tx, source, finished_ref) = (&channel, &req, &tx, &source, &finished);
@@ -213,8 +214,11 @@ async fn read_task(
             let status = match worker_stream::get_elements(channel, bearer, req).await {
                 Ok(mut stream) => loop {
                     match stream.message().await {
-                        Ok(Some(batch)) => {
+                        Ok(Some(mut batch)) => {
                             progressed = true;
+                            if let Err(e) = crate::compression::expand(&mut batch, source) {
+                                return Attempt::GiveUp(e);
+                            }
                             let elements = batch
                                 .elements
                                 .into_iter()

@@ -265,7 +265,7 @@ mod tests {
                 names: vec!["x".into()],
             })
             .collect();
-        pb::ElementBatch { elements, end_of_sequence: true }
+        pb::ElementBatch { elements, end_of_sequence: true, compressed: None }
     }
 
     /// gRPC framing of `m`.
@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn messages_split_anywhere_decode_to_the_same_batches() {
         let a = batch(vec![Bytes::from(vec![1u8; 3000]), Bytes::from(vec![2u8; 10])]);
-        let b = pb::ElementBatch { elements: vec![], end_of_sequence: true };
+        let b = pb::ElementBatch { elements: vec![], end_of_sequence: true, compressed: None };
         let c = batch(vec![Bytes::from(vec![3u8; 5000])]);
         let mut wire = framed(&a);
         wire.extend(framed(&b));

@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`v1`]: every message and both services (`Dispatcher`, `Worker`), generated.
+//! - [`compression`]: the element codec (zstd frames with a declared, bounded size).
 //! - [`contract`]: the rest of the wire contract — reason codes and the leader's
 //!   address carried on a status, and the element route's path and framing.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded schema; [`reflection`] serves it (and the
@@ -25,6 +26,7 @@ pub mod v1 {
 /// reflection service of dispatchers and workers (`grpcurl -plaintext HOST:PORT list`).
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("sluice_descriptor");
 
+pub mod compression;
 pub mod contract;
 pub mod limits;
 pub mod reflection;

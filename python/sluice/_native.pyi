@@ -83,7 +83,10 @@ class Client:
         consumer_index: Optional[int] = None,
         trainer_id: Optional[str] = None,
         accept_data_loss: bool = False,
-    ) -> Reader: ...
+        compression: str = "auto",
+    ) -> Reader:
+        """``compression``: "auto" (zstd from workers off this host, raw over
+        loopback), "none" or "zstd"; anything else raises InvalidArgumentError."""
 
 class DispatchServer:
     def __init__(

@@ -238,6 +238,7 @@ class DistributedDataset:
         tls_ca: str | os.PathLike[str] | None = None,
         token: str | None = None,
         accept_data_loss: bool = False,
+        compression: str | None = "AUTO",
     ) -> None:
         if (dataset is None) == (dataset_id is None):
             raise InvalidArgumentError("give exactly one of dataset and dataset_id")
@@ -259,6 +260,7 @@ class DistributedDataset:
         self.tls_ca = None if tls_ca is None else os.fspath(tls_ca)
         self.token = token
         self.accept_data_loss = bool(accept_data_loss)
+        self.compression = _compression(compression)
         self._iterations = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -297,6 +299,7 @@ class DistributedDataset:
             consumer_index=self.consumer_index,
             trainer_id=trainer,
             accept_data_loss=self.accept_data_loss,
+            compression=self.compression,
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -308,6 +311,21 @@ class DistributedDataset:
             f"DistributedDataset(service={self.service!r}, processing_mode={self.processing_mode!r}, "
             f"{what}, job_name={self.job_name!r})"
         )
+
+
+_COMPRESSIONS = ("auto", "none", "zstd")
+
+
+def _compression(value: str | None) -> str:
+    """tf.data's spelling ("AUTO", None for none) to the client's, checked here so
+    a typo fails when the dataset is made, not at its first read."""
+    if value is None:
+        return "none"
+    if not isinstance(value, str) or value.lower() not in _COMPRESSIONS:
+        raise InvalidArgumentError(
+            f"unknown compression {value!r}; valid values: {', '.join(_COMPRESSIONS)} (or None)"
+        )
+    return value.lower()
 
 
 def distribute(
@@ -324,6 +342,7 @@ def distribute(
     tls_ca: str | os.PathLike[str] | None = None,
     token: str | None = None,
     accept_data_loss: bool = False,
+    compression: str | None = "AUTO",
 ) -> Callable[["Dataset"], DistributedDataset]:
     """A transformation reading a dataset through the service: apply it with
     ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``.
@@ -340,7 +359,10 @@ def distribute(
     default ``$SLUICE_TLS_CA`` and ``$SLUICE_TOKEN`` (docs/security.md).
     ``accept_data_loss`` (Sluice's): a read that lost a worker's undelivered
     elements raises ``DataLossError`` at its end unless this is true; then it ends
-    normally and the reader's ``loss_report`` names the lost tasks and workers."""
+    normally and the reader's ``loss_report`` names the lost tasks and workers.
+    ``compression`` (tf.data's, per read here): "AUTO" (default: zstd from workers
+    off this host, raw over loopback), "NONE" / ``None``, or "ZSTD"
+    (docs/operations-compression.md)."""
 
     def apply(dataset: "Dataset") -> DistributedDataset:
         return DistributedDataset(
@@ -357,6 +379,7 @@ def distribute(
             tls_ca=tls_ca,
             token=token,
             accept_data_loss=accept_data_loss,
+            compression=compression,
         )
 
     return apply
@@ -378,6 +401,7 @@ def from_dataset_id(
     tls_ca: str | os.PathLike[str] | None = None,
     token: str | None = None,
     accept_data_loss: bool = False,
+    compression: str | None = "AUTO",
 ) -> DistributedDataset:
     """Reads a dataset registered earlier (``register_dataset``) by its id.
     ``element_spec`` is accepted for tf.data compatibility and not needed:
@@ -397,4 +421,5 @@ def from_dataset_id(
         tls_ca=tls_ca,
         token=token,
         accept_data_loss=accept_data_loss,
+        compression=compression,
     )

@@ -83,7 +83,8 @@ impl Client {
     /// Gets or creates the job and its iteration, and returns a reader of it.
     #[pyo3(signature = (dataset_id, processing_mode, job_name = None, target_workers = "auto",
         max_outstanding_requests = None, repetition = 0, num_consumers = None,
-        consumer_index = None, trainer_id = None, accept_data_loss = false))]
+        consumer_index = None, trainer_id = None, accept_data_loss = false,
+        compression = "auto"))]
     #[allow(clippy::too_many_arguments)]
     fn read(
         &self,
@@ -98,6 +99,7 @@ impl Client {
         consumer_index: Option<u32>,
         trainer_id: Option<String>,
         accept_data_loss: bool,
+        compression: &str,
     ) -> PyResult<Reader> {
         let mode: ProcessingMode = processing_mode.parse().map_err(errors::from_client)?;
         let target: TargetWorkers = target_workers.parse().map_err(errors::from_client)?;
@@ -105,6 +107,7 @@ impl Client {
         opts.job_name = job_name;
         opts.repetition = repetition;
         opts.accept_data_loss = accept_data_loss;
+        opts.compression = compression.parse().map_err(errors::from_client)?;
         if let Some(n) = max_outstanding_requests {
             opts = opts.max_outstanding_requests(n);
         }

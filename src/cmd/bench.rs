@@ -46,9 +46,16 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Sections to skip, comma-separated: limits, streaming, epoch, fsync, memory, sled,
-    /// cluster, grants, failover, gap, s3, restart, rss, files, python.
+    /// cluster, grants, failover, gap, s3, restart, rss, files, python, compression.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<Section>,
+    /// Run only these sections (comma-separated, the names of --skip), e.g.
+    /// `--only compression`.
+    #[arg(long, value_delimiter = ',', conflicts_with = "skip", env = "SLUICE_BENCH_ONLY")]
+    pub only: Vec<Section>,
+    /// Payload MB read per case of the compression section.
+    #[arg(long, default_value_t = 64, env = "SLUICE_BENCH_COMPRESSION_MB")]
+    pub compression_mb: u64,
     /// TFRecord files of the files section's sample data set.
     #[arg(long, default_value_t = 64)]
     pub sample_files: usize,
@@ -102,7 +109,11 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         snapshot_every: a.snapshot_every,
         dir: a.dir,
         json: a.json,
-        skip: a.skip,
+        skip: if a.only.is_empty() {
+            a.skip
+        } else {
+            Section::ALL.into_iter().filter(|s| !a.only.contains(s)).collect()
+        },
         files: sluice_bench::files::FilesConfig {
             files: a.sample_files,
             records_per_file: a.sample_records_per_file,
@@ -121,6 +132,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             python: a.python,
             elements: a.python_elements,
         },
+        compression: sluice_bench::compression::CompressionConfig { mb: a.compression_mb },
     };
     sluice_bench::run(config).await
 }

@@ -52,6 +52,11 @@ pub struct ReadArgs {
     /// fails (exit non-zero) naming the lost tasks and workers.
     #[arg(long)]
     pub accept_data_loss: bool,
+    /// Compression of the elements workers send: auto (zstd from workers not on
+    /// loopback, raw from loopback ones), none, or zstd
+    /// (docs/operations-compression.md).
+    #[arg(long, default_value = "auto", env = "SLUICE_COMPRESSION")]
+    pub compression: String,
 }
 
 pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
@@ -63,6 +68,7 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
     opts.job_name = a.job_name.clone();
     opts.worker_retry = a.dispatcher.retry();
     opts.accept_data_loss = a.accept_data_loss;
+    opts.compression = a.compression.parse().map_err(|e| anyhow::anyhow!("--compression: {e}"))?;
     // clap requires the two coordinated flags together.
     if let (Some(n), Some(i)) = (a.num_consumers, a.consumer_index) {
         opts = opts.coordinated(n, i);

@@ -23,6 +23,8 @@
 //!   `CacheStatus`); it looks every request's task up in the table, answers for a
 //!   task that is not running, opens a GetElements stream and spawns its
 //!   `producer`, which feeds a bounded channel.
+//! - `compress`: a stream's compression — the producer compresses a message's
+//!   elements when the client asked for it and it pays (docs/operations-compression.md).
 //! - `route`: the Worker service as served — `GetElements` answered over plain
 //!   HTTP/2 with the `scatter` encoding (tensor data sent without a copy), every
 //!   other method by the generated tonic server.
@@ -67,6 +69,7 @@
 mod access;
 mod buffer;
 mod cache;
+mod compress;
 pub mod config;
 mod coordinated;
 mod counters;

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use crate::buffer::{Batch, Limits};
+use crate::compress::StreamCompression;
 use crate::state::Worker;
 use crate::task::Task;
 
@@ -33,7 +34,11 @@ pub(crate) type BatchResult = Result<pb::ElementBatch, Status>;
 pub(crate) fn end_of_sequence() -> mpsc::Receiver<BatchResult> {
     let (tx, rx) = mpsc::channel(1);
     // Cannot fail: the channel is new, has room for one and its receiver is alive.
-    let _ = tx.try_send(Ok(pb::ElementBatch { elements: Vec::new(), end_of_sequence: true }));
+    let _ = tx.try_send(Ok(pb::ElementBatch {
+        elements: Vec::new(),
+        end_of_sequence: true,
+        compressed: None,
+    }));
     rx
 }
 
@@ -54,6 +59,7 @@ pub(crate) async fn produce(
     task: Arc<Task>,
     trainer: Option<String>,
     limits: Limits,
+    mut compression: StreamCompression,
     tx: mpsc::Sender<BatchResult>,
 ) {
     let _open = crate::drain::OpenStream::new(&task);
@@ -87,8 +93,19 @@ pub(crate) async fn produce(
                     // The first stream to see the end finishes the task for everyone.
                     worker.finish(&task);
                 }
-                let message = pb::ElementBatch { elements: batch.elements, end_of_sequence: end };
-                worker.counters.streamed(message.elements.len(), message.encoded_len());
+                let elements = batch.elements.len();
+                let message = pb::ElementBatch {
+                    elements: batch.elements,
+                    end_of_sequence: end,
+                    compressed: None,
+                };
+                // With a channel slot reserved and no lock held (a large message on
+                // the blocking pool): the HTTP layer then only writes the bytes.
+                let Some((codec, message)) = compression.apply_off_runtime(message).await else {
+                    return; // the runtime is shutting down
+                };
+                compression = codec;
+                worker.counters.streamed(elements, message.encoded_len());
                 permit.send(Ok(message));
                 if end {
                     tracing::debug!(sent, "stream reached end of sequence");

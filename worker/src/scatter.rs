@@ -31,6 +31,10 @@ pub(crate) use sluice_proto::contract::element_route::MESSAGE_PREFIX_BYTES as GR
 // Field numbers of `proto/sluice.proto`.
 const BATCH_ELEMENTS: u32 = 1;
 const BATCH_END_OF_SEQUENCE: u32 = 2;
+const BATCH_COMPRESSED: u32 = 3;
+const COMPRESSED_CODEC: u32 = 1;
+const COMPRESSED_RAW_BYTES: u32 = 2;
+const COMPRESSED_DATA: u32 = 3;
 const ELEMENT_COMPONENTS: u32 = 1;
 const ELEMENT_NAMES: u32 = 2;
 const TENSOR_DTYPE: u32 = 1;
@@ -75,6 +79,11 @@ pub(crate) fn encode(
     if batch.end_of_sequence {
         encoding::bool::encode(BATCH_END_OF_SEQUENCE, &batch.end_of_sequence, &mut out.prefix);
     }
+    if let Some(frame) = &batch.compressed {
+        encode_key(BATCH_COMPRESSED, WireType::LengthDelimited, &mut out.prefix);
+        encode_varint(frame.encoded_len() as u64, &mut out.prefix);
+        out.compressed(frame);
+    }
     Ok(out.finish())
 }
 
@@ -105,13 +114,29 @@ impl Scatter {
             encoding::int32::encode(TENSOR_DTYPE, &tensor.dtype, &mut self.prefix);
         }
         encoding::uint64::encode_packed(TENSOR_SHAPE, &tensor.shape, &mut self.prefix);
-        if tensor.data.len() >= self.zero_copy_min && !tensor.data.is_empty() {
-            encode_key(TENSOR_DATA, WireType::LengthDelimited, &mut self.prefix);
-            encode_varint(tensor.data.len() as u64, &mut self.prefix);
+        self.data(TENSOR_DATA, &tensor.data);
+    }
+
+    /// A compressed frame: its data, like a tensor's, is a chunk of its own when large.
+    fn compressed(&mut self, frame: &pb::CompressedElements) {
+        if frame.codec != 0 {
+            encoding::int32::encode(COMPRESSED_CODEC, &frame.codec, &mut self.prefix);
+        }
+        if frame.raw_bytes != 0 {
+            encoding::uint64::encode(COMPRESSED_RAW_BYTES, &frame.raw_bytes, &mut self.prefix);
+        }
+        self.data(COMPRESSED_DATA, &frame.data);
+    }
+
+    /// A `bytes` field: shared as its own chunk from `zero_copy_min` bytes, else copied.
+    fn data(&mut self, field: u32, data: &Bytes) {
+        if data.len() >= self.zero_copy_min && !data.is_empty() {
+            encode_key(field, WireType::LengthDelimited, &mut self.prefix);
+            encode_varint(data.len() as u64, &mut self.prefix);
             self.cut();
-            self.chunks.push(tensor.data.clone());
-        } else if !tensor.data.is_empty() {
-            encoding::bytes::encode(TENSOR_DATA, &tensor.data, &mut self.prefix);
+            self.chunks.push(data.clone());
+        } else if !data.is_empty() {
+            encoding::bytes::encode(field, data, &mut self.prefix);
         }
     }
 

@@ -25,6 +25,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::buffer::{Limits, StopReason};
+use crate::compress::StreamCompression;
 use crate::config::WorkerConfig;
 use crate::producer::{produce, BatchResult, RESPONSE_BUFFER};
 use crate::state::{Lookup, Worker};
@@ -119,7 +120,8 @@ pub(crate) fn open_stream(
         iteration_id = task.iteration_id,
         client_id = req.client_id,
     );
-    tokio::spawn(produce(worker.clone(), task, trainer, limits, tx).instrument(span));
+    let compression = StreamCompression::for_request(req.compression);
+    tokio::spawn(produce(worker.clone(), task, trainer, limits, compression, tx).instrument(span));
     Ok(rx)
 }
 

@@ -71,6 +71,7 @@ pub struct Report {
     pub restart: Outcome<Restart>,
     pub files: Outcome<crate::files::Files>,
     pub python: Outcome<crate::python::Python>,
+    pub compression: Outcome<crate::compression::CompressionBench>,
 }
 
 impl Report {
@@ -103,6 +104,7 @@ impl Report {
         failed("restart", failed_error(&self.restart));
         failed("files", failed_error(&self.files));
         failed("python", failed_error(&self.python));
+        failed("compression", failed_error(&self.compression));
         let checks = self
             .splits
             .iter()
@@ -146,8 +148,20 @@ impl Report {
     /// The table printed on stdout.
     pub fn render(&self) -> String {
         use sections::*;
-        let order: [fn(&Report, &mut Lines); 11] =
-            [header, limits, streaming, epoch, splits, failover, gap, rss, restart, files, python];
+        let order: [fn(&Report, &mut Lines); 12] = [
+            header,
+            limits,
+            streaming,
+            epoch,
+            splits,
+            failover,
+            gap,
+            rss,
+            restart,
+            files,
+            python,
+            compression,
+        ];
         let mut out = Lines::default();
         for (i, section) in order.into_iter().enumerate() {
             if i > 0 {

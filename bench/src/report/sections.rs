@@ -427,3 +427,45 @@ pub(super) fn python(r: &Report, out: &mut Lines) {
         other => out.line(format!("PYTHON STAGES  {}", not_measured(other))),
     }
 }
+
+/// COMPRESSION: token ids and random bytes through a capped link, none vs zstd.
+pub(super) fn compression(r: &Report, out: &mut Lines) {
+    match &r.compression {
+        Outcome::Measured(c) => {
+            out.line(format!(
+                "COMPRESSION  ({} MB per case; OFF, 1 worker process behind a capped proxy on \
+                 loopback; MB/s = payload delivered; CPU s over the read)",
+                c.mb
+            ));
+            out.line(format!(
+                "  {:<18} {:<10} {:>9} {:<6} {:>11} {:>9} {:>8} {:>7} {:>10} {:>10}",
+                "data",
+                "link",
+                "cap MB/s",
+                "codec",
+                "elements/s",
+                "MB/s",
+                "wire MB",
+                "ratio",
+                "worker CPU",
+                "reader CPU"
+            ));
+            for k in &c.cases {
+                out.line(format!(
+                    "  {:<18} {:<10} {:>9} {:<6} {:>11.0} {:>9.1} {:>8.1} {:>7.2} {:>10.2} {:>10.2}",
+                    k.data,
+                    k.link,
+                    k.cap_mb_per_s.map(|c| format!("{c:.0}")).unwrap_or_else(|| "-".into()),
+                    k.compression,
+                    k.elements_per_s,
+                    k.mb_per_s,
+                    k.wire_bytes as f64 / 1e6,
+                    k.ratio,
+                    k.worker_cpu_s,
+                    k.reader_cpu_s
+                ));
+            }
+        }
+        other => out.line(format!("COMPRESSION  {}", not_measured(other))),
+    }
+}

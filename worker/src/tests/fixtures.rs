@@ -32,6 +32,7 @@ pub(crate) fn request(task_id: u64, max_elements: u32, max_bytes: u64) -> pb::Ge
         max_elements_per_message: max_elements,
         max_bytes_per_message: max_bytes,
         trainer_id: String::new(),
+        compression: 0,
     }
 }
 

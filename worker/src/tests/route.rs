@@ -34,6 +34,7 @@ fn image_batch(len: usize, end_of_sequence: bool) -> pb::ElementBatch {
             names: vec!["image".into(), "label".into()],
         }],
         end_of_sequence,
+        compressed: None,
     }
 }
 

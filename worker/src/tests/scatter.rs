@@ -27,7 +27,7 @@ fn element(components: Vec<pb::Tensor>, names: &[&str]) -> pb::Element {
 }
 
 fn batch(elements: Vec<pb::Element>, end_of_sequence: bool) -> pb::ElementBatch {
-    pb::ElementBatch { elements, end_of_sequence }
+    pb::ElementBatch { elements, end_of_sequence, compressed: None }
 }
 
 /// `len` bytes of a pattern, sliced out of a larger buffer as element data is.
@@ -148,6 +148,34 @@ fn batches() -> Vec<(&'static str, pb::ElementBatch)> {
                 )],
                 false,
             ),
+        ),
+        (
+            "a compressed frame around the threshold, with end_of_sequence",
+            pb::ElementBatch {
+                elements: vec![],
+                end_of_sequence: true,
+                compressed: Some(pb::CompressedElements {
+                    codec: pb::Compression::Zstd as i32,
+                    raw_bytes: 1 << 20,
+                    data: data(ZERO_COPY_MIN_BYTES, 9),
+                }),
+            },
+        ),
+        (
+            "a small compressed frame and a default one",
+            pb::ElementBatch {
+                elements: vec![],
+                end_of_sequence: false,
+                compressed: Some(pb::CompressedElements {
+                    codec: pb::Compression::Zstd as i32,
+                    raw_bytes: 600,
+                    data: data(40, 10),
+                }),
+            },
+        ),
+        (
+            "a default compressed frame",
+            pb::ElementBatch { compressed: Some(Default::default()), ..Default::default() },
         ),
         (
             "several elements then end_of_sequence",
