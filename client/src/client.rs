@@ -109,7 +109,8 @@ impl Client {
             }
         };
         let d = self.dispatcher.clone();
-        Ok(ElementStream::start(d, job_name, it.iteration_id, client_id, capacity, manage))
+        let (id, consumer) = (it.iteration_id, coordinated);
+        Ok(ElementStream::start(d, job_name, consumer, id, client_id, capacity, manage))
     }
 
     /// Registers `def` and reads it: `register_dataset` + `from_dataset_id`.

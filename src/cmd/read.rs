@@ -52,6 +52,15 @@ pub struct ReadArgs {
     /// fails (exit non-zero) naming the lost tasks and workers.
     #[arg(long)]
     pub accept_data_loss: bool,
+    /// Serve this reader's Prometheus metrics (sluice_client_wait_seconds, elements
+    /// and bytes delivered) at http://HOST:PORT/metrics while it reads
+    /// (docs/operations-metrics.md). Off loopback it needs --insecure.
+    #[arg(long, value_name = "HOST:PORT", env = "SLUICE_READ_METRICS_ADDR")]
+    pub metrics_addr: Option<String>,
+    /// With --metrics-addr off loopback: serve the metrics without TLS or
+    /// authentication anyway.
+    #[arg(long, requires = "metrics_addr")]
+    pub insecure: bool,
 }
 
 pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
@@ -76,6 +85,11 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         }
         opts = opts.cross_trainer_cache(trainer.clone());
     }
+    let metrics = super::serve::bind_metrics(a.metrics_addr.as_deref(), a.insecure).await?;
+    let _metrics = match metrics {
+        Some(l) => Some(sluice_client::metrics::serve_on(l)?),
+        None => None,
+    };
     let client = a.dispatcher.client()?;
     let stream = match (&a.dataset_id, &a.spec) {
         (Some(id), _) => client.from_dataset_id(id, opts).await?,

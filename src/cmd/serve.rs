@@ -149,7 +149,10 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
 /// stdout, whose first line scripts read for the service address).
 /// The metrics listener. It is plain HTTP without authentication, so off loopback
 /// it needs `--insecure` (refused before binding, as the service's listeners).
-async fn bind_metrics(addr: Option<&str>, insecure: bool) -> anyhow::Result<Option<TcpListener>> {
+pub(super) async fn bind_metrics(
+    addr: Option<&str>,
+    insecure: bool,
+) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = addr else { return Ok(None) };
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     let missing = ["TLS and authentication (the metrics endpoint has neither)"];
