@@ -88,7 +88,7 @@ pub(crate) async fn produce(
                     worker.finish(&task);
                 }
                 let message = pb::ElementBatch { elements: batch.elements, end_of_sequence: end };
-                worker.counters.streamed(message.elements.len(), message.encoded_len());
+                worker.counters.streamed(&task.job, message.elements.len(), message.encoded_len());
                 permit.send(Ok(message));
                 if end {
                     tracing::debug!(sent, "stream reached end of sequence");
