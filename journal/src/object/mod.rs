@@ -51,6 +51,8 @@ pub(crate) struct ObjectJournal {
     /// Serializes writes. Shared with background cleanup, which updates `segments`.
     writer: Arc<Mutex<Writer>>,
     cleaner: compact::Cleaner,
+    /// Told how long each PUT of a write took.
+    timing: crate::observe::Timing,
 }
 
 struct Writer {
@@ -99,6 +101,7 @@ impl ObjectJournal {
                     segments: loaded.segments,
                     broken: None,
                 })),
+                timing: crate::observe::Timing(opts.observer.clone()),
             };
             tracing::info!(journal = %journal.location, claim = seq, entries = recovery.entries,
                 state = ?journal.marks(), "journal opened");
@@ -145,7 +148,10 @@ impl ObjectJournal {
             }
             None => {}
         }
-        match put_checked(&self.remote, rel, bytes).await {
+        let start = std::time::Instant::now();
+        let put = put_checked(&self.remote, rel, bytes).await;
+        self.timing.done(start);
+        match put {
             Ok(Put::Created) => Ok(()),
             Ok(Put::Exists) => {
                 let detail =

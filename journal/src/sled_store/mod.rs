@@ -55,12 +55,17 @@ pub(crate) struct SledJournal {
     /// Serializes writes. Holds why this handle refuses writes after a failed one (a failed
     /// flush leaves the durable state unknown; reopening recovers it).
     writer: Mutex<Option<String>>,
+    /// Told how long each flush + fsync took.
+    timing: crate::observe::Timing,
     /// Declared last so it is dropped after the database.
     _open: OpenGuard,
 }
 
 impl SledJournal {
-    pub(crate) async fn open(path: PathBuf) -> Result<(SledJournal, Recovery), JournalError> {
+    pub(crate) async fn open(
+        path: PathBuf,
+        timing: crate::observe::Timing,
+    ) -> Result<(SledJournal, Recovery), JournalError> {
         let display = format!("sled:{}", path.display());
         crate::fs_sync::create_dir_all_durable(&path)
             .map_err(|e| JournalError::io(&display, false, e))?;
@@ -88,6 +93,7 @@ impl SledJournal {
             syncer: Arc::new(StdMutex::new(syncer)),
             state: StdMutex::new(state),
             writer: Mutex::new(None),
+            timing,
             _open: guard,
         };
         Ok((journal, recovery))
@@ -114,10 +120,15 @@ impl SledJournal {
             Ok(None) => return Ok(()),
             Err(Step::Refuse(e)) => return Err(e),
             Err(Step::Sled(e)) => Err(sled_err(&self.location, e)),
-            Ok(Some(next)) => match self.db.flush_async().await {
-                Ok(_) => self.sync().await.map(|()| next),
-                Err(e) => Err(sled_err(&self.location, e)),
-            },
+            Ok(Some(next)) => {
+                let start = std::time::Instant::now();
+                let flushed = match self.db.flush_async().await {
+                    Ok(_) => self.sync().await.map(|()| next),
+                    Err(e) => Err(sled_err(&self.location, e)),
+                };
+                self.timing.done(start);
+                flushed
+            }
         };
         match result {
             Ok(next) => {
