@@ -3,8 +3,8 @@
 //!
 //! ```text
 //!  trainer ──next()──► ElementStream ──ReadMetrics──► process-global registry
-//!                        asked ─► got: wait_seconds{job,consumer}     │
-//!                        elements_total, bytes_total{job,consumer}    ▼
+//!                 asked ─► got: wait_seconds{sluice_job,consumer}     │
+//!                 elements_total, bytes_total{sluice_job,consumer}    ▼
 //!                                          serve / spawn ──► GET /metrics
 //! ```
 //!
@@ -14,10 +14,11 @@
 //! the element it returns: a trainer that waits on data shows a large
 //! `sluice_client_wait_seconds_sum` rate; one that computes shows close to zero.
 //!
-//! Bounded labels: `job` is the job's name (anonymous jobs are named
-//! `anonymous-<id>` by the dispatcher), admitted through a [`BoundedLabel`] (at most
-//! 100 jobs per process, later ones fold into `_other`); `consumer` is the
-//! coordinated-read consumer index or "".
+//! Bounded labels: `sluice_job` is the job's name (not `job`, which Prometheus
+//! sets to the scrape job's name; anonymous jobs are named `anonymous-<id>` by the
+//! dispatcher), admitted through a [`BoundedLabel`] (at most 100 jobs per process,
+//! later ones fold into `_other`); `consumer` is the coordinated-read consumer
+//! index or "".
 //!
 //! Soft state of this process: everything counts from its start.
 
@@ -36,7 +37,9 @@ use sluice_metrics::{prometheus_client, BoundedLabel};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReadLabels {
-    job: String,
+    /// Not `job`: Prometheus sets `job` to the scrape job's name and would rename
+    /// ours to `exported_job`.
+    sluice_job: String,
     consumer: String,
 }
 
@@ -111,7 +114,7 @@ impl ReadMetrics {
     pub(crate) fn new(job: &str, consumer: Option<u32>) -> Self {
         let m = global();
         let labels = ReadLabels {
-            job: m.jobs.admit(job).to_string(),
+            sluice_job: m.jobs.admit(job).to_string(),
             consumer: consumer.map(|c| c.to_string()).unwrap_or_default(),
         };
         ReadMetrics {

@@ -3,7 +3,7 @@
 Every reader in this process (``distribute``, ``from_dataset_id``, the framework
 adapters) updates one registry, measured in the Rust reader under them:
 
-- ``sluice_client_wait_seconds{job,consumer}`` (histogram): from the moment the
+- ``sluice_client_wait_seconds{sluice_job,consumer}`` (histogram): from the moment the
   training loop asked for the next element until it got it;
 - ``sluice_client_elements_total`` and ``sluice_client_bytes_total`` (counters):
   elements and payload bytes delivered to the training loop.

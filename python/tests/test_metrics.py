@@ -51,7 +51,7 @@ def test_the_wait_histogram_counts_every_element_the_trainer_got(service):
         got = list(ds.distribute("distributed_epoch", service.target, job_name="metrics-wait"))
         assert len(got) == n
         s = scrape(server.address)
-        job = {"job": "metrics-wait", "consumer": ""}
+        job = {"sluice_job": "metrics-wait", "consumer": ""}
         assert value(s, "sluice_client_wait_seconds_count", **job) == n
         assert value(s, "sluice_client_wait_seconds_sum", **job) > 0
         assert value(s, "sluice_client_wait_seconds_bucket", le="+Inf", **job) == n
@@ -69,9 +69,9 @@ def test_two_readers_in_one_process_share_one_registry_labelled_by_job(service):
     per_worker = len(service.workers)
     s = parse(sluice.metrics_text())
     assert len(a) == 10 * per_worker and len(b) == 20 * per_worker
-    assert value(s, "sluice_client_elements_total", job="metrics-a") == len(a)
-    assert value(s, "sluice_client_elements_total", job="metrics-b") == len(b)
-    assert value(s, "sluice_client_wait_seconds_count", job="metrics-b") == len(b)
+    assert value(s, "sluice_client_elements_total", sluice_job="metrics-a") == len(a)
+    assert value(s, "sluice_client_elements_total", sluice_job="metrics-b") == len(b)
+    assert value(s, "sluice_client_wait_seconds_count", sluice_job="metrics-b") == len(b)
 
 
 def test_serve_metrics_refuses_what_it_cannot_serve_safely_or_parse():

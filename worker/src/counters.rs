@@ -10,7 +10,7 @@
 //!
 //! The per-job counters are labelled by the job's name through a
 //! [`BoundedLabel`]: at most 100 jobs per worker process, later ones fold into
-//! `job="_other"`.
+//! `sluice_job="_other"`.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct JobLabels {
-    pub job: String,
+    /// Not `job`: Prometheus sets `job` to the scrape job's name.
+    pub sluice_job: String,
 }
 
 /// Counters of this process, updated by the service.
@@ -50,7 +51,7 @@ impl Counters {
 
     /// The labels of `job`'s series (the bounded job label).
     pub(crate) fn job_labels(&self, job: &str) -> JobLabels {
-        JobLabels { job: self.jobs.admit(job).to_string() }
+        JobLabels { sluice_job: self.jobs.admit(job).to_string() }
     }
 
     /// A GetElements stream opened; it counts as open until the guard drops.

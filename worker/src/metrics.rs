@@ -11,8 +11,8 @@
 //! live in their own leaf (`counters`), so the two do not depend on each other.
 //!
 //! Soft state, like everything in a worker: the counters start from zero with the
-//! process. No label names a task or trainer (unbounded); the `job` label of the
-//! per-job series is bounded (`counters`: at most 100 jobs per process, then
+//! process. No label names a task or trainer (unbounded); the `sluice_job` label of
+//! the per-job series is bounded (`counters`: at most 100 jobs per process, then
 //! `_other`). The buffer gauges exist only for jobs with a task running here.
 
 use std::collections::BTreeMap;
@@ -74,7 +74,7 @@ impl Collector for WorkerCollector {
         let mut buffered: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         for t in &running {
             let (elements, bytes) = t.buffer.occupancy().get();
-            let sum = buffered.entry(self.worker.counters.job_labels(&t.job).job).or_default();
+            let sum = buffered.entry(self.worker.counters.job_labels(&t.job).sluice_job).or_default();
             *sum = (sum.0 + elements, sum.1 + bytes);
         }
         let gauges: [(&str, &str, fn(&(u64, u64)) -> u64); 2] = [
@@ -92,7 +92,7 @@ impl Collector for WorkerCollector {
         for (name, help, pick) in gauges {
             let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for (job, v) in &buffered {
-                let labels = JobLabels { job: job.clone() };
+                let labels = JobLabels { sluice_job: job.clone() };
                 ConstGauge::new(pick(v)).encode(family.encode_family(&labels)?)?;
             }
         }
