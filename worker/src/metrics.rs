@@ -74,7 +74,8 @@ impl Collector for WorkerCollector {
         let mut buffered: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         for t in &running {
             let (elements, bytes) = t.buffer.occupancy().get();
-            let sum = buffered.entry(self.worker.counters.job_labels(&t.job).sluice_job).or_default();
+            let sum =
+                buffered.entry(self.worker.counters.job_labels(&t.job).sluice_job).or_default();
             *sum = (sum.0 + elements, sum.1 + bytes);
         }
         let gauges: [(&str, &str, fn(&(u64, u64)) -> u64); 2] = [
