@@ -90,3 +90,20 @@ def test_serve_metrics_refuses_what_it_cannot_serve_safely_or_parse():
     finally:
         server.stop()
     server.stop()  # idempotent
+
+
+def test_the_metrics_example_in_the_docs_runs():
+    import pathlib
+    import subprocess
+    import sys
+
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
+    section = doc.read_text().split("## Metrics: is the trainer waiting on data?", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code, "a ```python block under '## Metrics'"
+    # Any free port instead of 9400, which another process may hold.
+    snippet = "import sluice\n" + code.group(1).replace("serve_metrics(9400)", "serve_metrics(0)")
+    out = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "# TYPE sluice_client_wait_seconds histogram" in out.stdout, out.stdout
+    assert out.stdout.rstrip().endswith("# EOF"), out.stdout
