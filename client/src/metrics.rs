@@ -33,7 +33,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use sluice_dataset::Element;
 pub use sluice_metrics::MetricsServer;
-use sluice_metrics::{prometheus_client, BoundedLabel};
+use sluice_metrics::BoundedLabel;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReadLabels {

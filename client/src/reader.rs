@@ -58,7 +58,6 @@ impl ElementStream {
     /// through a channel of `capacity` batches and ends the stream by returning
     /// (leaving in `loss` what a read that accepted loss lost). `consumer` is the
     /// coordinated-read consumer index, for the metrics' labels.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<F, Fut>(
         dispatcher: DispatcherClient,
         job_name: String,

@@ -46,18 +46,18 @@ impl MetricsServer {
 #[pyfunction]
 #[pyo3(signature = (address, insecure = false))]
 pub fn serve_metrics(py: Python<'_>, address: &str, insecure: bool) -> PyResult<MetricsServer> {
-    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
-    let missing = ["TLS and authentication (the metrics endpoint has neither)"];
-    sluice_security::require_secure_off_loopback("metrics endpoint", host, &missing, insecure)
-        .map_err(|e| {
-            errors::failed_precondition(format!("serve_metrics: {e} (from Python: insecure=True)"))
-        })?;
     let addr: std::net::SocketAddr = address.parse().map_err(|e| {
         errors::invalid_argument(format!(
             "serve_metrics: {address:?} is not HOST:PORT with an IP host ({e}); e.g. \
              \"127.0.0.1:9400\", or \"127.0.0.1:0\" for any free port"
         ))
     })?;
+    let host = addr.ip().to_string();
+    let missing = ["TLS and authentication (the metrics endpoint has neither)"];
+    sluice_security::require_secure_off_loopback("metrics endpoint", &host, &missing, insecure)
+        .map_err(|e| {
+            errors::failed_precondition(format!("serve_metrics: {e} (from Python: insecure=True)"))
+        })?;
     let rt = runtime::get()?;
     let server = blocking::run(py, &rt, None, "binding", sluice_client::metrics::serve(addr))?
         .map_err(|e| {
