@@ -161,6 +161,11 @@ async fn every_metric_of_the_dashboard_is_exported_by_a_running_process() {
     }
     for v in variables {
         if let Some(q) = v["definition"].as_str() {
+            // `label_values(SERIES, LABEL)`: only SERIES names metrics.
+            let q = q
+                .strip_prefix("label_values(")
+                .and_then(|args| args.rsplit_once(','))
+                .map_or(q, |(series, _label)| series);
             for name in metric_names(q) {
                 wanted.insert(name, format!("variable {}", v["name"]));
             }
