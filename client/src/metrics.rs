@@ -32,8 +32,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use sluice_dataset::Element;
-pub use sluice_metrics::MetricsServer;
 use sluice_metrics::BoundedLabel;
+pub use sluice_metrics::MetricsServer;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReadLabels {

@@ -78,23 +78,17 @@ impl Collector for WorkerCollector {
                 buffered.entry(self.worker.counters.job_labels(&t.job).sluice_job).or_default();
             *sum = (sum.0 + elements, sum.1 + bytes);
         }
-        let gauges: [(&str, &str, fn(&(u64, u64)) -> u64); 2] = [
-            (
-                "worker_buffer_elements",
-                "Elements the job's pipelines on this worker produced that no client took yet.",
-                |v| v.0,
-            ),
-            (
-                "worker_buffer_bytes",
-                "Payload bytes of the elements in worker_buffer_elements.",
-                |v| v.1,
-            ),
-        ];
-        for (name, help, pick) in gauges {
+        let elements =
+            "Elements the job's pipelines on this worker produced that no client took yet.";
+        let bytes = "Payload bytes of the elements in worker_buffer_elements.";
+        for (name, help, pick) in
+            [("worker_buffer_elements", elements, 0), ("worker_buffer_bytes", bytes, 1)]
+        {
             let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for (job, v) in &buffered {
+            for (job, (n, b)) in &buffered {
                 let labels = JobLabels { sluice_job: job.clone() };
-                ConstGauge::new(pick(v)).encode(family.encode_family(&labels)?)?;
+                let v = if pick == 0 { *n } else { *b };
+                ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
             }
         }
         Ok(())
