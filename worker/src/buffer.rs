@@ -87,24 +87,20 @@ impl BufferTx {
     /// Sends `item`, waiting while the buffer is full; `Err` once no consumer end
     /// is left (the task was dropped).
     pub(crate) fn blocking_send(&self, item: Item) -> Result<(), mpsc::error::SendError<Item>> {
-        let bytes = item.as_ref().map_or(0, |e| e.byte_len() as u64);
-        let is_element = item.is_ok();
-        self.tx.blocking_send(item)?;
-        if is_element {
-            self.occupancy.add(bytes);
-        }
-        Ok(())
+        self.counted(item, |item| self.tx.blocking_send(item))
     }
-}
 
-#[cfg(test)]
-impl BufferTx {
     /// `blocking_send` without waiting, for tests that fill the buffer from a runtime.
+    #[cfg(test)]
     pub(crate) fn try_send(&self, item: Item) -> Result<(), mpsc::error::TrySendError<Item>> {
-        let bytes = item.as_ref().map_or(0, |e| e.byte_len() as u64);
-        let is_element = item.is_ok();
-        self.tx.try_send(item)?;
-        if is_element {
+        self.counted(item, |item| self.tx.try_send(item))
+    }
+
+    /// Sends `item` with `send`; an element sent counts into the occupancy.
+    fn counted<E>(&self, item: Item, send: impl FnOnce(Item) -> Result<(), E>) -> Result<(), E> {
+        let element_bytes = item.as_ref().ok().map(|e| e.byte_len() as u64);
+        send(item)?;
+        if let Some(bytes) = element_bytes {
             self.occupancy.add(bytes);
         }
         Ok(())
