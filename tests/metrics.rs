@@ -2,15 +2,18 @@
 //! `sluice worker --metrics-addr`, scraped with a plain HTTP client; every scrape
 //! must parse as OpenMetrics text (`sluice_metrics::parse`).
 //!
-//! Every wait is on a condition with a deadline (`common::wait_until`).
+//! Every wait is on a condition with a deadline (`common::wait_until`). The
+//! Grafana dashboard's metrics are checked against these processes in
+//! `grafana_dashboard.rs`.
 
 mod common;
 
+use common::scrape::{scrape, scrape_until};
 use common::{collect_i64, Port, Proc};
 use futures::StreamExt;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
-use sluice_metrics::{parse, value, Sample};
+use sluice_metrics::{value, Sample};
 
 /// A port for `--metrics-addr`, reserved for the test's life (`Port::address`).
 fn metrics_port() -> Port {
@@ -26,33 +29,6 @@ fn worker(dispatcher: &str, extra: &[&str]) -> Proc {
 
 fn client(d: &str) -> Client {
     Client::new(&[d.to_string()], RetryPolicy::for_tests()).unwrap()
-}
-
-/// GET http://ADDR/metrics, parsed; `None` while the endpoint does not answer.
-async fn scrape(addr: &str) -> Option<Vec<Sample>> {
-    // reqwest is built without a default TLS provider; plain HTTP still needs one set.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let resp = reqwest::get(format!("http://{addr}/metrics")).await.ok()?;
-    assert_eq!(resp.status(), 200, "GET /metrics");
-    let content_type = resp.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap();
-    assert_eq!(content_type, sluice_metrics::CONTENT_TYPE);
-    let text = resp.text().await.expect("the scrape's body");
-    Some(parse(&text).unwrap_or_else(|e| panic!("the exposition parses: {e}\n{text}")))
-}
-
-/// Scrapes until `cond` holds; returns that scrape. Panics after `common::DEADLINE`.
-async fn scrape_until(addr: &str, what: &str, cond: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
-    let start = std::time::Instant::now();
-    loop {
-        match scrape(addr).await {
-            Some(s) if cond(&s) => return s,
-            last => assert!(
-                start.elapsed() < common::DEADLINE,
-                "timed out waiting for {what}; last scrape: {last:?}"
-            ),
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
 }
 
 fn gauge(s: &[Sample], name: &str) -> f64 {
@@ -181,4 +157,86 @@ async fn the_dispatcher_sums_the_elements_its_workers_ignore_errors_skipped() {
     }
     let s = scrape(&maddr).await.expect("a scrape");
     assert_eq!(gauge(&s, "sluice_worker_errors_ignored"), 7.0);
+}
+
+/// One worker, an OFF read of a named job to its end: the worker's per-job
+/// counters and this process's client metrics (the reader is in-process) count
+/// exactly the elements read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delivered_elements_per_job_and_the_client_wait_histogram_count_exactly_what_was_read() {
+    let d = common::server(&["dispatcher", "--port", "0"]);
+    let d = d.address().to_string();
+    let mport = metrics_port();
+    let maddr = mport.address();
+    let _w = worker(&d, &["--metrics-addr", &maddr]);
+    let c = client(&d);
+    common::wait_until("the worker registered", || {
+        let c = c.clone();
+        async move { c.status().await.is_ok_and(|s| s.workers.len() == 1) }
+    })
+    .await;
+    let opts = ReadOptions::new(ProcessingMode::Off)
+        .job_name("metrics-exact")
+        .worker_retry(RetryPolicy::for_tests());
+    let got = collect_i64(c.distribute(&DatasetDef::range(100), opts).await.unwrap()).await;
+    assert_eq!(got.len(), 100);
+
+    let job = [("sluice_job", "metrics-exact")];
+    let s = scrape(&maddr).await.expect("a scrape");
+    assert_eq!(value(&s, "sluice_worker_elements_delivered_total", &job), Some(100.0));
+    assert!(value(&s, "sluice_worker_bytes_delivered_total", &job).unwrap() >= 800.0);
+
+    let s = sluice_metrics::parse(&sluice_client::metrics::encode()).expect("parses");
+    let read = [("sluice_job", "metrics-exact"), ("consumer", "")];
+    assert_eq!(value(&s, "sluice_client_wait_seconds_count", &read), Some(100.0));
+    assert!(value(&s, "sluice_client_wait_seconds_sum", &read).unwrap() > 0.0);
+    assert_eq!(value(&s, "sluice_client_elements_total", &read), Some(100.0));
+    assert_eq!(value(&s, "sluice_client_bytes_total", &read), Some(800.0), "int64 scalars");
+}
+
+/// A DYNAMIC read through one dispatcher: it times its Raft commits and journal
+/// writes, and its split grants cover the source exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_dispatcher_times_commits_and_journal_writes_and_counts_the_split_elements_it_grants() {
+    let mport = metrics_port();
+    let maddr = mport.address();
+    let work = tempfile::tempdir().unwrap();
+    let work_dir = work.path().to_str().unwrap();
+    let d = common::server(&[
+        "dispatcher",
+        "--port",
+        "0",
+        "--work-dir",
+        work_dir,
+        "--elements-per-split",
+        "10",
+        "--metrics-addr",
+        &maddr,
+    ]);
+    let d = d.address().to_string();
+    let _w = worker(&d, &[]);
+    let c = client(&d);
+    common::wait_until("the worker registered", || {
+        let c = c.clone();
+        async move { c.status().await.is_ok_and(|s| s.workers.len() == 1) }
+    })
+    .await;
+    let opts = ReadOptions::new(ProcessingMode::Dynamic).worker_retry(RetryPolicy::for_tests());
+    let got = collect_i64(c.distribute(&DatasetDef::range(100), opts).await.unwrap()).await;
+    assert_eq!(got.len(), 100);
+
+    let s = scrape(&maddr).await.expect("a scrape");
+    assert_eq!(value(&s, "sluice_split_elements_granted_total", &[]), Some(100.0));
+    assert!(value(&s, "sluice_split_grants_total", &[]).unwrap() >= 10.0, "10 per split");
+    let commits = value(&s, "sluice_raft_commit_seconds_count", &[]).unwrap();
+    let fsyncs = value(&s, "sluice_journal_fsync_seconds_count", &[]).unwrap();
+    assert!(commits >= 10.0, "at least the 10 GetSplit commits: {commits}");
+    // Not one per commit: openraft may append several entries in one write.
+    assert!(fsyncs >= 1.0, "the commits were written to the journal: {fsyncs}");
+    assert!(value(&s, "sluice_raft_commit_seconds_sum", &[]).unwrap() > 0.0);
+    assert_eq!(
+        value(&s, "sluice_raft_commit_seconds_bucket", &[("le", "+Inf")]),
+        Some(commits),
+        "the histogram's +Inf bucket holds every commit"
+    );
 }

@@ -106,7 +106,7 @@ impl Client {
         };
         let d = self.dispatcher.clone();
         let ids = (it.iteration_id, client_id);
-        Ok(ElementStream::start(d, job_name, ids, capacity, span, manage))
+        Ok(ElementStream::start(d, job_name, coordinated, ids, capacity, span, manage))
     }
 
     /// GetOrCreateJob then GetOrCreateIteration for a read of `dataset_id`.

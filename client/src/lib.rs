@@ -53,6 +53,9 @@
 //!   remote call goes through: bounded backoff up to a deadline.
 //! - [`local_workers`] — the process-wide registry of in-process workers, which
 //!   `TargetWorkers::Local` reads are limited to.
+//! - [`metrics`] — the process-wide client metrics (`sluice_client_wait_seconds`,
+//!   elements and bytes delivered), which every [`ElementStream`] updates, and
+//!   `metrics::serve` to export them at `GET /metrics`.
 //! - [`status`] — [`ServiceStatus`], what `Client::status` returns.
 //! - [`error`] — [`ClientError`].
 //! - [`loss`] — [`LossReport`]: the tasks a read lost with their worker, carried by
@@ -72,6 +75,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod local_workers;
 pub mod loss;
+pub mod metrics;
 pub mod options;
 pub mod reader;
 pub mod retry;

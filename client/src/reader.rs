@@ -10,7 +10,8 @@
 //! stream ends when the manager drops that end; an error the manager sends is the
 //! stream's last item. Dropping the stream stops the manager (its task is
 //! aborted) and releases the client from the iteration. Memory is bounded by
-//! `max_outstanding_requests` batches in the channel.
+//! `max_outstanding_requests` batches in the channel. The stream also times each
+//! element's wait and counts what it delivers (`metrics`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,6 +27,7 @@ use tracing::{debug, Instrument};
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
 use crate::loss::{LossReport, LossSlot};
+use crate::metrics::ReadMetrics;
 
 /// Elements of one message, with the address of the worker that produced them.
 pub(crate) type Batch = Result<(Arc<str>, Vec<Element>), ClientError>;
@@ -48,18 +50,21 @@ pub struct ElementStream {
     job_name: String,
     /// Set by the manager when a read that accepted loss lost data.
     loss: LossSlot,
+    metrics: ReadMetrics,
 }
 
 impl ElementStream {
     /// Spawns the iteration's manager, `manage(tx, loss)`, which sends the elements
     /// through a channel of `capacity` batches and ends the stream by returning
-    /// (leaving in `loss` what a read that accepted loss lost).
+    /// (leaving in `loss` what a read that accepted loss lost). `consumer` is the
+    /// coordinated-read consumer index, for the metrics' labels.
     ///
     /// The manager runs in `span` (the read's, opened by `Client`), so every call it
     /// makes carries the read's trace context.
     pub(crate) fn start<F, Fut>(
         dispatcher: DispatcherClient,
         job_name: String,
+        consumer: Option<u32>,
         (iteration_id, client_id): (u64, u64),
         capacity: usize,
         span: tracing::Span,
@@ -72,6 +77,7 @@ impl ElementStream {
         let (tx, rx) = mpsc::channel(capacity);
         let loss = LossSlot::default();
         let manager = tokio::spawn(manage(tx, loss.clone()).instrument(span));
+        let metrics = ReadMetrics::new(&job_name, consumer);
         ElementStream {
             rx,
             current: Vec::new().into_iter(),
@@ -83,6 +89,7 @@ impl ElementStream {
             client_id,
             job_name,
             loss,
+            metrics,
         }
     }
 
@@ -113,8 +120,10 @@ impl ElementStream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<SourcedElement, ClientError>>> {
+        self.metrics.asked();
         loop {
             if let Some(e) = self.current.next() {
+                self.metrics.delivered(&e);
                 return Poll::Ready(Some(Ok((self.current_source.clone(), e))));
             }
             match self.rx.poll_recv(cx) {

@@ -44,6 +44,9 @@ pub(crate) struct Writer {
     pub(crate) raft: Raft,
     pub(crate) node_id: NodeId,
     pub(crate) members: BTreeMap<NodeId, String>,
+    /// `sluice_raft_commit_seconds`: successful writes only (a refused one
+    /// committed nothing).
+    pub(crate) commit_latency: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Writer {
@@ -57,10 +60,14 @@ impl Writer {
 
     async fn write(&self, cmd: Command) -> Result<Result<Response, StateError>, ProposeError> {
         let name = cmd.name();
+        let start = std::time::Instant::now();
         match self.raft.client_write(cmd).await {
-            Ok(resp) => resp
-                .data
-                .ok_or_else(|| ProposeError::Unavailable(format!("{name}: no answer from apply"))),
+            Ok(resp) => {
+                self.commit_latency.observe(start.elapsed().as_secs_f64());
+                resp.data.ok_or_else(|| {
+                    ProposeError::Unavailable(format!("{name}: no answer from apply"))
+                })
+            }
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(self.not_leader(f.leader_id))
             }

@@ -118,6 +118,7 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         worker_index: task.worker_index,
         use_cross_trainer_cache: job.cross_trainer_cache,
         num_consumers: job.num_consumers,
+        job_name: job.name.clone(),
     })
 }
 

@@ -81,8 +81,10 @@ impl Core {
         // Ride out a storage outage of about a minute (backoff 50 ms doubling to
         // 2 s): a failed journal write is fatal to the Raft node, so the retries
         // belong below it.
+        let counters = Counters::default();
         let options = sluice_journal::OpenOptions {
             attempts: JOURNAL_ATTEMPTS,
+            observer: Some(Arc::new(counters.journal_timing())),
             ..sluice_journal::OpenOptions::default()
         };
         crate::raft::versioned::check_work_dir(&journal, &options).await?;
@@ -144,10 +146,13 @@ impl Core {
             }
         }
         let (proposals, rx) = mpsc::channel(PROPOSAL_QUEUE);
-        let writer =
-            Writer { raft: raft.clone(), node_id: config.node_id, members: members.clone() };
+        let writer = Writer {
+            raft: raft.clone(),
+            node_id: config.node_id,
+            members: members.clone(),
+            commit_latency: counters.raft_commit(),
+        };
         let batcher = tokio::spawn(batcher(writer, rx));
-        let counters = Counters::default();
         Ok(Core {
             raft,
             node_id: config.node_id,

@@ -25,7 +25,7 @@ use crate::coordinated_reads::CoordinatedReads;
 use crate::core::Core;
 use crate::error::StateError;
 use crate::liveness::Liveness;
-use crate::state::{DatasetId, State};
+use crate::state::{DatasetId, SplitAnswer, State};
 use crate::worker_identity::WorkerIdentities;
 use crate::worker_reports::WorkerReports;
 use crate::{python_check, worker_view};
@@ -429,7 +429,12 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             max_splits: r.max_splits,
         };
         match self.core.propose(cmd).await? {
-            R::Split(answer) => Ok(Response::new(split_to_wire(answer))),
+            R::Split(answer) => {
+                if let SplitAnswer::Split { begin, end } = answer {
+                    self.core.counters().split_granted(begin, end);
+                }
+                Ok(Response::new(split_to_wire(answer)))
+            }
             r => Err(Self::unexpected("GetSplit", r)),
         }
     }

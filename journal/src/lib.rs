@@ -11,6 +11,8 @@
 //! - `location` — parses `path`, `sled:PATH`, `file://`, `memory://`, `s3://`, `gs://`.
 //! - `frame` — `[crc32c][payload]` framing for sled values.
 //! - `fs_sync` — fsync of directories for the local backends (sled, `file://`).
+//! - [`WriteObserver`] (`observe`) — told how long each durable write took (the
+//!   dispatcher's fsync-latency histogram), so this crate depends on no metrics crate.
 //! - `sled_store` — the sled backend: a `log` tree keyed by big-endian index, a `meta` tree;
 //!   `sled_store::format` holds the version, key names and value decoding that
 //!   `sled_store::recover` (which verifies every value at open) shares with the handle.
@@ -38,6 +40,7 @@ pub mod fuzzing;
 mod journal;
 mod location;
 mod object;
+mod observe;
 mod sled_store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -48,6 +51,7 @@ use std::time::Duration;
 pub use error::JournalError;
 pub use journal::{Journal, LogState, Recovery};
 use location::Location;
+pub use observe::WriteObserver;
 
 /// How to open a journal; [`open`] uses [`OpenOptions::default`].
 #[derive(Clone, Debug)]
@@ -70,6 +74,8 @@ pub struct OpenOptions {
     /// sled writes its own files at every open, so a read-only sled open reads a copy of the
     /// directory in the system temp dir (removed when the handle is dropped).
     pub read_only: bool,
+    /// Told how long each durable write (flush + fsync, or PUT) took. Default: none.
+    pub observer: Option<Arc<dyn WriteObserver>>,
 }
 
 impl Default for OpenOptions {
@@ -80,6 +86,7 @@ impl Default for OpenOptions {
             op_timeout: Duration::from_secs(30),
             attempts: 4,
             read_only: false,
+            observer: None,
         }
     }
 }
@@ -109,8 +116,9 @@ pub async fn open_with(
 ) -> Result<(Arc<dyn Journal>, Recovery), JournalError> {
     match Location::parse(location)? {
         Location::Sled(path) => {
+            let timing = observe::Timing(options.observer.clone());
             let (journal, recovery) =
-                sled_store::SledJournal::open(path, options.read_only).await?;
+                sled_store::SledJournal::open(path, options.read_only, timing).await?;
             Ok((Arc::new(journal), recovery))
         }
         other => {

@@ -19,6 +19,8 @@
 //!   bearer token, when the server has them, so the listener may be off loopback.
 //! - [`parse`]: a strict reader of that text (names, labels, values, `# EOF`), for
 //!   tests and tools that check a scrape.
+//! - [`labels`]: bounded label values (a job label cannot grow without end) and
+//!   the latency buckets the histograms share.
 //!
 //! Every metric name starts with `sluice_` (the registries are made with
 //! [`registry`]); counters end in `_total` (added by the encoder).
@@ -49,6 +51,9 @@ mod access;
 mod routes;
 
 pub use access::Access;
+pub mod labels;
+
+pub use labels::{latency_histogram, BoundedLabel, LATENCY_BUCKETS};
 pub use prometheus_client;
 use prometheus_client::registry::Registry;
 pub use routes::{NoRoutes, Page, Routes, MAX_PAGE_BYTES};
@@ -299,10 +304,8 @@ pub fn parse(text: &str) -> Result<Vec<Sample>, String> {
         if name.is_empty() || !name.chars().all(valid) {
             return Err(at("bad metric name"));
         }
-        let family = [name, name.strip_suffix("_total").unwrap_or(name)]
-            .into_iter()
-            .find(|f| families.contains_key(*f))
-            .ok_or_else(|| at("sample of an undeclared family"))?;
+        let family =
+            family_of(name, &families).ok_or_else(|| at("sample of an undeclared family"))?;
         if families[family] != (true, true) {
             return Err(at("family without both # TYPE and # HELP"));
         }
@@ -312,6 +315,16 @@ pub fn parse(text: &str) -> Result<Vec<Sample>, String> {
         return Err("no # EOF at the end".into());
     }
     Ok(samples)
+}
+
+/// The family a sample belongs to: its own name, or its name without the suffix
+/// a counter (`_total`) or histogram (`_bucket`, `_sum`, `_count`, `_created`)
+/// sample carries.
+fn family_of<'a>(name: &'a str, families: &BTreeMap<String, (bool, bool)>) -> Option<&'a str> {
+    const SUFFIXES: [&str; 5] = ["_total", "_bucket", "_sum", "_count", "_created"];
+    std::iter::once(name)
+        .chain(SUFFIXES.iter().filter_map(|s| name.strip_suffix(s)))
+        .find(|f| families.contains_key(*f))
 }
 
 /// The value of the sample `name` whose labels include `labels` (the sum, if

@@ -190,4 +190,17 @@ async fn with_tls_and_tokens_only_a_metrics_token_over_tls_may_scrape() {
     assert_eq!(https.get(&page).bearer_auth(TRAINER).send().await.unwrap().status(), 403);
     let resp = https.get(&page).bearer_auth(SCRAPER).send().await.unwrap();
     assert_eq!(resp.text().await.unwrap(), "<p>hello</p>");
+#[test]
+fn a_histogram_parses_into_its_bucket_sum_and_count_samples() {
+    let mut r = registry();
+    let h = latency_histogram();
+    r.register("wait_seconds", "Waits", h.clone());
+    h.observe(0.003);
+    h.observe(0.2);
+    let s = parse(&encode(&r)).expect("a histogram's exposition parses");
+    assert_eq!(value(&s, "sluice_wait_seconds_count", &[]), Some(2.0));
+    assert!((value(&s, "sluice_wait_seconds_sum", &[]).unwrap() - 0.203).abs() < 1e-9);
+    assert_eq!(value(&s, "sluice_wait_seconds_bucket", &[("le", "0.005")]), Some(1.0));
+    assert_eq!(value(&s, "sluice_wait_seconds_bucket", &[("le", "+Inf")]), Some(2.0));
+    assert!(parse("# HELP a A\n# TYPE a gauge\nb_sum 1\n# EOF\n").is_err(), "undeclared b");
 }

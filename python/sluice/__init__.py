@@ -29,6 +29,7 @@ from sluice.distribute import (
     status,
 )
 from sluice.errors import *  # noqa: F403  (the exception classes)
+from sluice.metrics import metrics_text, serve_metrics
 from sluice.servers import DispatchServer, Quorum, WorkerServer, start_quorum
 from sluice.tracing import configure_tracing, flush_tracing
 
@@ -50,6 +51,8 @@ __all__ = [
     "WorkerServer",
     "Quorum",
     "start_quorum",
+    "serve_metrics",
+    "metrics_text",
     "errors",
     "configure_tracing",
     "flush_tracing",

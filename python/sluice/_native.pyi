@@ -175,3 +175,16 @@ def flush_tracing() -> None: ...
 def shutdown_tracing() -> None: ...
 def build_profile() -> str:
     """"debug" or "release": how this module was built."""
+
+class MetricsServer:
+    """A running ``GET /metrics`` endpoint of this process's client metrics."""
+
+    @property
+    def address(self) -> str: ...
+    def stop(self) -> None: ...
+
+def serve_metrics(address: str, insecure: bool = False) -> MetricsServer:
+    """Serves this process's client metrics at http://ADDRESS/metrics."""
+
+def metrics_text() -> str:
+    """This process's client metrics as OpenMetrics text."""

@@ -10,6 +10,7 @@
 //! - `client` — `Client` (register, read) and `Reader` (an iteration's elements).
 //! - `elements` — elements as numpy arrays over the received bytes.
 //! - `servers` — `DispatchServer`, `WorkerServer`, `start_quorum`.
+//! - `metrics` — `serve_metrics`, `metrics_text`: the client's Prometheus metrics.
 //! - `security` — the TLS and token keywords as the crates' settings.
 //! - `errors` — Rust errors as `sluice.errors` exceptions.
 //! - `telemetry` — `configure_tracing`: logs and OTLP trace export of the core.
@@ -23,6 +24,7 @@ mod client;
 mod elements;
 mod errors;
 mod limits;
+mod metrics;
 mod runtime;
 mod security;
 mod servers;
@@ -61,6 +63,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::WorkerServer>()?;
     m.add_class::<servers::PythonPool>()?;
     m.add_function(wrap_pyfunction!(servers::start_quorum, m)?)?;
+    m.add_class::<metrics::MetricsServer>()?;
+    m.add_function(wrap_pyfunction!(metrics::serve_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_spec, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_read, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;

@@ -57,6 +57,15 @@ pub struct ReadArgs {
     /// (docs/operations-compression.md).
     #[arg(long, default_value = "auto", env = "SLUICE_COMPRESSION")]
     pub compression: String,
+    /// Serve this reader's Prometheus metrics (sluice_client_wait_seconds, elements
+    /// and bytes delivered) at http://HOST:PORT/metrics while it reads
+    /// (docs/operations-metrics.md). Off loopback it needs --insecure.
+    #[arg(long, value_name = "HOST:PORT", env = "SLUICE_READ_METRICS_ADDR")]
+    pub metrics_addr: Option<String>,
+    /// With --metrics-addr off loopback: serve the metrics without TLS or
+    /// authentication anyway.
+    #[arg(long, requires = "metrics_addr")]
+    pub insecure: bool,
 }
 
 pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
@@ -82,6 +91,14 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         }
         opts = opts.cross_trainer_cache(trainer.clone());
     }
+    // A reader has no certificate or token file: its endpoint is plain HTTP, so
+    // off loopback it needs --insecure.
+    let metrics =
+        super::serve::bind_metrics(a.metrics_addr.as_deref(), None, false, a.insecure).await?;
+    let _metrics = match metrics {
+        Some(l) => Some(sluice_client::metrics::serve_on(l)?),
+        None => None,
+    };
     let client = a.dispatcher.client()?;
     let stream = match (&a.dataset_id, &a.spec) {
         (Some(id), _) => client.from_dataset_id(id, opts).await?,

@@ -171,7 +171,7 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
 /// with the server's certificate and wants a `metrics` token when the server has
 /// them (`sluice_metrics::Access`); off loopback it needs both, or `--insecure`
 /// (refused before binding, as the service's listeners).
-async fn bind_metrics(
+pub(super) async fn bind_metrics(
     addr: Option<&str>,
     tls: Option<&sluice_security::TlsSettings>,
     tokens: bool,

@@ -4,6 +4,8 @@
 //! the binary under test.
 #![allow(dead_code)]
 
+pub mod scrape;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -13,9 +13,15 @@
 //! those readers share about a buffer: the message bounds ([`Limits`], measured with
 //! [`framed_len`]) and why a task stopped ([`StopReason`], [`StopSignal`]).
 //!
+//! The buffer's occupancy ([`Occupancy`]: elements and payload bytes the pipeline
+//! produced that no consumer took yet) is counted as elements cross the channel,
+//! by the sending half ([`BufferTx`]) and the consumers' end, so a scrape reads
+//! two atomics instead of taking the consumers' lock.
+//!
 //! Soft state: the buffered elements exist only in this process; a restarted worker
 //! runs its tasks again (see `task`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use prost::Message;
@@ -31,14 +37,81 @@ pub(crate) type Item = Result<Element, DatasetError>;
 /// A bounded channel from a pipeline thread to its task's buffer on the worker at
 /// `worker` (named in the errors of user functions). The pipeline ends by dropping
 /// the sender (end of sequence) or sending an error (sticky failure).
-pub(crate) fn channel(
-    task_id: u64,
-    worker: Arc<str>,
-    capacity: usize,
-) -> (mpsc::Sender<Item>, TaskBuffer) {
+pub(crate) fn channel(task_id: u64, worker: Arc<str>, capacity: usize) -> (BufferTx, TaskBuffer) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
+    let occupancy = Arc::new(Occupancy::default());
     let inner = Inner { rx, carry: None, state: State::Open };
-    (tx, TaskBuffer { task_id, worker, inner: Mutex::new(inner) })
+    let tx = BufferTx { tx, occupancy: occupancy.clone() };
+    (tx, TaskBuffer { task_id, worker, inner: Mutex::new(inner), occupancy })
+}
+
+/// Elements (and their payload bytes) in a task's buffer: sent by the pipeline and
+/// not yet taken by a consumer.
+#[derive(Debug, Default)]
+pub(crate) struct Occupancy {
+    elements: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Occupancy {
+    /// (elements, payload bytes) buffered now.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (self.elements.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed))
+    }
+
+    fn add(&self, bytes: u64) {
+        self.elements.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: u64) {
+        // Saturating: a take never outruns its send, but a metric must not wrap.
+        let dec = |a: &AtomicU64, n: u64| {
+            let _ =
+                a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(n)));
+        };
+        dec(&self.elements, 1);
+        dec(&self.bytes, bytes);
+    }
+}
+
+/// The pipeline's end of a task's buffer: an `mpsc::Sender` that counts what it
+/// sends into the buffer's [`Occupancy`].
+#[derive(Clone)]
+pub(crate) struct BufferTx {
+    tx: mpsc::Sender<Item>,
+    occupancy: Arc<Occupancy>,
+}
+
+impl BufferTx {
+    /// Sends `item`, waiting while the buffer is full; `Err` once no consumer end
+    /// is left (the task was dropped).
+    pub(crate) fn blocking_send(&self, item: Item) -> Result<(), mpsc::error::SendError<Item>> {
+        self.counted(item, |item| self.tx.blocking_send(item))
+    }
+
+    /// `blocking_send` without waiting, for tests that fill the buffer from a runtime.
+    #[cfg(test)]
+    pub(crate) fn try_send(&self, item: Item) -> Result<(), mpsc::error::TrySendError<Item>> {
+        self.counted(item, |item| self.tx.try_send(item))
+    }
+
+    /// Sends `item` with `send`; an element sent counts into the occupancy.
+    fn counted<E>(&self, item: Item, send: impl FnOnce(Item) -> Result<(), E>) -> Result<(), E> {
+        let element_bytes = item.as_ref().ok().map(|e| e.byte_len() as u64);
+        send(item)?;
+        if let Some(bytes) = element_bytes {
+            self.occupancy.add(bytes);
+        }
+        Ok(())
+    }
+}
+
+impl From<mpsc::Sender<Item>> for BufferTx {
+    /// A sender counting into an occupancy of its own (tests of the pipeline).
+    fn from(tx: mpsc::Sender<Item>) -> Self {
+        BufferTx { tx, occupancy: Arc::default() }
+    }
 }
 
 /// Bytes an element adds to an `ElementBatch`: its encoding plus field key and length.
@@ -154,6 +227,7 @@ pub(crate) struct TaskBuffer {
     /// This worker's address, for the errors of user functions.
     worker: Arc<str>,
     inner: Mutex<Inner>,
+    occupancy: Arc<Occupancy>,
 }
 
 struct Inner {
@@ -176,6 +250,16 @@ impl TaskBuffer {
         self.task_id
     }
 
+    pub(crate) fn occupancy(&self) -> &Occupancy {
+        &self.occupancy
+    }
+
+    /// An element taken from the channel, as the wire carries it.
+    fn took(&self, element: Element) -> pb::Element {
+        self.occupancy.sub(element.byte_len() as u64);
+        pb::Element::from(element)
+    }
+
     /// The pipeline could not start: every request gets `message` as its error.
     pub(crate) fn fail_at_start(&mut self, message: String) {
         self.inner.get_mut().state = State::Failed(self.failure(&message));
@@ -195,7 +279,7 @@ impl TaskBuffer {
                 State::Ended => return Ok(Batch { elements: Vec::new(), end_of_sequence: true }),
                 State::Failed(status) => return Err(status.clone()),
                 State::Open => match buf.rx.recv().await {
-                    Some(Ok(element)) => pb::Element::from(element),
+                    Some(Ok(element)) => self.took(element),
                     Some(Err(e)) => return Err(self.fail(&mut buf, e)),
                     None => {
                         buf.state = State::Ended;
@@ -209,7 +293,7 @@ impl TaskBuffer {
         while elements.len() < limits.max_elements {
             match buf.rx.try_recv() {
                 Ok(Ok(element)) => {
-                    let element = pb::Element::from(element);
+                    let element = self.took(element);
                     let len = framed_len(&element);
                     if bytes.saturating_add(len) > limits.max_bytes {
                         buf.carry = Some(element);
@@ -251,7 +335,7 @@ impl TaskBuffer {
             }
             // Left for a stream, which will see the end after it.
             Ok(Ok(element)) => {
-                buf.carry = Some(pb::Element::from(element));
+                buf.carry = Some(self.took(element));
                 false
             }
             Ok(Err(e)) => {
@@ -276,7 +360,7 @@ impl TaskBuffer {
         }
         match tokio::time::timeout(wait, buf.rx.recv()).await {
             Err(_) => Ok(Took::Nothing),
-            Ok(Some(Ok(element))) => Ok(Took::Element(pb::Element::from(element))),
+            Ok(Some(Ok(element))) => Ok(Took::Element(self.took(element))),
             Ok(Some(Err(e))) => Err(self.fail(&mut buf, e)),
             Ok(None) => {
                 buf.state = State::Ended;

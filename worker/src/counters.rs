@@ -7,10 +7,24 @@
 //!
 //! Soft state, like everything in a worker: the counters start from zero with the
 //! process.
+//!
+//! The per-job counters are labelled by the job's name through a
+//! [`BoundedLabel`]: at most 100 jobs per worker process, later ones fold into
+//! `sluice_job="_other"`.
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use sluice_metrics::BoundedLabel;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct JobLabels {
+    /// Not `job`: Prometheus sets `job` to the scrape job's name.
+    pub sluice_job: String,
+}
 
 /// Counters of this process, updated by the service.
 #[derive(Clone, Debug, Default)]
@@ -19,13 +33,25 @@ pub(crate) struct Counters {
     bytes_streamed: Counter,
     streams_opened: Counter,
     streams_open: Gauge,
+    delivered_elements: Family<JobLabels, Counter>,
+    delivered_bytes: Family<JobLabels, Counter>,
+    jobs: Arc<BoundedLabel>,
 }
 
 impl Counters {
-    /// One message sent to a client: `elements` elements, `bytes` encoded bytes.
-    pub(crate) fn streamed(&self, elements: usize, bytes: usize) {
+    /// One message of `job` sent to a client: `elements` elements, `bytes` encoded
+    /// bytes.
+    pub(crate) fn streamed(&self, job: &str, elements: usize, bytes: usize) {
         self.elements_streamed.inc_by(elements as u64);
         self.bytes_streamed.inc_by(bytes as u64);
+        let labels = self.job_labels(job);
+        self.delivered_elements.get_or_create(&labels).inc_by(elements as u64);
+        self.delivered_bytes.get_or_create(&labels).inc_by(bytes as u64);
+    }
+
+    /// The labels of `job`'s series (the bounded job label).
+    pub(crate) fn job_labels(&self, job: &str) -> JobLabels {
+        JobLabels { sluice_job: self.jobs.admit(job).to_string() }
     }
 
     /// A GetElements stream opened; it counts as open until the guard drops.
@@ -47,6 +73,17 @@ impl Counters {
             "streamed_bytes",
             "Encoded bytes of the element messages sent to clients",
             c.bytes_streamed,
+        );
+        r.register(
+            "worker_elements_delivered",
+            "Elements sent to clients, by job (its rate is the job's throughput from this \
+             worker)",
+            c.delivered_elements,
+        );
+        r.register(
+            "worker_bytes_delivered",
+            "Encoded bytes of the element messages sent to clients, by job",
+            c.delivered_bytes,
         );
         r.register("streams_opened", "GetElements streams opened", c.streams_opened);
         r.register("streams_open", "GetElements streams open now", c.streams_open);

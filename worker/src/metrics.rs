@@ -3,23 +3,28 @@
 //! ```text
 //!  service: GetElements producer ──► Counters (`counters`: elements, bytes, streams)
 //!           CoordinatedGetElement ──┘
-//!  scrape ──► WorkerCollector ──► task table (`state`): tasks running, cache bytes
+//!  scrape ──► WorkerCollector ──► task table (`state`): tasks running, cache bytes,
+//!                                   buffer occupancy by job (`buffer::Occupancy`)
 //! ```
 //!
 //! This module reads the task table; the table holds the counters, which therefore
 //! live in their own leaf (`counters`), so the two do not depend on each other.
 //!
 //! Soft state, like everything in a worker: the counters start from zero with the
-//! process. No label names a task, job or trainer (unbounded); values are summed
-//! over this worker's tasks.
+//! process. No label names a task or trainer (unbounded); the `sluice_job` label of
+//! the per-job series is bounded (`counters`: at most 100 jobs per process, then
+//! `_other`). The buffer gauges exist only for jobs with a task running here.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::counters::JobLabels;
 use crate::state::Worker;
 
 /// Every metric of this worker.
@@ -64,6 +69,27 @@ impl Collector for WorkerCollector {
             // Ends with a full stop, as the registry writes registered metrics' help.
             let help = format!("{help}.");
             g.encode(enc.encode_descriptor(name, &help, None, g.metric_type())?)?;
+        }
+        // Buffer occupancy summed per job over the running tasks.
+        let mut buffered: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for t in &running {
+            let (elements, bytes) = t.buffer.occupancy().get();
+            let sum =
+                buffered.entry(self.worker.counters.job_labels(&t.job).sluice_job).or_default();
+            *sum = (sum.0 + elements, sum.1 + bytes);
+        }
+        let elements =
+            "Elements the job's pipelines on this worker produced that no client took yet.";
+        let bytes = "Payload bytes of the elements in worker_buffer_elements.";
+        for (name, help, pick) in
+            [("worker_buffer_elements", elements, 0), ("worker_buffer_bytes", bytes, 1)]
+        {
+            let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (job, (n, b)) in &buffered {
+                let labels = JobLabels { sluice_job: job.clone() };
+                let v = if pick == 0 { *n } else { *b };
+                ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }

@@ -105,7 +105,7 @@ pub(crate) async fn produce(
                     return; // the runtime is shutting down
                 };
                 compression = codec;
-                worker.counters.streamed(elements, message.encoded_len());
+                worker.counters.streamed(&task.job, elements, message.encoded_len());
                 permit.send(Ok(message));
                 if end {
                     tracing::debug!(sent, "stream reached end of sequence");

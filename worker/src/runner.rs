@@ -23,9 +23,9 @@ use sluice_client::DispatcherClient;
 use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, StaticPolicy};
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
-use crate::buffer::{Item, StopReason};
+use crate::buffer::{BufferTx, StopReason};
 use crate::splits::RemoteSplitProvider;
 
 /// Everything a pipeline thread needs besides its task.
@@ -50,7 +50,7 @@ pub(crate) fn spawn(
     ctx: &RunnerContext,
     span: tracing::Span,
     stop: watch::Receiver<Option<StopReason>>,
-    tx: mpsc::Sender<Item>,
+    tx: BufferTx,
 ) -> Result<oneshot::Receiver<()>, String> {
     let task_id = def.task_id;
     let pipeline = Pipeline::from_def(def)?;
@@ -72,7 +72,7 @@ pub(crate) fn spawn(
 /// sequence. So a clone keeps the channel open, and the panic is sent as the
 /// task's last item. (Registry functions' panics are caught inside the executor
 /// already, as `Function` errors; this catches the rest.)
-fn run_catching_panics(task_id: u64, tx: mpsc::Sender<Item>, run: impl FnOnce(mpsc::Sender<Item>)) {
+fn run_catching_panics(task_id: u64, tx: BufferTx, run: impl FnOnce(BufferTx)) {
     let on_panic = tx.clone();
     if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(tx))) {
         let what = panic_message(&*panic);
@@ -160,7 +160,7 @@ impl Pipeline {
         task_id: u64,
         ctx: &RunnerContext,
         stop: watch::Receiver<Option<StopReason>>,
-        tx: mpsc::Sender<Item>,
+        tx: BufferTx,
     ) {
         tracing::info!(mode = ?self.mode, "pipeline started");
         let iter = match self.mode {
@@ -204,12 +204,13 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::mpsc;
 
     #[test]
     fn a_panic_in_the_pipeline_is_its_last_item_not_the_end_of_sequence() {
         let (tx, mut rx) = mpsc::channel(4);
         let thread = std::thread::spawn(move || {
-            run_catching_panics(7, tx, |tx| {
+            run_catching_panics(7, tx.into(), |tx| {
                 tx.blocking_send(Ok(sluice_dataset::Element::single(
                     sluice_dataset::Tensor::scalar_i64(1),
                 )))

@@ -44,6 +44,9 @@ pub(crate) struct TaskContext {
 pub(crate) struct Task {
     pub task_id: u64,
     pub iteration_id: u64,
+    /// The `job` label of this task's metrics: the job's name, or its id from a
+    /// dispatcher that does not send names.
+    pub job: Arc<str>,
     /// What the pipeline produced and no consumer has taken yet.
     pub buffer: TaskBuffer,
     stop: StopSignal,
@@ -77,6 +80,10 @@ impl Task {
             job_id = def.job_id,
         );
         let iteration_id = def.iteration_id;
+        let job: Arc<str> = match def.job_name.as_str() {
+            "" => Arc::from(def.job_id.to_string()),
+            name => Arc::from(name),
+        };
         let cache = def
             .use_cross_trainer_cache
             .then(|| CrossTrainerCache::new(task_id, ctx.cross_trainer_cache_bytes));
@@ -93,6 +100,7 @@ impl Task {
         Arc::new(Task {
             task_id,
             iteration_id,
+            job,
             buffer,
             stop,
             pipeline_done: Mutex::new(pipeline_done),

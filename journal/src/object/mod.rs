@@ -51,6 +51,8 @@ pub(crate) struct ObjectJournal {
     /// Serializes writes. Shared with background cleanup, which updates `segments`.
     writer: Arc<Mutex<Writer>>,
     cleaner: compact::Cleaner,
+    /// Told how long each PUT of a write took.
+    timing: crate::observe::Timing,
 }
 
 struct Writer {
@@ -78,7 +80,9 @@ impl ObjectJournal {
             let recovery = Recovery { entries: loaded.view.entries.len() as u64 };
             let broken = Some(Broken::Poisoned("opened read-only".into()));
             let writer = Writer { next_seq: loaded.next_seq, segments: loaded.segments, broken };
-            let journal = ObjectJournal::new(remote, location, writer_id, loaded.view, writer);
+            let timing = crate::observe::Timing(opts.observer.clone());
+            let journal =
+                ObjectJournal::new(remote, location, writer_id, loaded.view, writer, timing);
             return Ok((journal, recovery));
         }
         for attempt in 1..=CLAIM_ATTEMPTS {
@@ -93,7 +97,9 @@ impl ObjectJournal {
             loaded.segments.insert(seq, SegInfo::default());
             let recovery = Recovery { entries: loaded.view.entries.len() as u64 };
             let writer = Writer { next_seq: seq + 1, segments: loaded.segments, broken: None };
-            let journal = ObjectJournal::new(remote, location, writer_id, loaded.view, writer);
+            let timing = crate::observe::Timing(opts.observer.clone());
+            let journal =
+                ObjectJournal::new(remote, location, writer_id, loaded.view, writer, timing);
             tracing::info!(journal = %journal.location, claim = seq, entries = recovery.entries,
                 state = ?journal.marks(), "journal opened");
             journal.finish_interrupted_cleanup().await;
@@ -114,6 +120,7 @@ impl ObjectJournal {
         writer_id: u64,
         view: View,
         writer: Writer,
+        timing: crate::observe::Timing,
     ) -> ObjectJournal {
         ObjectJournal {
             cleaner: compact::Cleaner {
@@ -126,6 +133,7 @@ impl ObjectJournal {
             writer_id,
             view: StdMutex::new(view),
             writer: Arc::new(Mutex::new(writer)),
+            timing,
         }
     }
 
@@ -160,7 +168,10 @@ impl ObjectJournal {
             }
             None => {}
         }
-        match put_checked(&self.remote, rel, bytes).await {
+        let start = std::time::Instant::now();
+        let put = put_checked(&self.remote, rel, bytes).await;
+        self.timing.done(start);
+        match put {
             Ok(Put::Created) => Ok(()),
             Ok(Put::Exists) => {
                 let detail =

@@ -56,6 +56,8 @@ pub(crate) struct SledJournal {
     /// Serializes writes. Holds why this handle refuses writes after a failed one (a failed
     /// flush leaves the durable state unknown; reopening recovers it).
     writer: Mutex<Option<String>>,
+    /// Told how long each flush + fsync took.
+    timing: crate::observe::Timing,
     /// Declared last so it is dropped after the database.
     _open: OpenGuard,
     /// A read-only handle's copy of the directory, removed after the database is closed.
@@ -66,6 +68,7 @@ impl SledJournal {
     pub(crate) async fn open(
         path: PathBuf,
         read_only: bool,
+        timing: crate::observe::Timing,
     ) -> Result<(SledJournal, Recovery), JournalError> {
         let display = format!("sled:{}", path.display());
         // Read-only: a copy (`read_only.rs`), named by the original in messages.
@@ -109,6 +112,7 @@ impl SledJournal {
             syncer: Arc::new(StdMutex::new(syncer)),
             state: StdMutex::new(state),
             writer: Mutex::new(read_only.then(|| "opened read-only".to_string())),
+            timing,
             _open: guard,
             _copy: copy,
         };
@@ -136,10 +140,15 @@ impl SledJournal {
             Ok(None) => return Ok(()),
             Err(Step::Refuse(e)) => return Err(e),
             Err(Step::Sled(e)) => Err(sled_err(&self.location, e)),
-            Ok(Some(next)) => match self.db.flush_async().await {
-                Ok(_) => self.sync().await.map(|()| next),
-                Err(e) => Err(sled_err(&self.location, e)),
-            },
+            Ok(Some(next)) => {
+                let start = std::time::Instant::now();
+                let flushed = match self.db.flush_async().await {
+                    Ok(_) => self.sync().await.map(|()| next),
+                    Err(e) => Err(sled_err(&self.location, e)),
+                };
+                self.timing.done(start);
+                flushed
+            }
         };
         match result {
             Ok(next) => {

@@ -127,3 +127,24 @@ async fn the_first_stop_reason_wins_and_a_deleted_task_says_so() {
     assert_eq!(Reason::of(&status), Some(Reason::TaskDeleted));
     assert_eq!(StopReason::ShuttingDown.status(9).code(), Code::Unavailable);
 }
+
+#[tokio::test]
+async fn occupancy_counts_what_the_pipeline_sent_and_no_consumer_took() {
+    let (tx, buffer) = channel(9, "w:1".into(), 16);
+    assert_eq!(buffer.occupancy().get(), (0, 0));
+    for v in 0..6 {
+        tx.try_send(Ok(element(v))).expect("room");
+    }
+    tx.try_send(Err(DatasetError::Split("lost".into()))).expect("room");
+    assert_eq!(buffer.occupancy().get(), (6, 48), "six 8-byte scalars; the error is no element");
+    let batch = buffer.next_batch(Limits::bounded(2, u64::MAX)).await.expect("a batch");
+    assert_eq!(batch.elements.len(), 2);
+    assert_eq!(buffer.occupancy().get(), (4, 32));
+    let Took::Element(_) = buffer.take_one(Duration::from_secs(5)).await.expect("one") else {
+        panic!("an element is buffered")
+    };
+    assert_eq!(buffer.occupancy().get(), (3, 24));
+    let batch = buffer.next_batch(ALL).await.expect("the rest");
+    assert_eq!(batch.elements.len(), 3);
+    assert_eq!(buffer.occupancy().get(), (0, 0));
+}
