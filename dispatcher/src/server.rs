@@ -110,7 +110,14 @@ pub async fn run_with_listeners(
         }
         None => None,
     };
-    let peer = PeerService::new(core.raft().clone(), core.vote_gate());
+    let mut dial = config.raft_peers.clone();
+    dial.extend(config.raft_dial.clone());
+    let peer = PeerService::new(
+        core.raft().clone(),
+        core.vote_gate(),
+        dial,
+        config.security.peer_client()?,
+    );
     let liveness = Arc::new(Liveness::default());
     let timers = liveness.spawn(core.clone(), config.clone());
     let anonymous_off_loopback = !address.ip().is_loopback() && config.security.tokens.is_none();

@@ -21,6 +21,8 @@
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
 //! - `network` / `peer_service`: Raft RPCs over tonic, both directions.
+//! - `membership`: adding and removing voters while the group serves (the
+//!   operator's `sluice admin add-dispatcher` / `remove-dispatcher`).
 
 // openraft's StorageError is large by design and is what its traits return.
 #![allow(clippy::result_large_err)]
@@ -31,6 +33,7 @@ pub mod codec;
 pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
 pub(crate) mod group_commit;
 pub mod log_store;
+pub mod membership;
 pub(crate) mod network;
 pub(crate) mod peer_service;
 pub mod state_machine;

