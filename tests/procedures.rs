@@ -10,8 +10,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{counts, wait_blocking, wait_until, Port, Proc, Quorum};
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
@@ -83,10 +81,14 @@ fn workers(dispatchers: &str, n: usize) -> Vec<Proc> {
         .collect()
 }
 
+/// Waits until the leader lists `n` workers not declared lost.
 async fn wait_workers(client: &Client, n: usize) {
-    wait_until(&format!("{n} workers registered"), || {
+    wait_until(&format!("{n} live workers"), || {
         let c = client.clone();
-        async move { c.status().await.map(|s| s.from_leader && s.workers.len() == n).unwrap_or(false) }
+        async move {
+            let live = |s: &sluice_client::ServiceStatus| s.workers.iter().filter(|w| !w.lost).count();
+            c.status().await.map(|s| s.from_leader && live(&s) == n).unwrap_or(false)
+        }
     })
     .await;
 }
@@ -147,6 +149,133 @@ async fn a_rolling_restart_of_the_quorum_loses_and_repeats_nothing_for_a_reader(
         tracing::info!("--- start node {id} again with the same arguments");
         q.start_node_async(id).await.unwrap();
         wait_ready_and_caught_up(q.address(id), leader_applied).await;
+    }
+    reader.finish().await;
+}
+
+/// `sluice admin ARGS`, blocking; (status ok, stdout, stderr).
+fn admin(args: &[&str]) -> (bool, String, String) {
+    let mut all = vec!["admin"];
+    all.extend_from_slice(args);
+    tokio::task::block_in_place(|| common::run_sluice(&all, None))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let work_dir = dir.path().to_str().unwrap();
+    let mut q = start_quorum(work_dir);
+    q.leader().await.unwrap();
+    // Node 4's ports, reserved now: clients and workers list it from the start.
+    let ports = Port::reserve_n(2).unwrap();
+    let (a4, r4) = (ports[0].address(), ports[1].address());
+    let entry4 = format!("{a4}/{r4}");
+    let mut everyone: Vec<String> = q.addresses().to_vec();
+    everyone.push(a4.clone());
+    let _workers = workers(&everyone.join(","), 2);
+    let client = Client::new(&everyone, RetryPolicy::default()).unwrap();
+    wait_workers(&client, 2).await;
+    let reader = Reader::start(&client).await;
+    let raft = |id: u64| q.raft_addresses()[id as usize - 1].clone();
+
+    tracing::info!("--- adding node 4 before it runs: refused, nothing changed");
+    let (ok, _, err) = admin(&[
+        "add-dispatcher", "--id", "4", "--address", &entry4, "--raft-address", &raft(1),
+        "--timeout-secs", "20",
+    ]);
+    assert!(!ok && err.contains("does not answer") && err.contains("was not changed"), "{err}");
+    let (ok, _, err) =
+        admin(&["add-dispatcher", "--id", "2", "--address", &entry4, "--raft-address", &raft(1)]);
+    assert!(!ok && err.contains("node 2 is already a voter"), "{err}");
+
+    tracing::info!("--- start node 4 (empty work_dir, the group's entries and its own)");
+    let peers = format!("{},4={entry4}", sluice_testkit::group_flag(q.addresses(), q.raft_addresses()));
+    let _node4 = common::server(&[
+        "dispatcher", "--node-id", "4", "--peers", &peers, "--work-dir", work_dir,
+        "--snapshot-every", "200",
+    ]);
+    // Not a member yet: it does not serve (no leader known to it).
+    assert!(!common::health_serving(&a4).await, "node 4 serves before it was added");
+
+    let leader = q.leader().await.unwrap();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    tracing::info!("--- add node 4 through a follower (node {follower}), the reader reading");
+    reader.more();
+    let (ok, out, err) = admin(&[
+        "add-dispatcher", "--id", "4", "--address", &entry4, "--raft-address", &raft(follower),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("4={a4}")), "{out}");
+    wait_until("node 4: health SERVING", || common::health_serving(&a4)).await;
+    let (ok, _, err) =
+        admin(&["add-dispatcher", "--id", "4", "--address", &entry4, "--raft-address", &raft(1)]);
+    assert!(!ok && err.contains("node 4 is already a voter"), "{err}");
+
+    let leader = q.leader().await.unwrap();
+    tracing::info!("--- remove the leader (node {leader}) through node 4, then stop it");
+    reader.more();
+    let (ok, out, err) = admin(&["remove-dispatcher", "--id", &leader.to_string(), "--raft-address", &r4]);
+    assert!(ok, "{err}");
+    assert!(!out.contains(&format!("{leader}={}", q.address(leader))) && out.contains("4="), "{out}");
+    q.kill(leader);
+    let remaining: Vec<String> = everyone.iter().filter(|a| *a != q.address(leader)).cloned().collect();
+    let fewer = Client::new(&remaining, RetryPolicy::default()).unwrap();
+    let status = common::leader_status(&fewer).await;
+    let members = status.raft.clone().unwrap().members;
+    assert!(members.contains_key(&4) && !members.contains_key(&leader), "{members:?}");
+    let (ok, out, err) = tokio::task::block_in_place(|| {
+        common::run_sluice(&["status", "--dispatcher", &remaining.join(",")], None)
+    });
+    assert!(ok, "{err}");
+    assert!(out.contains("members (node") && out.contains(&format!("4={a4}")), "{out}");
+    assert!(!out.contains(&format!("{leader}={}", q.address(leader))), "{out}");
+
+    tracing::info!("--- refusals: an unknown node; a removal the majority would not survive");
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let (ok, _, err) = admin(&["remove-dispatcher", "--id", "9", "--raft-address", &r4]);
+    assert!(!ok && err.contains("node 9 is not a member"), "{err}");
+    q.kill(others[1]);
+    let (ok, _, err) = admin(&[
+        "remove-dispatcher", "--id", &others[0].to_string(), "--raft-address", &r4,
+    ]);
+    assert!(!ok && err.contains("needs 2 of the remaining voters"), "{err}");
+    q.start_node_async(others[1]).await.unwrap();
+
+    reader.finish().await;
+    drop(ports);
+}
+
+/// Scale-down, one worker after another (tests/lifecycle.rs drains one of two; this
+/// is the procedure's loop): SIGTERM, wait for exit 0, next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_two_of_three_workers_mid_epoch_loses_and_repeats_nothing() {
+    common::init_tracing();
+    let dispatcher = common::server(&[
+        "dispatcher", "--port", "0", "--elements-per-split", "10", "--worker-timeout-secs", "3",
+    ]);
+    let d = dispatcher.address().to_string();
+    let mut ws = workers(&d, 3);
+    let client = Client::new(std::slice::from_ref(&d), RetryPolicy::default()).unwrap();
+    wait_workers(&client, 3).await;
+    let reader = Reader::start(&client).await;
+
+    for i in 0..2 {
+        let w = ws.remove(0);
+        tracing::info!("--- SIGTERM worker {} while the reader reads", w.address());
+        reader.more();
+        w.terminate().unwrap();
+        let mut w = w;
+        let mut status = None;
+        tokio::task::block_in_place(|| {
+            wait_blocking("the drained worker to exit", || {
+                status = w.try_wait().unwrap();
+                status.is_some()
+            })
+        });
+        assert!(status.unwrap().success(), "a drained worker exits 0: {status:?}");
+        // The dispatcher declares it lost once its heartbeats stop for
+        // --worker-timeout-secs (it has no tasks left to end by then).
+        wait_workers(&client, 2 - i).await;
     }
     reader.finish().await;
 }

@@ -161,6 +161,9 @@ pub async fn run_with_listeners(
     // ~40 ms in Nagle's buffer waiting for a delayed ACK.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    // tonic-health starts the server's status at SERVING; a probe answered before the
+    // task below first ran would see a node that knows no leader yet as ready.
+    crate::health::set(&reporter, false).await;
     let health = crate::health::spawn(core.clone(), reporter);
     let client_port = builder(&config, client_tls)?
         .layer(config.security.client_guard())
