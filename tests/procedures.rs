@@ -10,6 +10,9 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use common::{counts, wait_blocking, wait_until, Port, Proc, Quorum};
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
@@ -19,23 +22,30 @@ use tokio::task::JoinHandle;
 /// Elements of the dataset: far more than the workers buffer ahead of the reader
 /// (256 per task) plus the budgets the steps release.
 const N: i64 = 3000;
+/// The drain test's: its reader reads on until each drained worker has exited.
+const N_DRAIN: i64 = 20_000;
 /// Elements the reader reads during each step.
 const STEP: usize = 150;
 
 /// A reader of a DYNAMIC job in its own task, reading while its budget allows.
 struct Reader {
+    n: i64,
     budget: watch::Sender<usize>,
+    /// Elements read so far.
+    read: Arc<AtomicUsize>,
     task: JoinHandle<Result<Vec<i64>, String>>,
 }
 
 impl Reader {
-    async fn start(client: &Client) -> Reader {
-        let id = client.register_dataset(&DatasetDef::range(N), None).await.unwrap();
+    async fn start(client: &Client, n: i64) -> Reader {
+        let id = client.register_dataset(&DatasetDef::range(n), None).await.unwrap();
         let opts = ReadOptions::new(ProcessingMode::Dynamic)
             .job_name("procedure")
             .worker_retry(RetryPolicy::default());
         let mut stream = client.from_dataset_id(&id, opts).await.unwrap();
         let (budget, mut allowed) = watch::channel(STEP);
+        let read = Arc::new(AtomicUsize::new(0));
+        let count = read.clone();
         let task = tokio::spawn(async move {
             let mut got = vec![];
             loop {
@@ -45,12 +55,22 @@ impl Reader {
                 }
                 match stream.next_with_source().await {
                     None => return Ok(got),
-                    Some(Ok((_, e))) => got.push(e.as_i64().unwrap()),
+                    Some(Ok((_, e))) => {
+                        got.push(e.as_i64().unwrap());
+                        count.store(got.len(), Ordering::Release);
+                    }
                     Some(Err(e)) => return Err(format!("after {n} elements: {e}")),
                 }
             }
         });
-        Reader { budget, task }
+        Reader { n, budget, read, task }
+    }
+
+    /// Raises the budget if the reader has read all of it (keeps it reading).
+    fn keep_reading(&self) {
+        if self.read.load(Ordering::Acquire) >= *self.budget.borrow() {
+            self.more();
+        }
     }
 
     /// Lets the reader read `STEP` more elements (while the next step runs).
@@ -67,18 +87,20 @@ impl Reader {
             .unwrap()
             .expect("the reader sees no error");
         let c = counts(&got);
-        assert_eq!(c.len() as i64, N, "every element arrived");
+        assert_eq!(c.len() as i64, self.n, "every element arrived");
         assert!(c.values().all(|k| *k == 1), "none twice: {:?}", c.iter().find(|(_, k)| **k > 1));
     }
 }
 
-/// `sluice worker` processes on the given dispatcher list.
+/// `sluice worker` processes on the given dispatcher list, with `extra` flags.
+fn workers_with(dispatchers: &str, n: usize, extra: &[&str]) -> Vec<Proc> {
+    let mut args = vec!["worker", "--dispatcher", dispatchers, "--port", "0", "--timeout-secs", "60"];
+    args.extend_from_slice(extra);
+    (0..n).map(|_| common::server(&args)).collect()
+}
+
 fn workers(dispatchers: &str, n: usize) -> Vec<Proc> {
-    (0..n)
-        .map(|_| {
-            common::server(&["worker", "--dispatcher", dispatchers, "--port", "0", "--timeout-secs", "60"])
-        })
-        .collect()
+    workers_with(dispatchers, n, &[])
 }
 
 /// Waits until the leader lists `n` workers not declared lost.
@@ -136,7 +158,7 @@ async fn a_rolling_restart_of_the_quorum_loses_and_repeats_nothing_for_a_reader(
     let _workers = workers(&list, 2);
     let client = Client::new(q.addresses(), RetryPolicy::default()).unwrap();
     wait_workers(&client, 2).await;
-    let reader = Reader::start(&client).await;
+    let reader = Reader::start(&client, N).await;
 
     // A StatefulSet's rolling update: the highest ordinal first, each pod only once
     // the one before is ready. The leader is among them, wherever it is.
@@ -175,7 +197,7 @@ async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
     let _workers = workers(&everyone.join(","), 2);
     let client = Client::new(&everyone, RetryPolicy::default()).unwrap();
     wait_workers(&client, 2).await;
-    let reader = Reader::start(&client).await;
+    let reader = Reader::start(&client, N).await;
     let raft = |id: u64| q.raft_addresses()[id as usize - 1].clone();
 
     tracing::info!("--- adding node 4 before it runs: refused, nothing changed");
@@ -254,25 +276,42 @@ async fn draining_two_of_three_workers_mid_epoch_loses_and_repeats_nothing() {
         "dispatcher", "--port", "0", "--elements-per-split", "10", "--worker-timeout-secs", "3",
     ]);
     let d = dispatcher.address().to_string();
-    let mut ws = workers(&d, 3);
+    // No drain deadline: a drained worker waits for its reader however slow.
+    let mut ws = workers_with(&d, 3, &["--drain-timeout-secs", "3600"]);
     let client = Client::new(std::slice::from_ref(&d), RetryPolicy::default()).unwrap();
     wait_workers(&client, 3).await;
-    let reader = Reader::start(&client).await;
+    let reader = Reader::start(&client, N_DRAIN).await;
 
     for i in 0..2 {
-        let w = ws.remove(0);
-        tracing::info!("--- SIGTERM worker {} while the reader reads", w.address());
-        reader.more();
+        let mut w = ws.remove(0);
+        // The reader pauses (a trainer busy between two batches), holding no stream.
+        let paused = *reader.budget.borrow();
+        wait_until("the reader to pause", || {
+            let at = reader.read.load(Ordering::Acquire);
+            async move { at >= paused }
+        })
+        .await;
+        tracing::info!("--- SIGTERM worker {} while the reader is paused", w.address());
         w.terminate().unwrap();
-        let mut w = w;
-        let mut status = None;
-        tokio::task::block_in_place(|| {
-            wait_blocking("the drained worker to exit", || {
-                status = w.try_wait().unwrap();
-                status.is_some()
-            })
-        });
-        assert!(status.unwrap().success(), "a drained worker exits 0: {status:?}");
+        // It must wait for the paused reader rather than exit with elements
+        // undelivered (they would be lost: splits handed out are not handed out again).
+        wait_until("the worker to wait for its reader (or exit)", || {
+            let waiting = w.stderr_tail().contains("waiting for readers to take what");
+            let exited = w.try_wait().unwrap().is_some();
+            async move { waiting || exited }
+        })
+        .await;
+        assert!(w.try_wait().unwrap().is_none(), "the worker waits for the paused reader");
+        // The reader reads on: the worker delivers the splits it holds
+        // (its DYNAMIC task ends with them), then exits.
+        wait_until("the drained worker to exit", || {
+            reader.keep_reading();
+            let exited = w.try_wait().unwrap().is_some();
+            async move { exited }
+        })
+        .await;
+        let status = w.try_wait().unwrap().unwrap();
+        assert!(status.success(), "a drained worker exits 0: {status:?}");
         // The dispatcher declares it lost once its heartbeats stop for
         // --worker-timeout-secs (it has no tasks left to end by then).
         wait_workers(&client, 2 - i).await;
