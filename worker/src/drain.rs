@@ -7,8 +7,7 @@
 //!     │  streams deliver them with end_of_sequence, the tasks finish and the
 //!     │  heartbeat reports them (nothing is lost, nothing is doubled)
 //!     ▼
-//!  every stream ended, every DYNAMIC task finished (its reader may be between
-//!  two fetches, holding no stream) and every finished task reported, or `drain_timeout`
+//!  every stream ended and every finished task reported, or `drain_timeout`
 //!     ▼
 //!  shut_down: remaining streams end with Unavailable ("the worker is shutting
 //!  down", which readers retry), the control loop stops, the server closes.
@@ -58,26 +57,13 @@ pub(crate) async fn drain(worker: &Worker) {
     worker.draining.send_replace(true);
     tracing::info!(?timeout, "draining: no new tasks or streams; streams in progress may finish");
     let deadline = Instant::now() + timeout;
-    let mut said = false;
     loop {
         let (running, _, unreported) = worker.activity();
-        // A DYNAMIC task counts until it has delivered its last split, streamed or
-        // not: its reader may be between two GetElements calls.
-        let streaming = running
-            .iter()
-            .filter(|t| t.dynamic || t.open_streams.load(Ordering::Relaxed) > 0)
-            .count();
+        let streaming =
+            running.iter().filter(|t| t.open_streams.load(Ordering::Relaxed) > 0).count();
         if streaming == 0 && unreported == 0 {
             tracing::info!("drained: no stream in progress, every finished task reported");
             return;
-        }
-        if !said {
-            said = true;
-            tracing::info!(
-                tasks = streaming,
-                unreported,
-                "draining: waiting for readers to take what this worker holds"
-            );
         }
         if Instant::now() >= deadline {
             tracing::warn!(

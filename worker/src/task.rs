@@ -56,10 +56,6 @@ pub(crate) struct Task {
     pub open_streams: AtomicUsize,
     /// Coordinated reads: the task serves rounds (`coordinated.rs`), not streams.
     pub rounds: Option<Rounds>,
-    /// A DYNAMIC task: it ends once the splits it holds are delivered, so a draining
-    /// worker waits for it even while no reader has a stream open on it (a slow
-    /// reader between two fetches would otherwise lose what it had not fetched).
-    pub dynamic: bool,
 }
 
 impl Task {
@@ -85,7 +81,6 @@ impl Task {
             .use_cross_trainer_cache
             .then(|| CrossTrainerCache::new(task_id, ctx.cross_trainer_cache_bytes));
         let rounds = def.num_consumers.map(Rounds::new);
-        let dynamic = def.mode == pb::ProcessingMode::Dynamic as i32;
         let pipeline_done = match crate::runner::spawn(def, &ctx.runner, span, stop.subscribe(), tx)
         {
             Ok(done) => Some(done),
@@ -104,7 +99,6 @@ impl Task {
             cache,
             open_streams: AtomicUsize::new(0),
             rounds,
-            dynamic,
         })
     }
 
