@@ -66,13 +66,6 @@ impl Reader {
         Reader { n, budget, read, task }
     }
 
-    /// Raises the budget if the reader has read all of it (keeps it reading).
-    fn keep_reading(&self) {
-        if self.read.load(Ordering::Acquire) >= *self.budget.borrow() {
-            self.more();
-        }
-    }
-
     /// Lets the reader read `STEP` more elements (while the next step runs).
     fn more(&self) {
         self.budget.send_modify(|b| *b += STEP);
@@ -94,7 +87,8 @@ impl Reader {
 
 /// `sluice worker` processes on the given dispatcher list, with `extra` flags.
 fn workers_with(dispatchers: &str, n: usize, extra: &[&str]) -> Vec<Proc> {
-    let mut args = vec!["worker", "--dispatcher", dispatchers, "--port", "0", "--timeout-secs", "60"];
+    let mut args =
+        vec!["worker", "--dispatcher", dispatchers, "--port", "0", "--timeout-secs", "60"];
     args.extend_from_slice(extra);
     (0..n).map(|_| common::server(&args)).collect()
 }
@@ -108,7 +102,8 @@ async fn wait_workers(client: &Client, n: usize) {
     wait_until(&format!("{n} live workers"), || {
         let c = client.clone();
         async move {
-            let live = |s: &sluice_client::ServiceStatus| s.workers.iter().filter(|w| !w.lost).count();
+            let live =
+                |s: &sluice_client::ServiceStatus| s.workers.iter().filter(|w| !w.lost).count();
             c.status().await.map(|s| s.from_leader && live(&s) == n).unwrap_or(false)
         }
     })
@@ -202,8 +197,15 @@ async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
 
     tracing::info!("--- adding node 4 before it runs: refused, nothing changed");
     let (ok, _, err) = admin(&[
-        "add-dispatcher", "--id", "4", "--address", &entry4, "--raft-address", &raft(1),
-        "--timeout-secs", "20",
+        "add-dispatcher",
+        "--id",
+        "4",
+        "--address",
+        &entry4,
+        "--raft-address",
+        &raft(1),
+        "--timeout-secs",
+        "20",
     ]);
     assert!(!ok && err.contains("does not answer") && err.contains("was not changed"), "{err}");
     let (ok, _, err) =
@@ -211,10 +213,18 @@ async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
     assert!(!ok && err.contains("node 2 is already a voter"), "{err}");
 
     tracing::info!("--- start node 4 (empty work_dir, the group's entries and its own)");
-    let peers = format!("{},4={entry4}", sluice_testkit::group_flag(q.addresses(), q.raft_addresses()));
+    let peers =
+        format!("{},4={entry4}", sluice_testkit::group_flag(q.addresses(), q.raft_addresses()));
     let _node4 = common::server(&[
-        "dispatcher", "--node-id", "4", "--peers", &peers, "--work-dir", work_dir,
-        "--snapshot-every", "200",
+        "dispatcher",
+        "--node-id",
+        "4",
+        "--peers",
+        &peers,
+        "--work-dir",
+        work_dir,
+        "--snapshot-every",
+        "200",
     ]);
     // Not a member yet: it does not serve (no leader known to it).
     assert!(!common::health_serving(&a4).await, "node 4 serves before it was added");
@@ -224,7 +234,13 @@ async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
     tracing::info!("--- add node 4 through a follower (node {follower}), the reader reading");
     reader.more();
     let (ok, out, err) = admin(&[
-        "add-dispatcher", "--id", "4", "--address", &entry4, "--raft-address", &raft(follower),
+        "add-dispatcher",
+        "--id",
+        "4",
+        "--address",
+        &entry4,
+        "--raft-address",
+        &raft(follower),
     ]);
     assert!(ok, "{err}");
     assert!(out.contains(&format!("4={a4}")), "{out}");
@@ -236,11 +252,16 @@ async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
     let leader = q.leader().await.unwrap();
     tracing::info!("--- remove the leader (node {leader}) through node 4, then stop it");
     reader.more();
-    let (ok, out, err) = admin(&["remove-dispatcher", "--id", &leader.to_string(), "--raft-address", &r4]);
+    let (ok, out, err) =
+        admin(&["remove-dispatcher", "--id", &leader.to_string(), "--raft-address", &r4]);
     assert!(ok, "{err}");
-    assert!(!out.contains(&format!("{leader}={}", q.address(leader))) && out.contains("4="), "{out}");
+    assert!(
+        !out.contains(&format!("{leader}={}", q.address(leader))) && out.contains("4="),
+        "{out}"
+    );
     q.kill(leader);
-    let remaining: Vec<String> = everyone.iter().filter(|a| *a != q.address(leader)).cloned().collect();
+    let remaining: Vec<String> =
+        everyone.iter().filter(|a| *a != q.address(leader)).cloned().collect();
     let fewer = Client::new(&remaining, RetryPolicy::default()).unwrap();
     let status = common::leader_status(&fewer).await;
     let members = status.raft.clone().unwrap().members;
@@ -257,9 +278,8 @@ async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
     let (ok, _, err) = admin(&["remove-dispatcher", "--id", "9", "--raft-address", &r4]);
     assert!(!ok && err.contains("node 9 is not a member"), "{err}");
     q.kill(others[1]);
-    let (ok, _, err) = admin(&[
-        "remove-dispatcher", "--id", &others[0].to_string(), "--raft-address", &r4,
-    ]);
+    let (ok, _, err) =
+        admin(&["remove-dispatcher", "--id", &others[0].to_string(), "--raft-address", &r4]);
     assert!(!ok && err.contains("needs 2 of the remaining voters"), "{err}");
     q.start_node_async(others[1]).await.unwrap();
 
@@ -273,7 +293,13 @@ async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
 async fn draining_two_of_three_workers_mid_epoch_loses_and_repeats_nothing() {
     common::init_tracing();
     let dispatcher = common::server(&[
-        "dispatcher", "--port", "0", "--elements-per-split", "10", "--worker-timeout-secs", "3",
+        "dispatcher",
+        "--port",
+        "0",
+        "--elements-per-split",
+        "10",
+        "--worker-timeout-secs",
+        "3",
     ]);
     let d = dispatcher.address().to_string();
     // No drain deadline: a drained worker waits for its reader however slow.
@@ -284,7 +310,7 @@ async fn draining_two_of_three_workers_mid_epoch_loses_and_repeats_nothing() {
 
     for i in 0..2 {
         let mut w = ws.remove(0);
-        // The reader pauses (a trainer busy between two batches), holding no stream.
+        // The reader pauses (a trainer busy between two batches).
         let paused = *reader.budget.borrow();
         wait_until("the reader to pause", || {
             let at = reader.read.load(Ordering::Acquire);
@@ -299,16 +325,9 @@ async fn draining_two_of_three_workers_mid_epoch_loses_and_repeats_nothing() {
         tokio::task::block_in_place(|| {
             wait_blocking("the drained worker to exit", || w.try_wait().unwrap().is_some())
         });
-        // The reader reads on: the worker delivers the splits it holds
-        // (its DYNAMIC task ends with them), then exits.
-        wait_until("the drained worker to exit", || {
-            reader.keep_reading();
-            let exited = w.try_wait().unwrap().is_some();
-            async move { exited }
-        })
-        .await;
         let status = w.try_wait().unwrap().unwrap();
         assert!(status.success(), "a drained worker exits 0: {status:?}");
+        reader.more();
         // The dispatcher declares it lost once its heartbeats stop for
         // --worker-timeout-secs (it has no tasks left to end by then).
         wait_workers(&client, 2 - i).await;

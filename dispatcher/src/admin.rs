@@ -87,8 +87,7 @@ pub async fn remove_dispatcher(target: &AdminTarget, id: u64) -> Result<Voters, 
 
 /// The leader's own deadline: ours less a margin for the answer to come back.
 fn leader_timeout_ms(timeout: Duration) -> u64 {
-    (timeout.saturating_sub(Duration::from_secs(5)).max(Duration::from_secs(1))).as_millis()
-        as u64
+    (timeout.saturating_sub(Duration::from_secs(5)).max(Duration::from_secs(1))).as_millis() as u64
 }
 
 async fn call<F, Fut>(target: &AdminTarget, f: F) -> Result<Voters, AdminError>
@@ -111,10 +110,8 @@ where
                 .map_err(|e| bad(e.to_string()))?
                 .connect_timeout(Duration::from_secs(2));
             let channel = security.apply(endpoint).map_err(|e| bad(e.to_string()))?.connect_lazy();
-            let client = RaftPeerClient::new(InterceptedService::new(
-                channel,
-                security.bearer().clone(),
-            ));
+            let client =
+                RaftPeerClient::new(InterceptedService::new(channel, security.bearer().clone()));
             match f(client).await {
                 Ok(r) => {
                     let r = r.into_inner();

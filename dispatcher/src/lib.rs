@@ -62,6 +62,7 @@
 //!   `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 
 pub mod access;
+pub mod admin;
 pub mod apply;
 mod batcher;
 mod cache_check;
@@ -83,7 +84,6 @@ mod liveness;
 mod long_poll;
 mod metrics;
 mod python_check;
-pub mod admin;
 pub mod raft;
 mod read_barrier;
 pub mod server;

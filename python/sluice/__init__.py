@@ -15,7 +15,7 @@ tuple or a dict of them; ``string`` tensors as ``bytes``. Framework adapters:
 when used). See docs/python.md.
 """
 
-from sluice import errors
+from sluice import admin, errors
 from sluice._functions import by_reference
 from sluice._native import Reader, TensorData, __version__
 from sluice.dataset import AUTOTUNE, SHARD_HINT, Dataset
@@ -50,6 +50,7 @@ __all__ = [
     "Quorum",
     "start_quorum",
     "errors",
+    "admin",
     "__version__",
     *errors.__all__,
 ]

@@ -12,10 +12,12 @@
 //! - `servers` — `DispatchServer`, `WorkerServer`, `start_quorum`.
 //! - `security` — the TLS and token keywords as the crates' settings.
 //! - `errors` — Rust errors as `sluice.errors` exceptions.
+//! - `admin` — `add_dispatcher`, `remove_dispatcher` (membership changes).
 //! - `bench` — the Rust client's figure for `python -m sluice.bench`.
 
 use pyo3::prelude::*;
 
+mod admin;
 mod bench;
 mod blocking;
 mod client;
@@ -60,6 +62,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::PythonPool>()?;
     m.add_function(wrap_pyfunction!(servers::start_quorum, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(admin::add_dispatcher, m)?)?;
+    m.add_function(wrap_pyfunction!(admin::remove_dispatcher, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_read, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     Ok(())

@@ -76,9 +76,11 @@ pub struct RemoveArgs {
 
 pub async fn run(a: AdminArgs) -> anyhow::Result<()> {
     let voters = match a.command {
-        AdminCommand::AddDispatcher(a) => admin::add_dispatcher(&a.target.target()?, a.id, &a.address)
-            .await
-            .with_context(|| format!("adding dispatcher {} at {}", a.id, a.address))?,
+        AdminCommand::AddDispatcher(a) => {
+            admin::add_dispatcher(&a.target.target()?, a.id, &a.address)
+                .await
+                .with_context(|| format!("adding dispatcher {} at {}", a.id, a.address))?
+        }
         AdminCommand::RemoveDispatcher(a) => admin::remove_dispatcher(&a.target.target()?, a.id)
             .await
             .with_context(|| format!("removing dispatcher {}", a.id))?,

@@ -236,19 +236,17 @@ impl Membership {
         if state.has_state && !learner {
             return Err(MembershipError::HasJournal { node: id, raft });
         }
-        let span = tracing::info_span!("add_dispatcher", node = id, %client, %raft);
-        let _enter = span.enter();
-        tracing::info!("adding a dispatcher: catching it up as a learner");
+        tracing::info!(node = id, %client, %raft, "adding a dispatcher: catching it up as a learner");
         self.fresh().insert(id, Fresh::Adding);
         let result = self.add_caught_up(id, format!("{client}/{raft}"), timeout).await;
         match &result {
             Ok(()) => {
                 self.fresh().insert(id, Fresh::Added);
-                tracing::info!(voters = ?self.voters(), "dispatcher added as a voter");
+                tracing::info!(node = id, voters = ?self.voters(), "dispatcher added as a voter");
             }
             Err(e) => {
                 self.fresh().remove(&id);
-                tracing::warn!(error = %e, "adding a dispatcher failed");
+                tracing::warn!(node = id, error = %e, "adding a dispatcher failed");
             }
         }
         result.map(|()| self.answer())
@@ -265,7 +263,8 @@ impl Membership {
             Err(_) => return Err(MembershipError::CatchUpTimeout { node: id, waited: timeout }),
             Ok(r) => r.map_err(write_error)?,
         };
-        let promote = self.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true);
+        let promote =
+            self.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true);
         match tokio::time::timeout(timeout, promote).await {
             Err(_) => Err(MembershipError::CatchUpTimeout { node: id, waited: timeout }),
             Ok(r) => r.map(drop).map_err(write_error),
@@ -322,9 +321,7 @@ impl Membership {
         } else {
             return Err(MembershipError::NotMember(id));
         };
-        let span = tracing::info_span!("remove_dispatcher", node = id, leader = m.id);
-        let _enter = span.enter();
-        tracing::info!("removing a dispatcher");
+        tracing::info!(node = id, leader = m.id, "removing a dispatcher");
         let change = self.raft.change_membership(change, false);
         match tokio::time::timeout(timeout, change).await {
             Err(_) => {
@@ -335,7 +332,7 @@ impl Membership {
             Ok(r) => r.map_err(write_error)?,
         };
         self.fresh().remove(&id);
-        tracing::info!(voters = ?self.voters(), "dispatcher removed");
+        tracing::info!(node = id, voters = ?self.voters(), "dispatcher removed");
         Ok(self.answer())
     }
 
@@ -368,13 +365,17 @@ fn timeout_of(ms: u64) -> Duration {
 
 /// Awaits a forwarded call, for a little longer than the leader's own deadline.
 async fn forwarded(
-    call: impl std::future::Future<Output = Result<tonic::Response<pb::MembershipResponse>, tonic::Status>>,
+    call: impl std::future::Future<
+        Output = Result<tonic::Response<pb::MembershipResponse>, tonic::Status>,
+    >,
     timeout: Duration,
 ) -> Result<pb::MembershipResponse, MembershipError> {
     match tokio::time::timeout(timeout + PROBE * 3, call).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
         Ok(Err(status)) => Err(MembershipError::Forward(status)),
-        Err(_) => Err(MembershipError::Raft(format!("the leader did not answer within {timeout:?}"))),
+        Err(_) => {
+            Err(MembershipError::Raft(format!("the leader did not answer within {timeout:?}")))
+        }
     }
 }
 
