@@ -78,11 +78,7 @@ pub async fn remove_dispatcher(target: &AdminTarget, id: u64) -> Result<Voters, 
         timeout_ms: leader_timeout_ms(target.timeout),
         forwarded: false,
     };
-    call(target, |mut c| {
-        let req = req.clone();
-        async move { c.remove_dispatcher(req).await }
-    })
-    .await
+    call(target, |mut c| async move { c.remove_dispatcher(req).await }).await
 }
 
 /// The leader's own deadline: ours less a margin for the answer to come back.
