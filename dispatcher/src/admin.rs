@@ -43,6 +43,8 @@ pub enum AdminError {
     NoAddress,
     #[error("raft address {address}: {error}")]
     BadAddress { address: String, error: String },
+    #[error("{address} does not serve the RaftPeer service (a client port?): give a dispatcher's Raft port, by default its client port + 1000")]
+    NotRaftPort { address: String },
     /// The group refused the change; the message says why and what to do.
     #[error("{address} refused: {message}")]
     Refused { address: String, code: Code, message: String },
@@ -118,6 +120,9 @@ where
                 }
                 Err(s) if s.code() == Code::Unavailable => {
                     last = format!("{address}: {}", s.message());
+                }
+                Err(s) if s.code() == Code::Unimplemented => {
+                    return Err(AdminError::NotRaftPort { address: address.clone() })
                 }
                 Err(s) => {
                     return Err(AdminError::Refused {

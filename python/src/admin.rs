@@ -47,7 +47,9 @@ fn to_py(e: AdminError) -> PyErr {
     match e {
         AdminError::Refused { code, .. } => errors::new_err(Kind::of_code(code), message),
         AdminError::NoAnswer { .. } => errors::deadline_exceeded(message),
-        AdminError::NoAddress | AdminError::BadAddress { .. } => errors::invalid_argument(message),
+        AdminError::NoAddress | AdminError::BadAddress { .. } | AdminError::NotRaftPort { .. } => {
+            errors::invalid_argument(message)
+        }
     }
 }
 
