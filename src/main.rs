@@ -33,6 +33,8 @@ enum Command {
     Read(cmd::read::ReadArgs),
     /// Show workers, datasets, jobs and progress.
     Status(cmd::status::StatusArgs),
+    /// Change the dispatcher group: add or remove a dispatcher while it serves.
+    Admin(cmd::admin::AdminArgs),
     /// Dispatcher, workers and a reader in one process over a sample dataset.
     Local(cmd::local::LocalArgs),
     /// Write a sample image data set (TFRecord files) and its preprocessing pipeline.
@@ -59,6 +61,7 @@ impl Command {
             Command::Bench(_) => "bench",
             Command::Chaos(_) => "chaos",
             Command::Config(_) => "config",
+            Command::Admin(_) => "admin",
         }
     }
 }
@@ -98,6 +101,7 @@ fn main() -> std::process::ExitCode {
             Command::Register(a) => cmd::register::run(a).await,
             Command::Read(a) => cmd::read::run(a).await,
             Command::Status(a) => cmd::status::run(a).await,
+            Command::Admin(a) => cmd::admin::run(a).await,
             Command::Local(a) => cmd::local::run(a).await,
             Command::SampleData(a) => cmd::sample::run(a).await,
             Command::Bench(a) => cmd::bench::run(a).await,

@@ -8,28 +8,9 @@ mod common;
 #[allow(dead_code)]
 mod pki;
 
-use std::time::Duration;
-
-use common::{wait_until, Port};
+use common::{health_status as status, wait_until, Port};
 use sluice_testkit::{Quorum, QuorumConfig};
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
-
-/// The status `service` ("" = the server as a whole) reports at `address`, or
-/// `None` when nothing answers.
-async fn status(address: &str, service: &str) -> Option<ServingStatus> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .ok()?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .ok()?;
-    let request = HealthCheckRequest { service: service.to_string() };
-    let answer = HealthClient::new(channel).check(request).await.ok()?;
-    Some(answer.into_inner().status())
-}
 
 async fn wait_status(what: &str, address: &str, service: &str, want: ServingStatus) {
     wait_until(&format!("{what}: {want:?}"), || async {

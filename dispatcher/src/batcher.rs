@@ -54,7 +54,8 @@ impl Writer {
         ProposeError::NotLeader {
             node_id: self.node_id,
             leader_id,
-            leader_address: leader_id.and_then(|l| self.members.get(&l).cloned()),
+            leader_address: leader_id
+                .and_then(|l| crate::core::client_address_of(&self.raft, &self.members, l)),
         }
     }
 

@@ -50,7 +50,7 @@ pub(crate) fn spawn(core: Arc<Core>, reporter: HealthReporter) -> JoinHandle<()>
     })
 }
 
-async fn set(reporter: &HealthReporter, serving: bool) {
+pub(crate) async fn set(reporter: &HealthReporter, serving: bool) {
     let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
     reporter.set_service_status("", status).await;
     let name = <DispatcherServer<DispatcherService> as NamedService>::NAME;

@@ -26,7 +26,10 @@
 //!   Concurrent leader reads share one leadership confirmation
 //!   (`read_barrier`), so waiting long polls cost no quorum round each.
 //! - [`raft`] — openraft glue: log storage and snapshots on `sluice-journal`, the
-//!   state machine around `apply`, and the peer RPCs.
+//!   state machine around `apply`, and the peer RPCs; `raft::membership` adds
+//!   and removes voters while the group serves.
+//! - [`admin`] — the operator's client of those membership changes (`sluice
+//!   admin`, Python's `sluice.admin`).
 //! - `coordinated_reads`: coordinated reads, the leader's soft half (pause
 //!   reports, removal votes) and the protocol's doc.
 //! - `long_poll`: the wait both heartbeat long polls share — re-read at each
@@ -61,6 +64,7 @@
 //!   `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 
 pub mod access;
+pub mod admin;
 pub mod apply;
 mod batcher;
 mod cache_check;

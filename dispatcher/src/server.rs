@@ -130,7 +130,14 @@ pub async fn run_with_listeners(
         }
         None => None,
     };
-    let peer = PeerService::new(core.raft().clone(), core.vote_gate());
+    let mut dial = config.raft_peers.clone();
+    dial.extend(config.raft_dial.clone());
+    let peer = PeerService::new(
+        core.raft().clone(),
+        core.vote_gate(),
+        dial,
+        config.security.peer_client()?,
+    );
     let timers = liveness.spawn(core.clone(), config.clone());
     let anonymous_off_loopback = !address.ip().is_loopback() && config.security.tokens.is_none();
     let service = DispatcherService::new(core.clone(), config.clone(), registry, liveness, reports)
@@ -173,6 +180,9 @@ pub async fn run_with_listeners(
     // ~40 ms in Nagle's buffer waiting for a delayed ACK.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    // tonic-health starts the server's status at SERVING; a probe answered before the
+    // task below first ran would see a node that knows no leader yet as ready.
+    crate::health::set(&reporter, false).await;
     let health = crate::health::spawn(core.clone(), reporter);
     let plain_health = health_service.clone();
     let health_stop = stopped(stop_rx.clone());

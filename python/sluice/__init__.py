@@ -15,7 +15,7 @@ tuple or a dict of them; ``string`` tensors as ``bytes``. Framework adapters:
 when used). See docs/python.md.
 """
 
-from sluice import errors
+from sluice import admin, errors
 from sluice._functions import by_reference
 from sluice._native import Reader, TensorData, __version__
 from sluice.dataset import AUTOTUNE, SHARD_HINT, Dataset
@@ -56,6 +56,7 @@ __all__ = [
     "errors",
     "configure_tracing",
     "flush_tracing",
+    "admin",
     "__version__",
     *errors.__all__,
 ]

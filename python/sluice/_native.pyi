@@ -23,6 +23,31 @@ def start_quorum(
 ) -> list[DispatchServer]:
     """Starts ``n`` dispatchers of one Raft group on loopback with free ports."""
 
+def add_dispatcher(
+    raft_address: str,
+    node_id: int,
+    address: str,
+    *,
+    timeout: float = 90.0,
+    tls_cert: Optional[str] = None,
+    tls_key: Optional[str] = None,
+    tls_ca: Optional[str] = None,
+    peer_secret_file: Optional[str] = None,
+) -> dict[int, str]:
+    """Adds a dispatcher to the group (``sluice.admin.add_dispatcher``)."""
+
+def remove_dispatcher(
+    raft_address: str,
+    node_id: int,
+    *,
+    timeout: float = 90.0,
+    tls_cert: Optional[str] = None,
+    tls_key: Optional[str] = None,
+    tls_ca: Optional[str] = None,
+    peer_secret_file: Optional[str] = None,
+) -> dict[int, str]:
+    """Removes a dispatcher from the group (``sluice.admin.remove_dispatcher``)."""
+
 class TensorData:
     """The Rust buffer under an element's numpy array (``array.base``)."""
 

@@ -14,10 +14,12 @@
 //! - `security` — the TLS and token keywords as the crates' settings.
 //! - `errors` — Rust errors as `sluice.errors` exceptions.
 //! - `telemetry` — `configure_tracing`: logs and OTLP trace export of the core.
+//! - `admin` — `add_dispatcher`, `remove_dispatcher` (membership changes).
 //! - `bench` — the Rust client's figure for `python -m sluice.bench`.
 
 use pyo3::prelude::*;
 
+mod admin;
 mod bench;
 mod blocking;
 mod client;
@@ -67,6 +69,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::serve_metrics, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(admin::add_dispatcher, m)?)?;
+    m.add_function(wrap_pyfunction!(admin::remove_dispatcher, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_read, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(telemetry::configure_tracing, m)?)?;

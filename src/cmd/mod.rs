@@ -1,5 +1,6 @@
 //! The subcommands, one module each.
 
+pub mod admin;
 pub mod bench;
 pub mod chaos;
 pub mod config;

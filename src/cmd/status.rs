@@ -56,6 +56,14 @@ pub fn render_nodes(
             Err(e) => out.push_str(&format!("  {address:<22} unreachable: {e}\n")),
         }
     }
+    // The group as its leader (else any node) knows it: it changes with `sluice
+    // admin add-dispatcher` / `remove-dispatcher`, not with this command's list.
+    let oks = || each.iter().filter_map(|(_, r)| r.as_ref().ok());
+    let view = oks().find(|s| s.from_leader).or_else(|| oks().next());
+    if let Some(raft) = view.and_then(|s| s.raft.as_ref()) {
+        let members: Vec<String> = raft.members.iter().map(|(id, a)| format!("{id}={a}")).collect();
+        out.push_str(&format!("  members (node {}): {}\n", raft.node_id, members.join(",")));
+    }
     out
 }
 

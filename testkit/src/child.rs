@@ -239,6 +239,11 @@ impl Child {
         self.signal(Signal::SIGCONT, "SIGCONT")
     }
 
+    /// SIGTERM: a server stops gracefully (a worker drains); see [`Child::try_wait`].
+    pub fn terminate(&self) -> Result<(), Error> {
+        self.signal(Signal::SIGTERM, "SIGTERM")
+    }
+
     /// Its exit status if it has exited (reaping it), `None` while it runs.
     pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
         self.child.try_wait()

@@ -160,6 +160,13 @@ impl Quorum {
         Some(at)
     }
 
+    /// Takes node `id`'s running process out of the quorum (to stop it gracefully
+    /// with [`Child::terminate`]; [`Quorum::start_node`] starts it again).
+    pub fn take(&mut self, id: u64) -> Option<Child> {
+        let i = self.index(id).ok()?;
+        self.nodes[i].take()
+    }
+
     /// Node `id`, if running.
     pub fn node(&self, id: u64) -> Option<&Child> {
         self.nodes.get((id as usize).wrapping_sub(1))?.as_ref()

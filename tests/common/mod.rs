@@ -223,3 +223,29 @@ pub async fn leader_status(client: &Client) -> sluice_client::ServiceStatus {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The standard gRPC health status of `service` ("" = the server as a whole) at
+/// `address`, as an orchestrator's probe sees it (no token); `None` when nothing
+/// answers.
+pub async fn health_status(
+    address: &str,
+    service: &str,
+) -> Option<tonic_health::pb::health_check_response::ServingStatus> {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .ok()?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .ok()?;
+    let request = HealthCheckRequest { service: service.to_string() };
+    let answer = HealthClient::new(channel).check(request).await.ok()?;
+    Some(answer.into_inner().status())
+}
+
+/// Whether the server at `address` reports SERVING (a Kubernetes readiness probe).
+pub async fn health_serving(address: &str) -> bool {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    health_status(address, "").await == Some(ServingStatus::Serving)
+}

@@ -243,6 +243,9 @@ async fn serve(
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = WorkerRoutes::new(worker.clone(), generated);
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    // tonic-health starts the server's status at SERVING: not ready before the
+    // task below has looked (a probe could come first).
+    reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
     let health = health::spawn(worker.clone(), reporter);
     // Ends with the worker: aborted below.
     let health_port = health_port.map(|l| {

@@ -18,7 +18,9 @@
 //! A majority of empty nodes means a new group unless a majority lost its disks at once,
 //! which no replication survives anyway. A node started late into a brand-new group that has
 //! already elected a leader takes the rejoin path too: slower, equally correct, no flag.
-//! The leader's side of `Rejoin` is [`rejoin_as_learner`].
+//! The leader's side of `Rejoin` is [`rejoin_as_learner`]. A node new to the group (not a
+//! member) rejoins the same way, once `sluice admin add-dispatcher` has made it one
+//! (`raft::membership`); until then its `Rejoin` is refused, and it waits, not voting.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,19 +149,29 @@ async fn ask_state(peers: &Peers, addr: &str) -> Option<pb::ClusterStateResponse
 /// Asks each peer in turn to take this node back until the leader has done it.
 async fn rejoin(peers: &Peers) {
     let mut reported = Instant::now();
+    let mut last_refusal = String::new();
     loop {
         for (id, addr) in peers.others() {
             let Some(mut client) = peers.client(addr) else { continue };
             let req = pb::RejoinRequest { node_id: peers.me, address: peers.my_address.clone() };
             match tokio::time::timeout(REJOIN_TIMEOUT, client.rejoin(req)).await {
                 Ok(Ok(_)) => return,
-                Ok(Err(status)) => tracing::debug!(peer = id, %status, "rejoin not done there"),
+                Ok(Err(status)) => {
+                    tracing::debug!(peer = id, %status, "rejoin not done there");
+                    if !status.message().starts_with("rejoin: not the leader") {
+                        last_refusal = status.message().to_string();
+                    }
+                }
                 Err(_) => tracing::debug!(peer = id, "rejoin timed out"),
             }
         }
         if reported.elapsed() >= REPORT_EVERY {
             reported = Instant::now();
-            tracing::warn!(node_id = peers.me, "rejoining: no leader has taken this node back yet");
+            tracing::warn!(
+                node_id = peers.me,
+                leader_said = %last_refusal,
+                "rejoining: no leader has taken this node back yet"
+            );
         }
         tokio::time::sleep(POLL).await;
     }
@@ -179,7 +191,9 @@ pub(crate) fn cluster_state(raft: &Raft) -> pb::ClusterStateResponse {
 }
 
 /// The leader's side of `Rejoin`: demotes `node` to learner if it is a voter, re-adds it as a
-/// learner and waits until it has caught up, then makes it a voter again.
+/// learner and waits until it has caught up, then makes it a voter again. A node that is
+/// not a member at all is refused: adding a node is `sluice admin add-dispatcher`'s
+/// (`raft::membership`, which also answers the `Rejoin` of a node it has just added).
 pub(crate) async fn rejoin_as_learner(
     raft: &Raft,
     node: NodeId,
@@ -192,7 +206,17 @@ pub(crate) async fn rejoin_as_learner(
     if node == m.id {
         return Err("a leader cannot rejoin itself".into());
     }
-    let is_voter = m.membership_config.membership().voter_ids().any(|v| v == node);
+    let membership = m.membership_config.membership();
+    let is_voter = membership.voter_ids().any(|v| v == node);
+    if !is_voter && membership.get_node(&node).is_none() {
+        // Not a wiped member but a node the group never had: joining changes the
+        // majority, which is the operator's decision (`raft::membership`).
+        return Err(format!(
+            "node {node} is not a member of the group: add it with `sluice admin \
+             add-dispatcher --id {node} --address HOST:PORT/RAFT_PORT` \
+             (docs/operations-procedures.md)"
+        ));
+    }
     if is_voter {
         let remove = ChangeMembers::RemoveVoters(BTreeSet::from([node]));
         raft.change_membership(remove, true).await.map_err(|e| e.to_string())?;

@@ -25,6 +25,8 @@
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
 //! - `network` / `peer_service`: Raft RPCs over tonic, both directions;
 //!   `contacts`: when each peer last answered this node (soft, for the status page).
+//! - `membership`: adding and removing voters while the group serves (the
+//!   operator's `sluice admin add-dispatcher` / `remove-dispatcher`).
 
 // openraft's StorageError is large by design and is what its traits return.
 #![allow(clippy::result_large_err)]
@@ -36,6 +38,7 @@ pub(crate) mod contacts;
 pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
 pub(crate) mod group_commit;
 pub mod log_store;
+pub mod membership;
 pub(crate) mod network;
 pub(crate) mod peer_service;
 pub mod state_machine;

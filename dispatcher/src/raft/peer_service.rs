@@ -1,7 +1,8 @@
 //! The receiving side of Raft RPCs: decodes each request, hands it to the local
 //! Raft node, and encodes `Result<reply, RaftError>` back. Vote requests are refused
 //! while this node's [`VoteGate`] is closed (an empty journal not yet decided or
-//! rejoined, see `bootstrap`); `ClusterState` and `Rejoin` are `bootstrap`'s.
+//! rejoined, see `bootstrap`); `ClusterState` and `Rejoin` are `bootstrap`'s;
+//! `AddDispatcher` and `RemoveDispatcher` are `membership`'s.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -10,18 +11,29 @@ use tonic::{Request, Response, Status};
 
 use super::bootstrap::{self, VoteGate, REJOIN_TIMEOUT};
 use super::codec::{decode, encode};
+use super::membership::Membership;
 use super::Raft;
 
 pub struct PeerService {
     raft: Raft,
     votes: VoteGate,
+    /// Membership changes (`AddDispatcher`, `RemoveDispatcher`) and `Rejoin`.
+    membership: Membership,
     /// Vote requests refused while the gate was closed (logged 1st, 21st, 41st, ...).
     refused: std::sync::atomic::AtomicU64,
 }
 
 impl PeerService {
-    pub fn new(raft: Raft, votes: VoteGate) -> Self {
-        PeerService { raft, votes, refused: Default::default() }
+    /// `dial`: the peers' Raft ports (`--peers` with `--raft-dial`); `security`: what
+    /// this node presents to them (a follower forwards membership changes).
+    pub fn new(
+        raft: Raft,
+        votes: VoteGate,
+        dial: std::collections::BTreeMap<u64, String>,
+        security: sluice_security::ClientSecurity,
+    ) -> Self {
+        let membership = Membership::new(raft.clone(), dial, security);
+        PeerService { raft, votes, membership, refused: Default::default() }
     }
 }
 
@@ -85,11 +97,25 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         req: Request<pb::RejoinRequest>,
     ) -> Result<Response<pb::RejoinResponse>, Status> {
         let req = req.into_inner();
-        let work = bootstrap::rejoin_as_learner(&self.raft, req.node_id, req.address);
+        let work = self.membership.rejoin(req.node_id, req.address);
         match tokio::time::timeout(REJOIN_TIMEOUT, work).await {
             Ok(Ok(())) => Ok(Response::new(pb::RejoinResponse {})),
             Ok(Err(e)) => Err(Status::failed_precondition(format!("rejoin: {e}"))),
             Err(_) => Err(Status::deadline_exceeded("rejoin: the node did not catch up in time")),
         }
+    }
+
+    async fn add_dispatcher(
+        &self,
+        req: Request<pb::AddDispatcherRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        Ok(Response::new(self.membership.add(req.into_inner()).await?))
+    }
+
+    async fn remove_dispatcher(
+        &self,
+        req: Request<pb::RemoveDispatcherRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        Ok(Response::new(self.membership.remove(req.into_inner()).await?))
     }
 }
