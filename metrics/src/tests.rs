@@ -190,6 +190,8 @@ async fn with_tls_and_tokens_only_a_metrics_token_over_tls_may_scrape() {
     assert_eq!(https.get(&page).bearer_auth(TRAINER).send().await.unwrap().status(), 403);
     let resp = https.get(&page).bearer_auth(SCRAPER).send().await.unwrap();
     assert_eq!(resp.text().await.unwrap(), "<p>hello</p>");
+}
+
 #[test]
 fn a_histogram_parses_into_its_bucket_sum_and_count_samples() {
     let mut r = registry();
