@@ -54,8 +54,9 @@ impl Writer {
         ProposeError::NotLeader {
             node_id: self.node_id,
             leader_id,
-            leader_address: leader_id
-                .and_then(|l| crate::core::client_address_of(&self.raft, &self.members, l)),
+            leader_address: leader_id.and_then(|l| {
+                crate::raft::addresses::client_address_of(&self.raft, &self.members, l)
+            }),
         }
     }
 

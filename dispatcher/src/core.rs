@@ -22,10 +22,10 @@ use crate::command::{Command, Response};
 use crate::config::DispatcherConfig;
 use crate::counters::Counters;
 use crate::error::DispatcherError;
+use crate::raft::addresses::client_part;
 use crate::raft::bootstrap::{self, VoteGate};
 use crate::raft::contacts::PeerContacts;
 use crate::raft::log_store::LogStore;
-use crate::raft::membership::client_part;
 use crate::raft::network::PeerNetwork;
 use crate::raft::state_machine::{Shared, StateMachine};
 use crate::raft::{NodeId, Raft};
@@ -278,7 +278,9 @@ impl Core {
         ProposeError::NotLeader {
             node_id: self.node_id,
             leader_id,
-            leader_address: leader_id.and_then(|l| client_address_of(&self.raft, &self.members, l)),
+            leader_address: leader_id.and_then(|l| {
+                crate::raft::addresses::client_address_of(&self.raft, &self.members, l)
+            }),
         }
     }
 
@@ -365,19 +367,5 @@ impl Core {
             let _ = task.await;
         }
         let _ = batcher.await;
-    }
-}
-
-/// Where clients reach node `id`: its client port in the membership (which holds
-/// the nodes added since start, see `raft::membership`), else in `--peers`.
-pub(crate) fn client_address_of(
-    raft: &Raft,
-    members: &BTreeMap<NodeId, String>,
-    id: NodeId,
-) -> Option<String> {
-    let m = raft.metrics().borrow().clone();
-    match m.membership_config.membership().get_node(&id) {
-        Some(node) => Some(client_part(&node.addr).to_string()),
-        None => members.get(&id).cloned(),
     }
 }

@@ -43,15 +43,7 @@ const PROBE: Duration = Duration::from_secs(2);
 /// The default time the new node gets to catch up.
 pub(crate) const DEFAULT_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The client port of a membership address (`CLIENT` or `CLIENT/RAFT`).
-pub(crate) fn client_part(addr: &str) -> &str {
-    addr.split_once('/').map_or(addr, |(c, _)| c)
-}
-
-/// The Raft port of a membership address, when it names one (`CLIENT/RAFT`).
-pub(crate) fn raft_part(addr: &str) -> Option<&str> {
-    addr.split_once('/').map(|(_, r)| r)
-}
+pub(crate) use super::addresses::{client_part, raft_part};
 
 /// Why a membership change was refused or did not finish. Each names what to do.
 #[derive(Debug, Error)]

@@ -25,6 +25,7 @@
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
 //! - `network` / `peer_service`: Raft RPCs over tonic, both directions;
 //!   `contacts`: when each peer last answered this node (soft, for the status page).
+//! - `addresses`: a membership entry's client and Raft ports (a leaf).
 //! - `membership`: adding and removing voters while the group serves (the
 //!   operator's `sluice admin add-dispatcher` / `remove-dispatcher`).
 
@@ -36,6 +37,7 @@ pub(crate) mod bootstrap;
 pub mod codec;
 pub(crate) mod contacts;
 pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
+pub(crate) mod addresses;
 pub(crate) mod group_commit;
 pub mod log_store;
 pub mod membership;

@@ -50,12 +50,12 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
         // A node added by `sluice admin add-dispatcher` is in no --peers: its
-        // membership address carries its Raft port (`membership::raft_part`).
+        // membership address carries its Raft port (`addresses::raft_part`).
         let addr = self
             .dial
             .get(&target)
             .map(String::as_str)
-            .unwrap_or_else(|| super::membership::raft_part(&node.addr).unwrap_or(&node.addr));
+            .unwrap_or_else(|| super::addresses::raft_part(&node.addr).unwrap_or(&node.addr));
         let addr = &addr.to_string();
         let channel = peer_channel(&self.security, addr, None);
         PeerClient {
