@@ -334,3 +334,74 @@ async fn draining_two_of_three_workers_mid_epoch_loses_and_repeats_nothing() {
     }
     reader.finish().await;
 }
+
+/// A worker drained while the one reader of its DYNAMIC task streams nothing from
+/// it (the reader is stopped, and had not even opened a stream to it) still
+/// delivers the splits it holds: it serves the reader's stream when the reader
+/// comes back, then exits. Without that, those splits would be lost with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_worker_keeps_its_dynamic_splits_for_a_reader_that_was_not_streaming() {
+    common::init_tracing();
+    let dispatcher = common::server(&[
+        "dispatcher",
+        "--port",
+        "0",
+        "--elements-per-split",
+        "10",
+        "--worker-timeout-secs",
+        "3",
+    ]);
+    let d = dispatcher.address().to_string();
+    let _a = workers_with(&d, 1, &["--drain-timeout-secs", "3600"]);
+    let spec = r#"{"stages": [{"range": {"stop": 2000}}]}"#;
+    let (ok, id, err) = common::sluice().run(&["register", "--dispatcher", &d, "-"], Some(spec));
+    assert!(ok, "{err}");
+    let read =
+        ["read", "--dispatcher", &d, "--dataset-id", id.trim(), "--mode", "distributed_epoch"];
+    let mut reader = common::sluice().spawn(&read);
+    let stdout = reader.take_stdout().expect("the reader's stdout");
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let collector = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(stdout) {
+                let v = line.expect("a line").trim().parse().expect("an integer");
+                lines.lock().unwrap().push(v);
+            }
+        })
+    };
+    wait_until("the reader's first element", || {
+        let n = lines.lock().unwrap().len();
+        async move { n > 0 }
+    })
+    .await;
+    reader.pause().unwrap();
+
+    // Worker B joins the running iteration while the reader is stopped: its task
+    // takes splits and buffers their elements, and no reader streams from it.
+    let metrics = Port::reserve().unwrap();
+    let metrics_addr = metrics.address();
+    drop(metrics);
+    let drain = ["--drain-timeout-secs", "3600", "--metrics-addr", &metrics_addr];
+    let mut b = workers_with(&d, 1, &drain).remove(0);
+    common::scrape::scrape_until(&metrics_addr, "worker B to hold elements", |s| {
+        s.iter().any(|x| x.name == "sluice_worker_buffer_elements" && x.value > 0.0)
+    })
+    .await;
+    tracing::info!("--- SIGTERM worker B, then let the reader go on");
+    b.terminate().unwrap();
+    reader.resume().unwrap();
+
+    tokio::task::block_in_place(|| {
+        wait_blocking("the reader to finish", || reader.try_wait().unwrap().is_some());
+        wait_blocking("the drained worker to exit", || b.try_wait().unwrap().is_some());
+    });
+    collector.join().unwrap();
+    let status = reader.try_wait().unwrap().unwrap();
+    assert!(status.success(), "the reader failed: {}", reader.last_words());
+    assert!(b.try_wait().unwrap().unwrap().success(), "a drained worker exits 0");
+    let got = lines.lock().unwrap().clone();
+    let c = counts(&got);
+    assert_eq!(c.len(), 2000, "every element arrived (B's splits too)");
+    assert!(c.values().all(|k| *k == 1), "none twice");
+}

@@ -2,12 +2,14 @@
 //!
 //! ```text
 //!  SIGTERM / shutdown future ──▶ drain: `draining` = true
-//!     │  no new tasks (start_tasks), no new streams (Unavailable), DYNAMIC sources
-//!     │  take no new split: their pipelines end with the splits they hold, their
-//!     │  streams deliver them with end_of_sequence, the tasks finish and the
-//!     │  heartbeat reports them (nothing is lost, nothing is doubled)
+//!     │  no new tasks (start_tasks), no new streams but on DYNAMIC tasks
+//!     │  (Unavailable), DYNAMIC sources take no new split: their pipelines end
+//!     │  with the splits they hold, their streams (open then, or opened later by a
+//!     │  reader that was paused) deliver them with end_of_sequence, the tasks
+//!     │  finish and the heartbeat reports them (nothing is lost, nothing doubled)
 //!     ▼
-//!  every stream ended and every finished task reported, or `drain_timeout`
+//!  every stream ended, every DYNAMIC task finished and every finished task
+//!  reported, or `drain_timeout`
 //!     ▼
 //!  shut_down: remaining streams end with Unavailable ("the worker is shutting
 //!  down", which readers retry), the control loop stops, the server closes.
@@ -61,13 +63,17 @@ pub(crate) async fn drain(worker: &Worker) {
         let (running, _, unreported) = worker.activity();
         let streaming =
             running.iter().filter(|t| t.open_streams.load(Ordering::Relaxed) > 0).count();
-        if streaming == 0 && unreported == 0 {
+        // A DYNAMIC task still running holds splits no other worker has: it ends once
+        // a reader has taken them (with or without a stream open right now).
+        let holding = running.iter().filter(|t| t.dynamic).count();
+        if streaming == 0 && holding == 0 && unreported == 0 {
             tracing::info!("drained: no stream in progress, every finished task reported");
             return;
         }
         if Instant::now() >= deadline {
             tracing::warn!(
                 streaming,
+                holding,
                 unreported,
                 ?timeout,
                 "drain timeout: cutting the streams still in progress"

@@ -139,11 +139,23 @@ impl Worker {
 
     pub(crate) fn lookup(&self, task_id: u64) -> Lookup {
         let table = self.table();
-        if table.shutting_down || *self.draining.borrow() {
+        let draining = *self.draining.borrow();
+        if table.shutting_down {
             return Lookup::ShuttingDown;
         }
         if let Some(task) = table.running.get(&task_id) {
+            // Draining, a DYNAMIC task still serves new streams: the splits it holds
+            // were handed to this worker alone, and a reader that was not streaming
+            // when the drain began (paused, reconnecting, not yet told of the task)
+            // must still get them. Other tasks' data is elsewhere too (static shards
+            // come back with the worker; OFF repeats the dataset): refused.
+            if draining && !task.dynamic {
+                return Lookup::ShuttingDown;
+            }
             return Lookup::Running(task.clone());
+        }
+        if draining {
+            return Lookup::ShuttingDown;
         }
         match table.ended.get(&task_id) {
             Some(Ended::Finished) => Lookup::Finished,

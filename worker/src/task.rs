@@ -59,6 +59,9 @@ pub(crate) struct Task {
     pub open_streams: AtomicUsize,
     /// Coordinated reads: the task serves rounds (`coordinated.rs`), not streams.
     pub rounds: Option<Rounds>,
+    /// A DYNAMIC task: what it holds was handed to this worker alone (its splits),
+    /// so a draining worker keeps serving it until it has delivered them (`drain.rs`).
+    pub dynamic: bool,
 }
 
 impl Task {
@@ -88,6 +91,7 @@ impl Task {
             .use_cross_trainer_cache
             .then(|| CrossTrainerCache::new(task_id, ctx.cross_trainer_cache_bytes));
         let rounds = def.num_consumers.map(Rounds::new);
+        let dynamic = def.mode == pb::ProcessingMode::Dynamic as i32;
         let pipeline_done = match crate::runner::spawn(def, &ctx.runner, span, stop.subscribe(), tx)
         {
             Ok(done) => Some(done),
@@ -107,6 +111,7 @@ impl Task {
             cache,
             open_streams: AtomicUsize::new(0),
             rounds,
+            dynamic,
         })
     }
 
