@@ -97,6 +97,20 @@ fn workers(dispatchers: &str, n: usize) -> Vec<Proc> {
     workers_with(dispatchers, n, &[])
 }
 
+/// The drain tests' dispatcher: splits of 10 elements, and a stopped worker
+/// declared lost after 3 s (so a loss would show quickly).
+fn drain_dispatcher() -> Proc {
+    common::server(&[
+        "dispatcher",
+        "--port",
+        "0",
+        "--elements-per-split",
+        "10",
+        "--worker-timeout-secs",
+        "3",
+    ])
+}
+
 /// Waits until the leader lists `n` workers not declared lost.
 async fn wait_workers(client: &Client, n: usize) {
     wait_until(&format!("{n} live workers"), || {
@@ -292,15 +306,7 @@ async fn a_dispatcher_is_added_and_the_leader_removed_while_a_reader_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_two_of_three_workers_mid_epoch_loses_and_repeats_nothing() {
     common::init_tracing();
-    let dispatcher = common::server(&[
-        "dispatcher",
-        "--port",
-        "0",
-        "--elements-per-split",
-        "10",
-        "--worker-timeout-secs",
-        "3",
-    ]);
+    let dispatcher = drain_dispatcher();
     let d = dispatcher.address().to_string();
     // No drain deadline: a drained worker waits for its reader however slow.
     let mut ws = workers_with(&d, 3, &["--drain-timeout-secs", "3600"]);
@@ -342,15 +348,7 @@ async fn draining_two_of_three_workers_mid_epoch_loses_and_repeats_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_worker_keeps_its_dynamic_splits_for_a_reader_that_was_not_streaming() {
     common::init_tracing();
-    let dispatcher = common::server(&[
-        "dispatcher",
-        "--port",
-        "0",
-        "--elements-per-split",
-        "10",
-        "--worker-timeout-secs",
-        "3",
-    ]);
+    let dispatcher = drain_dispatcher();
     let d = dispatcher.address().to_string();
     let _a = workers_with(&d, 1, &["--drain-timeout-secs", "3600"]);
     let spec = r#"{"stages": [{"range": {"stop": 2000}}]}"#;
