@@ -12,9 +12,9 @@ use super::view::{JobRow, StatusView, WorkerRow};
 /// The page's `<meta http-equiv="refresh">` period.
 pub const REFRESH_SECS: u32 = 5;
 
-const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1em;color:#222}\
 h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}\
-table{border-collapse:collapse}th,td{padding:.2em .7em;border-bottom:1px solid #ddd;text-align:left}\
+table{border-collapse:collapse}th,td{padding:.2em .5em;border-bottom:1px solid #ddd;text-align:left}\
 th{background:#f4f4f4;vertical-align:bottom}td{white-space:nowrap}td.wrap{white-space:normal;min-width:8em;max-width:16em;overflow-wrap:anywhere}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .lost{color:#b00020}.muted{color:#777}.axis{font-size:11px;fill:#555}\
 .legend{list-style:none;padding:0}.legend li{display:inline-block;margin-right:1.5em}\
