@@ -174,6 +174,22 @@ fn a_missing_config_file_is_an_error_naming_it() {
     }
 }
 
+#[test]
+fn a_config_file_over_the_bound_is_refused_before_it_is_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.toml");
+    // Valid TOML past 1 MiB: refused for its size, not its content.
+    let mut text = String::from("port = 0\n");
+    text.push_str(&"# padding\n".repeat(120_000));
+    std::fs::write(&path, text).unwrap();
+    let path = path.to_str().unwrap();
+    for args in [&["dispatcher", "--config", path][..], &["config", "check", path][..]] {
+        let (ok, _, err) = sluice_env(args, &[]);
+        assert!(!ok, "{args:?}");
+        assert!(err.contains("is larger than 1048576 bytes"), "{err}");
+    }
+}
+
 /// deploy/config/NAME.
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/config").join(name)

@@ -125,16 +125,17 @@ impl ReadMetrics {
         }
     }
 
-    /// The application polled for an element; the first poll starts the wait.
+    /// The application polled for an element and none was in hand: the first such
+    /// poll starts the wait. (An element already in hand is a wait of zero, observed
+    /// without reading the clock: the per-element cost on a fast stream.)
     pub(crate) fn asked(&mut self) {
         self.asked.get_or_insert_with(Instant::now);
     }
 
     /// The application got `e`: the wait ends.
     pub(crate) fn delivered(&mut self, e: &Element) {
-        if let Some(asked) = self.asked.take() {
-            self.wait.observe(asked.elapsed().as_secs_f64());
-        }
+        let waited = self.asked.take().map_or(0.0, |asked| asked.elapsed().as_secs_f64());
+        self.wait.observe(waited);
         self.elements.inc();
         self.bytes.inc_by(e.byte_len() as u64);
     }

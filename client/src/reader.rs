@@ -120,12 +120,14 @@ impl ElementStream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<SourcedElement, ClientError>>> {
-        self.metrics.asked();
         loop {
             if let Some(e) = self.current.next() {
                 self.metrics.delivered(&e);
                 return Poll::Ready(Some(Ok((self.current_source.clone(), e))));
             }
+            // Nothing in hand: the application waits from now (or from its first
+            // poll that found nothing, if this is a later one).
+            self.metrics.asked();
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(Ok((source, batch)))) => {
                     self.current_source = source;

@@ -141,10 +141,22 @@ def keywords(path: str | os.PathLike[str], role: str) -> dict[str, Any]:
     return out
 
 
+# As `sluice --config`: a config file holds flags, a few KiB.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _load(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read(MAX_CONFIG_BYTES + 1)  # bounded before it is parsed
+        if len(data) > MAX_CONFIG_BYTES:
+            raise InvalidArgumentError(
+                f"the config file {os.fspath(path)} is larger than {MAX_CONFIG_BYTES} bytes;"
+                " a config file holds flags (keys are the long flag names), not data"
+            )
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InvalidArgumentError(f"the config file {os.fspath(path)} is not UTF-8: {e}") from e
     except OSError as e:
         raise InvalidArgumentError(f"cannot read the config file {os.fspath(path)}: {e}") from e
     except tomllib.TOMLDecodeError as e:

@@ -68,3 +68,9 @@ def test_a_missing_config_file_is_an_error_naming_it(tmp_path):
     missing = tmp_path / "nope.toml"
     with pytest.raises(sluice.InvalidArgumentError, match="cannot read the config file .*nope.toml"):
         sluice.DispatchServer(config=missing)
+
+
+def test_a_config_file_over_the_bound_is_refused_before_it_is_parsed(tmp_path):
+    huge = write(tmp_path, "huge.toml", "port = 0\n" + "# padding\n" * 120_000)
+    with pytest.raises(sluice.InvalidArgumentError, match="is larger than 1048576 bytes"):
+        sluice.DispatchServer(config=huge)

@@ -21,23 +21,30 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
+_EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+
+
+def _leaf(pki: Path, stem: str, cn: str, san: str) -> None:
+    """``stem.pem``/``stem.key``: a certificate signed by ``ca.pem`` for ``san``."""
+    _openssl("req", *_EC, "-subj", f"/CN={cn}", "-keyout", f"{stem}.key",
+             "-out", f"{stem}.csr", cwd=pki)
+    (pki / f"{stem}.cnf").write_text(
+        f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
+    )
+    _openssl("x509", "-req", "-in", f"{stem}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "1", "-extfile", f"{stem}.cnf", "-out", f"{stem}.pem",
+             cwd=pki)
+
+
 @pytest.fixture
 def pki(tmp_path: Path) -> Path:
     """ca.pem, server.pem/server.key (127.0.0.1, localhost), tokens, peer.secret."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    _openssl("req", "-x509", *ec, "-subj", "/CN=test-ca", "-days", "1",
+    _openssl("req", "-x509", *_EC, "-subj", "/CN=test-ca", "-days", "1",
              "-addext", "basicConstraints=critical,CA:TRUE",
              "-addext", "keyUsage=critical,keyCertSign",
              "-keyout", "ca.key", "-out", "ca.pem", cwd=tmp_path)
-    _openssl("req", *ec, "-subj", "/CN=localhost", "-keyout", "server.key",
-             "-out", "server.csr", cwd=tmp_path)
-    (tmp_path / "ext.cnf").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
-        "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
-    )
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "1", "-extfile", "ext.cnf", "-out", "server.pem",
-             cwd=tmp_path)
+    _leaf(tmp_path, "server", "localhost", "IP:127.0.0.1,DNS:localhost")
     (tmp_path / "tokens").write_text(
         f"client trainer {CLIENT_TOKEN}\nworker pool {WORKER_TOKEN}\n"
     )
@@ -101,16 +108,7 @@ def test_tls_server_name_verifies_every_server_against_one_name(
     """A certificate naming only ``sluice`` (no IP) serves 127.0.0.1: a reader
     refuses it unless ``$SLUICE_TLS_SERVER_NAME=sluice`` (``--tls-server-name``),
     the way pods that advertise their IPs are verified in Kubernetes."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    _openssl("req", *ec, "-subj", "/CN=sluice", "-keyout", "named.key",
-             "-out", "named.csr", cwd=pki)
-    (pki / "named.cnf").write_text(
-        "subjectAltName=DNS:sluice\nbasicConstraints=CA:FALSE\n"
-        "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
-    )
-    _openssl("x509", "-req", "-in", "named.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "1", "-extfile", "named.cnf", "-out", "named.pem",
-             cwd=pki)
+    _leaf(pki, "named", "sluice", "DNS:sluice")
     tls = dict(tls_cert=pki / "named.pem", tls_key=pki / "named.key", tls_ca=pki / "ca.pem")
     ds = sluice.Dataset.range(5)
     monkeypatch.delenv("SLUICE_TLS_SERVER_NAME", raising=False)

@@ -84,11 +84,7 @@ pub fn run(a: ConfigArgs, cmd: Command) -> anyhow::Result<()> {
 
 /// The one server role every key of `path` is a flag of.
 fn infer_role(cmd: &Command, path: &std::path::Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow!("cannot read the config file {}: {e}", path.display()))?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e| anyhow!("the config file {} is not valid TOML: {e}", path.display()))?;
+    let table = file::read_table(path).map_err(|e| anyhow!(e))?;
     let errors: Vec<(&str, Vec<String>)> = super::SERVER_ROLES
         .iter()
         .filter_map(|r| Some((*r, file::settings(cmd.find_subcommand(r)?, &table).1)))

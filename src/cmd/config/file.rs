@@ -99,14 +99,35 @@ pub fn keys(cmd: &Command) -> impl Iterator<Item = &Arg> {
     })
 }
 
+/// The largest config file read: a file of every flag is a few KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The TOML table of the config file at `path`, read bounded ([`MAX_CONFIG_BYTES`]).
+pub fn read_table(path: &Path) -> Result<toml::Table, String> {
+    use std::io::Read;
+    let file = path.display();
+    let cannot = |e: std::io::Error| {
+        format!("cannot read the config file {file}: {e} (check --config / SLUICE_CONFIG)")
+    };
+    // Bounded before it allocates: at most one byte past the limit is read.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "the config file {file} is larger than {MAX_CONFIG_BYTES} bytes; a config file \
+             holds flags (keys are the long flag names), not data"
+        ));
+    }
+    text.parse().map_err(|e| format!("the config file {file} is not valid TOML: {e}"))
+}
+
 /// Reads `path` and turns it into `cmd`'s arguments, or says everything wrong with it.
 pub fn load(path: &Path, cmd: &Command) -> Result<Vec<Setting>, String> {
-    let file = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        format!("cannot read the config file {file}: {e} (check --config / SLUICE_CONFIG)")
-    })?;
-    let table: toml::Table =
-        text.parse().map_err(|e| format!("the config file {file} is not valid TOML: {e}"))?;
+    let table = read_table(path)?;
     let (settings, errors) = settings(cmd, &table);
     if errors.is_empty() {
         return Ok(settings);
