@@ -38,15 +38,35 @@ pub(crate) struct Counters {
     jobs: Arc<BoundedLabel>,
 }
 
+/// The counters one stream of a job updates, resolved once when it opens (the
+/// job's series are looked up and its label admitted then, not per message).
+pub(crate) struct StreamCounters {
+    elements: Counter,
+    bytes: Counter,
+    job_elements: Counter,
+    job_bytes: Counter,
+}
+
+impl StreamCounters {
+    /// One message sent to a client: `elements` elements, `bytes` encoded bytes.
+    pub(crate) fn streamed(&self, elements: usize, bytes: usize) {
+        self.elements.inc_by(elements as u64);
+        self.bytes.inc_by(bytes as u64);
+        self.job_elements.inc_by(elements as u64);
+        self.job_bytes.inc_by(bytes as u64);
+    }
+}
+
 impl Counters {
-    /// One message of `job` sent to a client: `elements` elements, `bytes` encoded
-    /// bytes.
-    pub(crate) fn streamed(&self, job: &str, elements: usize, bytes: usize) {
-        self.elements_streamed.inc_by(elements as u64);
-        self.bytes_streamed.inc_by(bytes as u64);
+    /// The counters of a stream of `job`.
+    pub(crate) fn for_job(&self, job: &str) -> StreamCounters {
         let labels = self.job_labels(job);
-        self.delivered_elements.get_or_create(&labels).inc_by(elements as u64);
-        self.delivered_bytes.get_or_create(&labels).inc_by(bytes as u64);
+        StreamCounters {
+            elements: self.elements_streamed.clone(),
+            bytes: self.bytes_streamed.clone(),
+            job_elements: self.delivered_elements.get_or_create_owned(&labels),
+            job_bytes: self.delivered_bytes.get_or_create_owned(&labels),
+        }
     }
 
     /// The labels of `job`'s series (the bounded job label).

@@ -64,6 +64,7 @@ pub(crate) async fn produce(
 ) {
     let _open = crate::drain::OpenStream::new(&task);
     let _counted = worker.counters.stream_opened();
+    let counters = worker.counters.for_job(&task.job);
     let mut sent = 0u64;
     loop {
         let permit = tokio::select! {
@@ -105,7 +106,7 @@ pub(crate) async fn produce(
                     return; // the runtime is shutting down
                 };
                 compression = codec;
-                worker.counters.streamed(&task.job, elements, message.encoded_len());
+                counters.streamed(elements, message.encoded_len());
                 permit.send(Ok(message));
                 if end {
                     tracing::debug!(sent, "stream reached end of sequence");

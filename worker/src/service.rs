@@ -73,7 +73,7 @@ impl pb::worker_server::Worker for WorkerService {
         };
         let answer = rounds.get_element(&task.buffer, task.stopped(), &req).await?;
         if let Some(e) = &answer.element {
-            self.worker.counters.streamed(&task.job, 1, e.encoded_len());
+            self.worker.counters.for_job(&task.job).streamed(1, e.encoded_len());
         }
         Ok(Response::new(answer))
     }
