@@ -51,6 +51,7 @@ async fn unknown_mode_string_is_refused_naming_the_choices() {
         target_workers: 0,
         use_cross_trainer_cache: false,
         num_consumers: None,
+        ..Default::default()
     };
     let err = client.dispatcher().get_or_create_job(req).await.unwrap_err();
     assert_eq!(err.code(), Some(Code::InvalidArgument), "{err}");

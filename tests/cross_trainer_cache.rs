@@ -222,6 +222,7 @@ async fn cache_jobs_need_an_infinite_dataset_and_a_name_and_keep_their_identity(
         target_workers: 0,
         use_cross_trainer_cache: true,
         num_consumers: None,
+        ..Default::default()
     };
     let err = client.dispatcher().get_or_create_job(req.clone()).await.unwrap_err();
     assert_eq!(err.code(), Some(Code::InvalidArgument), "{err}");

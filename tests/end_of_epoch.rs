@@ -65,7 +65,8 @@ async fn join_iteration(d: &DispatcherClient) -> u64 {
         })
         .await
         .unwrap();
-    let req = pb::GetOrCreateIterationRequest { job_id: job.job_id, repetition: 0 };
+    let req =
+        pb::GetOrCreateIterationRequest { job_id: job.job_id, repetition: 0, ..Default::default() };
     d.get_or_create_iteration(req).await.unwrap().client_id
 }
 

@@ -23,7 +23,7 @@ async fn dynamic_iteration(client: &Client, n: i64) -> (u64, u64) {
         ..Default::default()
     };
     let job_id = d.get_or_create_job(job).await.unwrap().job_id;
-    let it = pb::GetOrCreateIterationRequest { job_id, repetition: 0 };
+    let it = pb::GetOrCreateIterationRequest { job_id, repetition: 0, ..Default::default() };
     let r = d.get_or_create_iteration(it).await.unwrap();
     (r.iteration_id, r.client_id)
 }
@@ -218,7 +218,7 @@ async fn many_waiting_consumers_add_no_log_entry() {
     let job_id = d.get_or_create_job(job).await.unwrap().job_id;
     let mut clients = vec![];
     for _ in 0..40 {
-        let it = pb::GetOrCreateIterationRequest { job_id, repetition: 0 };
+        let it = pb::GetOrCreateIterationRequest { job_id, repetition: 0, ..Default::default() };
         clients.push(d.get_or_create_iteration(it).await.unwrap().client_id);
     }
     let log_index = || async { client.status().await.unwrap().raft.unwrap().last_log_index };

@@ -95,7 +95,7 @@ async fn a_job_no_registered_worker_can_run_is_refused_naming_the_stage_and_the_
         ..Default::default()
     };
     let job_id = dispatcher.get_or_create_job(job).await.expect("now a worker can").job_id;
-    let it = pb::GetOrCreateIterationRequest { job_id, repetition: 0 };
+    let it = pb::GetOrCreateIterationRequest { job_id, repetition: 0, ..Default::default() };
     dispatcher.get_or_create_iteration(it).await.unwrap();
     let heartbeat = |address: &str, uid, errors_ignored| pb::WorkerHeartbeatRequest {
         address: address.into(),

@@ -30,12 +30,14 @@ async fn a_replayed_get_split_returns_the_same_split_and_none_is_lost_or_doubled
             target_workers: 0,
             use_cross_trainer_cache: false,
             num_consumers: None,
+            ..Default::default()
         })
         .await
         .unwrap();
     d.get_or_create_iteration(pb::GetOrCreateIterationRequest {
         job_id: job.job_id,
         repetition: 0,
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -163,12 +163,14 @@ async fn generate(work_dir: &str) -> Value {
                 target_workers: 0,
                 use_cross_trainer_cache: false,
                 num_consumers: None,
+                ..Default::default()
             })
             .await
             .unwrap();
         d.get_or_create_iteration(pb::GetOrCreateIterationRequest {
             job_id: job.job_id,
             repetition: 0,
+            ..Default::default()
         })
         .await
         .unwrap();

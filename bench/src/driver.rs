@@ -108,6 +108,7 @@ impl Fleet {
                 target_workers: 0,
                 use_cross_trainer_cache: false,
                 num_consumers: None,
+                ..Default::default()
             })
             .await
             .context("GetOrCreateJob")?;
@@ -115,6 +116,7 @@ impl Fleet {
             .get_or_create_iteration(pb::GetOrCreateIterationRequest {
                 job_id: job.job_id,
                 repetition: 0,
+                ..Default::default()
             })
             .await
             .context("GetOrCreateIteration")?;

@@ -124,6 +124,7 @@ impl Client {
                 target_workers: opts.target_workers.to_wire() as i32,
                 use_cross_trainer_cache: matches!(opts.kind, ReadKind::CrossTrainerCache { .. }),
                 num_consumers: opts.kind.num_consumers(),
+                require_exactly_once: false,
             })
             .await?;
         let it = self
@@ -131,6 +132,7 @@ impl Client {
             .get_or_create_iteration(pb::GetOrCreateIterationRequest {
                 job_id: job.job_id,
                 repetition: opts.repetition,
+                restore: None,
             })
             .await?;
         Ok((job, it))

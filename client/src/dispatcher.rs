@@ -260,10 +260,10 @@ impl DispatcherClient {
         &self,
         req: pb::GetOrCreateIterationRequest,
     ) -> Result<pb::GetOrCreateIterationResponse, ClientError> {
-        self.call(
-            "GetOrCreateIteration",
-            |mut c| async move { c.get_or_create_iteration(req).await },
-        )
+        self.call("GetOrCreateIteration", |mut c| {
+            let req = req.clone();
+            async move { c.get_or_create_iteration(req).await }
+        })
         .await
     }
 
@@ -297,7 +297,11 @@ impl DispatcherClient {
         &self,
         req: pb::ClientHeartbeatRequest,
     ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
-        self.call("ClientHeartbeat", |mut c| async move { c.client_heartbeat(req).await }).await
+        self.call("ClientHeartbeat", |mut c| {
+            let req = req.clone();
+            async move { c.client_heartbeat(req).await }
+        })
+        .await
     }
 
     /// `ClientHeartbeat` of a coordinated read (`consumer_index`,

@@ -263,9 +263,10 @@ mod tests {
                     data: d,
                 }],
                 names: vec!["x".into()],
+                ..Default::default()
             })
             .collect();
-        pb::ElementBatch { elements, end_of_sequence: true, compressed: None }
+        pb::ElementBatch { elements, end_of_sequence: true, compressed: None, ..Default::default() }
     }
 
     /// gRPC framing of `m`.
@@ -318,7 +319,12 @@ mod tests {
     #[test]
     fn messages_split_anywhere_decode_to_the_same_batches() {
         let a = batch(vec![Bytes::from(vec![1u8; 3000]), Bytes::from(vec![2u8; 10])]);
-        let b = pb::ElementBatch { elements: vec![], end_of_sequence: true, compressed: None };
+        let b = pb::ElementBatch {
+            elements: vec![],
+            end_of_sequence: true,
+            compressed: None,
+            ..Default::default()
+        };
         let c = batch(vec![Bytes::from(vec![3u8; 5000])]);
         let mut wire = framed(&a);
         wire.extend(framed(&b));

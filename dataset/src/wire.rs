@@ -56,7 +56,11 @@ impl TryFrom<pb::Tensor> for Tensor {
 impl From<Element> for pb::Element {
     fn from(e: Element) -> Self {
         let names = e.names.as_deref().map(<[String]>::to_vec).unwrap_or_default();
-        pb::Element { components: e.components.into_iter().map(Into::into).collect(), names }
+        pb::Element {
+            components: e.components.into_iter().map(Into::into).collect(),
+            names,
+            origin: None,
+        }
     }
 }
 

@@ -88,10 +88,14 @@ pub fn target_workers_from_wire(v: i32) -> Result<TargetWorkers, Status> {
 
 pub fn split_to_wire(a: SplitAnswer) -> pb::GetSplitResponse {
     match a {
-        SplitAnswer::Split { begin, end } => {
-            pb::GetSplitResponse { split: Some(pb::Split { begin, end }), end_of_splits: false }
+        SplitAnswer::Split { begin, end } => pb::GetSplitResponse {
+            split: Some(pb::Split { begin, end, skip_runs: vec![] }),
+            end_of_splits: false,
+            wait: false,
+        },
+        SplitAnswer::EndOfSplits => {
+            pb::GetSplitResponse { split: None, end_of_splits: true, wait: false }
         }
-        SplitAnswer::EndOfSplits => pb::GetSplitResponse { split: None, end_of_splits: true },
     }
 }
 

@@ -286,6 +286,7 @@ fn view(s: &State, client_id: ClientId) -> Option<View> {
             coordinated_pause: pending,
             // Coordinated reads poll; they do not long-poll.
             view_digest: 0,
+            ..Default::default()
         },
         num_consumers: rr.map(|rr| rr.num_consumers),
         pending,

@@ -252,9 +252,11 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             limits: self.config.limits,
         };
         match self.core.propose(cmd).await? {
-            R::Job { job_id, job_name } => {
-                Ok(Response::new(pb::GetOrCreateJobResponse { job_id, job_name }))
-            }
+            R::Job { job_id, job_name } => Ok(Response::new(pb::GetOrCreateJobResponse {
+                job_id,
+                job_name,
+                ..Default::default()
+            })),
             r => Err(Self::unexpected("GetOrCreateJob", r)),
         }
     }
@@ -275,7 +277,11 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             R::Iteration { iteration_id, client_id } => {
                 self.liveness.client_seen(client_id);
                 info!(iteration_id, client_id, "client joined iteration");
-                Ok(Response::new(pb::GetOrCreateIterationResponse { iteration_id, client_id }))
+                Ok(Response::new(pb::GetOrCreateIterationResponse {
+                    iteration_id,
+                    client_id,
+                    ..Default::default()
+                }))
             }
             r => Err(Self::unexpected("GetOrCreateIteration", r)),
         }

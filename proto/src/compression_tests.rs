@@ -14,6 +14,7 @@ fn elements(n: usize) -> Vec<pb::Element> {
                 ),
             }],
             names: vec![],
+            ..Default::default()
         })
         .collect()
 }

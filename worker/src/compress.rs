@@ -117,9 +117,14 @@ mod tests {
         let tensor =
             pb::Tensor { dtype: pb::DType::Int32 as i32, shape: vec![], data: Bytes::from(data) };
         pb::ElementBatch {
-            elements: vec![pb::Element { components: vec![tensor], names: vec![] }],
+            elements: vec![pb::Element {
+                components: vec![tensor],
+                names: vec![],
+                ..Default::default()
+            }],
             end_of_sequence: false,
             compressed: None,
+            positions: None,
         }
     }
 

@@ -38,6 +38,7 @@ pub(crate) fn end_of_sequence() -> mpsc::Receiver<BatchResult> {
         elements: Vec::new(),
         end_of_sequence: true,
         compressed: None,
+        positions: None,
     }));
     rx
 }
@@ -99,6 +100,7 @@ pub(crate) async fn produce(
                     elements: batch.elements,
                     end_of_sequence: end,
                     compressed: None,
+                    positions: None,
                 };
                 // With a channel slot reserved and no lock held (a large message on
                 // the blocking pool): the HTTP layer then only writes the bytes.

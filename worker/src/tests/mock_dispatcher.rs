@@ -310,16 +310,20 @@ impl Dispatcher for Service {
         }
         let key = (req.task_id, req.worker_uid, req.sequence);
         if let Some(resp) = state.answered.get(&key) {
-            return Ok(Response::new(*resp));
+            return Ok(Response::new(resp.clone()));
         }
         let resp = match state.splits.get(state.next_split).copied() {
             Some((begin, end)) if req.repetition == 0 => {
                 state.next_split += 1;
-                pb::GetSplitResponse { split: Some(pb::Split { begin, end }), end_of_splits: false }
+                pb::GetSplitResponse {
+                    split: Some(pb::Split { begin, end, ..Default::default() }),
+                    end_of_splits: false,
+                    wait: false,
+                }
             }
-            _ => pb::GetSplitResponse { split: None, end_of_splits: true },
+            _ => pb::GetSplitResponse { split: None, end_of_splits: true, ..Default::default() },
         };
-        state.answered.insert(key, resp);
+        state.answered.insert(key, resp.clone());
         Ok(Response::new(resp))
     }
 }

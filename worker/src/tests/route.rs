@@ -32,9 +32,11 @@ fn image_batch(len: usize, end_of_sequence: bool) -> pb::ElementBatch {
         elements: vec![pb::Element {
             components: vec![tensor(pb::DType::Uint8, pixels), tensor(pb::DType::Int64, label)],
             names: vec!["image".into(), "label".into()],
+            ..Default::default()
         }],
         end_of_sequence,
         compressed: None,
+        positions: None,
     }
 }
 

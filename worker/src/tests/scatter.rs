@@ -23,11 +23,15 @@ fn tensor(dtype: pb::DType, shape: &[u64], data: Bytes) -> pb::Tensor {
 }
 
 fn element(components: Vec<pb::Tensor>, names: &[&str]) -> pb::Element {
-    pb::Element { components, names: names.iter().map(|n| n.to_string()).collect() }
+    pb::Element {
+        components,
+        names: names.iter().map(|n| n.to_string()).collect(),
+        ..Default::default()
+    }
 }
 
 fn batch(elements: Vec<pb::Element>, end_of_sequence: bool) -> pb::ElementBatch {
-    pb::ElementBatch { elements, end_of_sequence, compressed: None }
+    pb::ElementBatch { elements, end_of_sequence, compressed: None, ..Default::default() }
 }
 
 /// `len` bytes of a pattern, sliced out of a larger buffer as element data is.
@@ -159,6 +163,7 @@ fn batches() -> Vec<(&'static str, pb::ElementBatch)> {
                     raw_bytes: 1 << 20,
                     data: data(ZERO_COPY_MIN_BYTES, 9),
                 }),
+                ..Default::default()
             },
         ),
         (
@@ -171,6 +176,7 @@ fn batches() -> Vec<(&'static str, pb::ElementBatch)> {
                     raw_bytes: 600,
                     data: data(40, 10),
                 }),
+                ..Default::default()
             },
         ),
         (

@@ -1,0 +1,172 @@
+//! Conversions between positions and their packed wire columns
+//! (`proto/sluice.proto`, "positions"). Decoding checks shape and bounds and
+//! never trusts a count from the peer to size an allocation.
+
+use sluice_proto::v1 as pb;
+
+use crate::error::PositionError;
+use crate::limits::MAX_RUNS;
+use crate::origin::{Origin, Run};
+use crate::records::RecordSet;
+
+fn malformed(m: impl Into<String>) -> PositionError {
+    PositionError::Malformed(m.into())
+}
+
+/// Flattens runs into (unit, first, count) triples.
+pub fn runs_to_flat(runs: impl IntoIterator<Item = Run>, out: &mut Vec<u64>) {
+    for r in runs {
+        out.extend([r.unit, r.first, r.count]);
+    }
+}
+
+/// Reads (unit, first, count) triples; refuses a ragged column, a zero count, a
+/// range past u64 or more than [`MAX_RUNS`] runs.
+pub fn runs_from_flat(flat: &[u64]) -> Result<Vec<Run>, PositionError> {
+    if flat.len() % 3 != 0 {
+        return Err(malformed(format!("{} run numbers is not a multiple of 3", flat.len())));
+    }
+    if flat.len() / 3 > MAX_RUNS {
+        return Err(malformed(format!("{} runs, above the limit of {MAX_RUNS}", flat.len() / 3)));
+    }
+    flat.chunks_exact(3)
+        .map(|c| {
+            let run = Run { unit: c[0], first: c[1], count: c[2] };
+            if run.count == 0 || run.first.checked_add(run.count).is_none() {
+                return Err(malformed(format!("invalid run {run:?}")));
+            }
+            Ok(run)
+        })
+        .collect()
+}
+
+pub fn ends_to_flat(ends: impl IntoIterator<Item = (u64, u64)>, out: &mut Vec<u64>) {
+    for (u, n) in ends {
+        out.extend([u, n]);
+    }
+}
+
+pub fn ends_from_flat(flat: &[u64]) -> Result<Vec<(u64, u64)>, PositionError> {
+    if flat.len() % 2 != 0 {
+        return Err(malformed(format!("{} unit-end numbers is not a multiple of 2", flat.len())));
+    }
+    if flat.len() / 2 > MAX_RUNS {
+        return Err(malformed(format!("{} unit ends, above the limit", flat.len() / 2)));
+    }
+    Ok(flat.chunks_exact(2).map(|c| (c[0], c[1])).collect())
+}
+
+impl Origin {
+    pub fn to_pb(&self) -> pb::Origin {
+        let mut runs = Vec::with_capacity(self.runs.len() * 3);
+        runs_to_flat(self.runs.iter().copied(), &mut runs);
+        let mut unit_ends = Vec::with_capacity(self.unit_ends.len() * 2);
+        ends_to_flat(self.unit_ends.iter().copied(), &mut unit_ends);
+        pb::Origin { runs, unit_ends }
+    }
+
+    pub fn from_pb(o: &pb::Origin) -> Result<Origin, PositionError> {
+        Ok(Origin { runs: runs_from_flat(&o.runs)?, unit_ends: ends_from_flat(&o.unit_ends)? })
+    }
+}
+
+impl RecordSet {
+    pub fn to_pb(&self) -> pb::ConsumedRecords {
+        let mut runs = Vec::new();
+        runs_to_flat(self.runs(), &mut runs);
+        let mut unit_ends = Vec::new();
+        ends_to_flat(self.ends(), &mut unit_ends);
+        pb::ConsumedRecords { watermark: self.watermark(), runs, unit_ends }
+    }
+
+    pub fn from_pb(c: &pb::ConsumedRecords) -> Result<RecordSet, PositionError> {
+        Ok(RecordSet::from_parts(
+            c.watermark,
+            runs_from_flat(&c.runs)?,
+            ends_from_flat(&c.unit_ends)?,
+        ))
+    }
+}
+
+/// Splits a batch's `Positions` columns into one origin per element plus the
+/// message's own (the last, records dropped after the last element, and the
+/// unit ends). Refuses columns that do not match `elements`.
+pub fn split_positions(
+    p: &pb::Positions,
+    elements: usize,
+) -> Result<(Vec<Origin>, Origin), PositionError> {
+    if p.runs_per_element.len() != elements + 1 {
+        return Err(malformed(format!(
+            "{} run counts for {elements} elements (want one per element and one for the message)",
+            p.runs_per_element.len()
+        )));
+    }
+    let runs = runs_from_flat(&p.runs)?;
+    let total: u64 = p.runs_per_element.iter().map(|n| u64::from(*n)).sum();
+    if total != runs.len() as u64 {
+        return Err(malformed(format!(
+            "run counts add up to {total}, and the message has {} runs",
+            runs.len()
+        )));
+    }
+    let mut it = runs.into_iter();
+    let mut per_element = Vec::with_capacity(elements);
+    for n in &p.runs_per_element[..elements] {
+        per_element
+            .push(Origin { runs: it.by_ref().take(*n as usize).collect(), unit_ends: vec![] });
+    }
+    let message = Origin { runs: it.collect(), unit_ends: ends_from_flat(&p.unit_ends)? };
+    Ok((per_element, message))
+}
+
+/// Builds a batch's `Positions` from its elements' origins (taken out of them)
+/// and the message's own origin.
+pub fn join_positions(
+    per_element: impl IntoIterator<Item = Origin>,
+    message: Origin,
+) -> pb::Positions {
+    let mut p = pb::Positions::default();
+    let mut ends = Vec::new();
+    for o in per_element {
+        p.runs_per_element.push(o.runs.len() as u32);
+        runs_to_flat(o.runs, &mut p.runs);
+        ends.extend(o.unit_ends);
+    }
+    p.runs_per_element.push(message.runs.len() as u32);
+    runs_to_flat(message.runs, &mut p.runs);
+    ends.extend(message.unit_ends);
+    ends_to_flat(ends, &mut p.unit_ends);
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_round_trip_per_element() {
+        let a =
+            Origin { runs: vec![Run::record(1, 0), Run::record(2, 0)], unit_ends: vec![(1, 1)] };
+        let b = Origin::record(7, 3);
+        let msg = Origin { runs: vec![Run::record(9, 0)], unit_ends: vec![(9, 4)] };
+        let p = join_positions([a.clone(), b.clone()], msg);
+        let (per, message) = split_positions(&p, 2).unwrap();
+        assert_eq!(per[0].runs, a.runs);
+        assert_eq!(per[1].runs, b.runs);
+        assert_eq!(message.runs, vec![Run::record(9, 0)]);
+        assert_eq!(message.unit_ends, vec![(1, 1), (9, 4)], "ends travel with the message");
+    }
+
+    #[test]
+    fn ragged_or_lying_columns_are_refused() {
+        let p = pb::Positions { runs_per_element: vec![1, 0], runs: vec![1, 0], unit_ends: vec![] };
+        assert!(split_positions(&p, 1).is_err(), "ragged triple");
+        let p =
+            pb::Positions { runs_per_element: vec![2, 0], runs: vec![1, 0, 1], unit_ends: vec![] };
+        assert!(split_positions(&p, 1).is_err(), "counts add up to more runs than sent");
+        let p = pb::Positions { runs_per_element: vec![0], runs: vec![], unit_ends: vec![] };
+        assert!(split_positions(&p, 1).is_err(), "one count short");
+        assert!(runs_from_flat(&[1, u64::MAX, 2]).is_err(), "overflowing run");
+        assert!(runs_from_flat(&[1, 0, 0]).is_err(), "empty run");
+    }
+}
