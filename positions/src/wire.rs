@@ -23,7 +23,7 @@ pub fn runs_to_flat(runs: impl IntoIterator<Item = Run>, out: &mut Vec<u64>) {
 /// Reads (unit, first, count) triples; refuses a ragged column, a zero count, a
 /// range past u64 or more than [`MAX_RUNS`] runs.
 pub fn runs_from_flat(flat: &[u64]) -> Result<Vec<Run>, PositionError> {
-    if flat.len() % 3 != 0 {
+    if !flat.len().is_multiple_of(3) {
         return Err(malformed(format!("{} run numbers is not a multiple of 3", flat.len())));
     }
     if flat.len() / 3 > MAX_RUNS {
@@ -47,7 +47,7 @@ pub fn ends_to_flat(ends: impl IntoIterator<Item = (u64, u64)>, out: &mut Vec<u6
 }
 
 pub fn ends_from_flat(flat: &[u64]) -> Result<Vec<(u64, u64)>, PositionError> {
-    if flat.len() % 2 != 0 {
+    if !flat.len().is_multiple_of(2) {
         return Err(malformed(format!("{} unit-end numbers is not a multiple of 2", flat.len())));
     }
     if flat.len() / 2 > MAX_RUNS {
