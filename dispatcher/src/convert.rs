@@ -123,6 +123,7 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         use_cross_trainer_cache: job.cross_trainer_cache,
         num_consumers: job.num_consumers,
         job_name: job.name.clone(),
+        ..Default::default()
     })
 }
 

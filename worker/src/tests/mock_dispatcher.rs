@@ -33,6 +33,7 @@ pub(crate) fn task_def(task_id: u64, def: &DatasetDef, mode: pb::ProcessingMode)
         use_cross_trainer_cache: false,
         num_consumers: None,
         job_name: String::new(),
+        ..Default::default()
     }
 }
 
