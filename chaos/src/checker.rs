@@ -12,6 +12,9 @@
 //!                                └─▶ stall / recovery times ──▶ Summary
 //! ```
 //!
+//! An exactly-once run (its `Start` says so) is checked by `trainers` instead:
+//! trainers restored from checkpoints roll back what they consumed after them.
+//!
 //! Violations come in that order: problems with the history itself ("history",
 //! "in-range"), then deliveries epoch by epoch, then completion, then registry.
 //!
@@ -22,6 +25,7 @@ mod completion;
 mod deliveries;
 mod explain;
 mod run;
+mod trainers;
 mod verdict;
 
 use crate::history::{Event, Fault, Millis};
@@ -35,6 +39,9 @@ pub use verdict::{
 /// Checks a history; never panics on a malformed or truncated one (what cannot
 /// be checked is itself reported as a "history" violation).
 pub fn check(events: &[Event], opts: &CheckOptions) -> CheckResult {
+    if events.iter().any(|e| matches!(e, Event::Start { exactly_once: true, .. })) {
+        return trainers::check(events);
+    }
     let mut violations = Vec::new();
     let run = Run::read(events, &mut violations);
     let tally = deliveries::check(&run, opts, &mut violations);

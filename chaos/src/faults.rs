@@ -78,6 +78,10 @@ pub enum Planned {
     KillWorker {
         worker: u32,
     },
+    /// Restore this many trainers (1..=3) from the last checkpoint.
+    RestartTrainers {
+        consumers: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,6 +180,10 @@ fn draw(kind: FaultKind, scenario: &Scenario, rng: &mut ChaCha8Rng) -> (Planned,
         FaultKind::KillWorker => {
             let worker = rng.gen_range(0..scenario.workers.max(1));
             (Planned::KillWorker { worker }, ms(rng, 500..=3_000))
+        }
+        FaultKind::RestartTrainers => {
+            let consumers = rng.gen_range(1..=3);
+            (Planned::RestartTrainers { consumers }, ms(rng, 0..=500))
         }
     }
 }

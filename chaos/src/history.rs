@@ -27,6 +27,11 @@ pub enum Event {
         epochs: u32,
         /// "local disk" or "s3".
         work_dir_kind: String,
+        /// The consumers read exactly-once and restore from checkpoints
+        /// (`trainers.rs`); the checker then demands every element exactly once
+        /// among what was consumed and not rolled back (`checker/trainers.rs`).
+        #[serde(default)]
+        exactly_once: bool,
     },
     /// A consumer received an element of an epoch.
     Element { t_ms: Millis, consumer: u32, epoch: u32, value: i64 },
@@ -37,6 +42,21 @@ pub enum Event {
     FaultStart { t_ms: Millis, id: u32, fault: Fault },
     /// The fault healed (process restarted, partition lifted, …).
     FaultEnd { t_ms: Millis, id: u32 },
+    /// Exactly-once runs: `consumer` took its position `generation` of `epoch`;
+    /// it covers the consumer's `Element` lines before this one.
+    Checkpoint { t_ms: Millis, consumer: u32, epoch: u32, generation: u64 },
+    /// Exactly-once runs: the trainers `ended` were stopped and `started` restored
+    /// from the union of the `ended` consumers' positions `generation` (`None`:
+    /// from the previous restore point, or the epoch's start, because not every
+    /// ended consumer had taken a common position). Elements an ended consumer
+    /// received after that position are rolled back: they must come again.
+    Restore {
+        t_ms: Millis,
+        epoch: u32,
+        generation: Option<u64>,
+        ended: Vec<u32>,
+        started: Vec<u32>,
+    },
     /// The dispatchers' durable registry (datasets, jobs, cursors) as `sluice
     /// status` reports it, before and after a full-cluster restart.
     Registry { t_ms: Millis, when: String, digest: String },
@@ -67,6 +87,9 @@ pub enum Fault {
     Delay { a: u64, b: u64, ms: u64 },
     /// Connections between two dispatchers are cut and refused until healed.
     Drop { a: u64, b: u64 },
+    /// Exactly-once runs: every trainer is stopped (as if the training job
+    /// crashed) and `consumers` trainers restore from the last checkpoint.
+    RestartTrainers { consumers: u32 },
     /// Every request to the S3 server takes `ms` longer.
     S3Slow { ms: u64 },
     /// The S3 server refuses connections until healed.
@@ -77,7 +100,7 @@ impl Fault {
     /// Faults that touch only dispatchers (and their storage and network): under
     /// these, DYNAMIC mode must deliver exactly once.
     pub fn is_dispatcher_only(&self) -> bool {
-        !matches!(self, Fault::KillWorker { .. })
+        !matches!(self, Fault::KillWorker { .. } | Fault::RestartTrainers { .. })
     }
 
     /// A short name for tables ("kill leader", "partition", …).
@@ -96,6 +119,7 @@ impl Fault {
             Fault::Drop { .. } => "drop",
             Fault::S3Slow { .. } => "s3 slow",
             Fault::S3Down => "s3 down",
+            Fault::RestartTrainers { .. } => "restart trainers",
         }
     }
 }

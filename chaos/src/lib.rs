@@ -16,6 +16,8 @@
 //!   bounded); [`proxy`]: the fault-injecting proxy.
 //! - [`runner`]: one scenario with one seed, end to end; [`recorder`]: funnels events to the
 //!   history file; [`campaign`]: several runs or a soak, the totals, `--check`.
+//! - [`trainers`]: exactly-once scenarios' consumers: trainers that take positions at
+//!   synchronized checkpoints and are restarted from them with another count.
 //! - [`history`]: the JSON-lines history (elements received, faults injected) that
 //!   the runner writes and the checker and report read.
 //! - [`checker`]: reads a history and verifies the guarantees per epoch (duplicates,
@@ -34,3 +36,4 @@ pub mod recorder;
 pub mod report;
 pub mod runner;
 pub mod scenarios;
+pub mod trainers;

@@ -157,6 +157,7 @@ pub(crate) fn all_fault_kinds() -> Vec<&'static str> {
         Fault::Drop { a: 0, b: 0 },
         Fault::S3Slow { ms: 0 },
         Fault::S3Down,
+        Fault::RestartTrainers { consumers: 0 },
     ]
     .iter()
     .map(Fault::kind_name)

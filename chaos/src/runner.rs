@@ -139,18 +139,39 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
             consumers: scenario.consumers,
             epochs: scenario.epochs,
             work_dir_kind: scenario.storage.kind_name().to_string(),
+            exactly_once: scenario.exactly_once,
         })
         .await;
 
     let notes = {
         let mut cluster = Cluster::start(cluster_config(scenario, cfg)).await?;
         let client = cluster.client(dispatcher_policy())?;
-        let def = DatasetDef::range(scenario.dataset_len as i64);
+        let def = if scenario.exactly_once {
+            crate::trainers::dataset(scenario.dataset_len)
+        } else {
+            DatasetDef::range(scenario.dataset_len as i64)
+        };
         let dataset_id = client.register_dataset(&def, Some("chaos")).await?;
         let progress = Arc::new(AtomicU64::new(0));
         let quiesce = Quiesce::default();
         let mut consumers = JoinSet::new();
-        for consumer in 0..scenario.consumers {
+        let mut restart_tx = None;
+        if scenario.exactly_once {
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            restart_tx = Some(tx);
+            let group = crate::trainers::TrainerGroup {
+                client: cluster.client(dispatcher_policy())?,
+                dataset_id: dataset_id.clone(),
+                consumers: scenario.consumers,
+                epochs: scenario.epochs,
+                recorder: recorder.clone(),
+                progress: progress.clone(),
+                quiesce: quiesce.clone(),
+                worker_policy: worker_policy(),
+            };
+            consumers.spawn(group.run(rx));
+        }
+        for consumer in (0..scenario.consumers).filter(|_| !scenario.exactly_once) {
             let c = Consumer {
                 client: cluster.client(dispatcher_policy())?,
                 dataset_id: dataset_id.clone(),
@@ -164,7 +185,13 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
             consumers.spawn(c.run());
         }
         let (done_tx, done_rx) = watch::channel(false);
-        let ctx = execute::Context { recorder: recorder.clone(), progress, done: done_rx, quiesce };
+        let ctx = execute::Context {
+            recorder: recorder.clone(),
+            progress,
+            done: done_rx,
+            quiesce,
+            trainers: restart_tx,
+        };
         let mut executor = Box::pin(execute::run(&mut cluster, &schedule, ctx));
         let mut executed = None;
         loop {

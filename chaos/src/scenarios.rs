@@ -42,6 +42,9 @@ pub enum FaultKind {
     S3Down,
     /// SIGKILL a worker; restart it at the same address when healed.
     KillWorker,
+    /// Stop every trainer and restore 1 to 3 of them from the last checkpoint
+    /// (exactly-once scenarios only).
+    RestartTrainers,
 }
 
 impl FaultKind {
@@ -76,6 +79,9 @@ pub struct Scenario {
     pub kinds: &'static [FaultKind],
     /// Faults in the schedule, `first` included.
     pub faults: usize,
+    /// Consumers read exactly-once, take positions and restore from them
+    /// (`trainers.rs`); the checker demands exactly once through every fault.
+    pub exactly_once: bool,
 }
 
 use FaultKind::*;
@@ -108,6 +114,7 @@ const fn base(name: &'static str, about: &'static str) -> Scenario {
         first: &[],
         kinds: &[],
         faults: 4,
+        exactly_once: false,
     }
 }
 
@@ -163,6 +170,19 @@ pub fn all() -> Vec<Scenario> {
             faults: 3,
             ..base("off", "OFF mode: kill workers and the leader (W copies, more after a kill)")
         },
+        Scenario {
+            exactly_once: true,
+            dataset_len: by_build(3_000),
+            epochs: 2,
+            first: &[KillWorker, RestartTrainers, KillLeader],
+            kinds: &[KillWorker, RestartTrainers, KillLeader, KillWorker, RestartTrainers],
+            faults: 6,
+            ..base(
+                "exactly-once",
+                "exactly-once reads: kill workers, restart the trainers from their last \
+                 checkpoint with another count, kill the leader (nothing lost or repeated)",
+            )
+        },
     ]
 }
 
@@ -188,4 +208,5 @@ pub const CI: &[(&str, u64)] = &[
     ("wipe", 1),
     ("workers", 1),
     ("off", 1),
+    ("exactly-once", 1),
 ];

@@ -108,7 +108,7 @@ pub async fn run(a: LocalArgs) -> anyhow::Result<()> {
     let client = Client::new(&addresses, policy.clone())?;
     let stream = client.distribute(&def, ReadOptions::new(mode).worker_retry(policy)).await?;
     let job = stream.job_name().to_string();
-    let summary = super::read::print_elements(stream, a.quiet).await?;
+    let summary = super::read::print_elements(stream, a.quiet, None).await?;
     println!(
         "sluice local: {} from {} workers (mode {mode}, job {job}, {} dispatchers: {})",
         summary.line(),

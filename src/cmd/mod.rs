@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod checkpoint;
 pub mod chaos;
 pub mod config;
 pub mod limits;

@@ -66,6 +66,19 @@ pub struct ReadArgs {
     /// authentication anyway.
     #[arg(long, requires = "metrics_addr")]
     pub insecure: bool,
+    /// Require exactly-once delivery (DYNAMIC, a named job, a replayable
+    /// pipeline; docs/exactly-once.md): refused if the pipeline cannot be replayed.
+    #[arg(long)]
+    pub exactly_once: bool,
+    /// With --exactly-once: keep this reader's position in FILE. If FILE exists
+    /// the read restores from it (a restarted reader gets exactly what it had not
+    /// consumed); every --checkpoint-every elements the position is written
+    /// there (atomically), after a line `# checkpoint G` on stdout.
+    #[arg(long, value_name = "FILE", requires = "exactly_once")]
+    pub checkpoint: Option<std::path::PathBuf>,
+    /// Elements between two positions written to --checkpoint.
+    #[arg(long, default_value_t = 100, requires = "checkpoint")]
+    pub checkpoint_every: u64,
 }
 
 pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
@@ -78,6 +91,27 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
     opts.worker_retry = a.dispatcher.retry();
     opts.accept_data_loss = a.accept_data_loss;
     opts.compression = a.compression.parse().map_err(|e| anyhow::anyhow!("--compression: {e}"))?;
+    if a.exactly_once {
+        if a.job_name.is_none() {
+            bail!("--exactly-once needs --job-name: positions name the job they restore");
+        }
+        opts = opts.exactly_once(true);
+    }
+    let checkpoint = match &a.checkpoint {
+        Some(path) => {
+            let saved = super::checkpoint::load(path)?;
+            if let Some(position) = saved {
+                eprintln!(
+                    "restoring from {} (generation {})",
+                    path.display(),
+                    position.generation
+                );
+                opts = opts.restore(position);
+            }
+            Some(super::checkpoint::Checkpoint::new(path.clone(), a.checkpoint_every)?)
+        }
+        None => None,
+    };
     // clap requires the two coordinated flags together.
     if let (Some(n), Some(i)) = (a.num_consumers, a.consumer_index) {
         opts = opts.coordinated(n, i);
@@ -105,7 +139,7 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         (None, Some(spec)) => client.distribute(&super::read_spec(spec)?, opts).await?,
         (None, None) => bail!("say what to read: --dataset-id ID or --spec FILE"),
     };
-    let summary = print_elements(stream, a.quiet).await?;
+    let summary = print_elements(stream, a.quiet, checkpoint).await?;
     eprintln!("read {}", summary.line());
     Ok(())
 }
@@ -143,7 +177,11 @@ impl Summary {
 /// the next one: a scalar's line is a few bytes, so a full buffer can hold
 /// thousands of elements, which a slow stream (or one paused by a failover)
 /// would otherwise hold back for seconds after they arrived.
-pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::Result<Summary> {
+pub async fn print_elements(
+    mut stream: ElementStream,
+    quiet: bool,
+    mut checkpoint: Option<super::checkpoint::Checkpoint>,
+) -> anyhow::Result<Summary> {
     let started = Instant::now();
     let bar = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -177,6 +215,15 @@ pub async fn print_elements(mut stream: ElementStream, quiet: bool) -> anyhow::R
         }
         if let Some(bar) = &bar {
             bar.inc(1);
+        }
+        if let Some(c) = &mut checkpoint {
+            if c.due(summary.elements) {
+                // The lines before the marker are what the position covers.
+                if closed(out.flush())? {
+                    break;
+                }
+                c.write(&mut stream, &mut out)?;
+            }
         }
     }
     let _ = out.flush();

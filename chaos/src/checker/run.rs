@@ -99,7 +99,8 @@ impl<'a> Run<'a> {
         let mut open: BTreeMap<u32, usize> = BTreeMap::new();
         for (line, event) in events.iter().enumerate() {
             match event {
-                Event::Start { .. } => {}
+                // Exactly-once runs are checked by `trainers`, not here.
+                Event::Start { .. } | Event::Checkpoint { .. } | Event::Restore { .. } => {}
                 Event::Element { t_ms, consumer, epoch, value } => {
                     run.arrivals.push(*t_ms);
                     if run.setup.is_none() {
@@ -216,7 +217,9 @@ impl<'a> Run<'a> {
             | Event::EpochEnd { t_ms, .. }
             | Event::FaultStart { t_ms, .. }
             | Event::FaultEnd { t_ms, .. }
-            | Event::Registry { t_ms, .. } => *t_ms,
+            | Event::Registry { t_ms, .. }
+            | Event::Checkpoint { t_ms, .. }
+            | Event::Restore { t_ms, .. } => *t_ms,
             Event::Start { .. } => 0,
         }
     }

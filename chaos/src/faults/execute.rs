@@ -59,6 +59,9 @@ pub struct Context {
     /// True once every consumer finished reading.
     pub done: watch::Receiver<bool>,
     pub quiesce: Quiesce,
+    /// Exactly-once runs: asks the trainer group to restart its trainers with
+    /// this many consumers; the group answers once the new ones started.
+    pub trainers: Option<tokio::sync::mpsc::Sender<crate::trainers::RestartRequest>>,
 }
 
 /// What happened, beyond the history.
@@ -238,6 +241,19 @@ async fn apply(
             cluster.kill_worker(worker);
             wait_or_done(hold, &mut ctx.done).await;
             cluster.start_worker(worker).await?;
+        }
+        Planned::RestartTrainers { consumers } => {
+            let Some(trainers) = &ctx.trainers else {
+                bail!("a trainer restart was planned in a run without exactly-once trainers");
+            };
+            start(ctx, id, Fault::RestartTrainers { consumers }).await;
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            let request = crate::trainers::RestartRequest { consumers, done: done_tx };
+            // The group may have finished its last epoch: then nothing restarts.
+            if trainers.send(request).await.is_ok() {
+                let _ = tokio::time::timeout(RECOVERY_BOUND, done_rx).await;
+            }
+            wait_or_done(hold, &mut ctx.done).await;
         }
     }
     end(ctx, id).await;

@@ -141,7 +141,7 @@ impl ChartData {
                         faults.push(FaultBar::new(*id, fault, secs(start), secs(*t_ms)));
                     }
                 }
-                Event::Registry { .. } => {}
+                Event::Registry { .. } | Event::Checkpoint { .. } | Event::Restore { .. } => {}
             }
         }
         for (id, (start, fault)) in starts {
@@ -176,7 +176,9 @@ fn time(event: &Event) -> Option<Millis> {
         | Event::EpochEnd { t_ms, .. }
         | Event::FaultStart { t_ms, .. }
         | Event::FaultEnd { t_ms, .. }
-        | Event::Registry { t_ms, .. } => Some(*t_ms),
+        | Event::Registry { t_ms, .. }
+        | Event::Checkpoint { t_ms, .. }
+        | Event::Restore { t_ms, .. } => Some(*t_ms),
         Event::Start { .. } => None,
     }
 }

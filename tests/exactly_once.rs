@@ -1,0 +1,204 @@
+//! Exactly-once delivery over real processes (docs/exactly-once.md): a worker
+//! SIGKILLed mid-epoch loses and repeats nothing; a reader restored from its
+//! position gets exactly what it had not consumed (including what it consumed
+//! after the position, which a restored trainer must see again); two readers'
+//! merged positions restore the job on one reader; a pipeline that cannot be
+//! replayed is refused when exactly-once is required.
+//!
+//! Every element is checked: the union of what the readers consumed (minus what
+//! a restore rolled back) must be each source element exactly once.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{wait_until, Proc};
+use sluice_client::{Client, ElementStream, ProcessingMode, ReadOptions, RetryPolicy};
+use sluice_dataset::{DatasetDef, Element};
+use sluice_positions::Position;
+
+fn dispatcher() -> Proc {
+    common::server(&[
+        "dispatcher",
+        "--port",
+        "0",
+        "--worker-timeout-secs",
+        "2",
+        "--client-timeout-secs",
+        "3",
+        "--elements-per-split",
+        "4",
+    ])
+}
+
+fn worker(dispatcher: &str) -> Proc {
+    common::server(&[
+        "worker",
+        "--dispatcher",
+        dispatcher,
+        "--port",
+        "0",
+        "--buffer",
+        "4",
+        "--timeout-secs",
+        "20",
+    ])
+}
+
+fn client(d: &str) -> Client {
+    Client::new(&[d.to_string()], RetryPolicy::for_tests()).unwrap()
+}
+
+/// range(n) → shuffle across units → batch(5): a pipeline whose elements mix
+/// units, so positions must name records, not output offsets.
+fn pipeline(n: i64) -> DatasetDef {
+    DatasetDef::from_json(&format!(
+        r#"{{"stages": [{{"range": {{"stop": {n}}}}},
+            {{"shuffle": {{"buffer_size": 16, "seed": 7}}}},
+            {{"batch": {{"size": 5}}}}]}}"#
+    ))
+    .unwrap()
+}
+
+fn opts(job: &str) -> ReadOptions {
+    let mut o = ReadOptions::new(ProcessingMode::Dynamic)
+        .job_name(job)
+        .max_outstanding_requests(1)
+        .worker_retry(RetryPolicy::for_tests())
+        .exactly_once(true);
+    o.max_elements_per_message = 4;
+    o
+}
+
+fn values(e: &Element) -> Vec<i64> {
+    e.components[0].i64_values().expect("int64 batch")
+}
+
+/// Takes `k` elements (batches) from `stream`, flattened.
+async fn take(stream: &mut ElementStream, k: usize) -> Vec<i64> {
+    let mut out = vec![];
+    for _ in 0..k {
+        let e = stream.next().await.expect("not the end yet").expect("element");
+        out.extend(values(&e));
+    }
+    out
+}
+
+async fn rest(stream: &mut ElementStream) -> Vec<i64> {
+    let mut out = vec![];
+    while let Some(e) = stream.next().await {
+        out.extend(values(&e.expect("element")));
+    }
+    out
+}
+
+/// Asserts `got` is 0..n, each exactly once.
+fn assert_exactly_once(got: &[i64], n: i64) {
+    let mut counts = BTreeMap::new();
+    for v in got {
+        *counts.entry(*v).or_insert(0usize) += 1;
+    }
+    let repeated: Vec<_> = counts.iter().filter(|(_, c)| **c > 1).map(|(v, _)| *v).collect();
+    let missing: Vec<_> = (0..n).filter(|v| !counts.contains_key(v)).collect();
+    assert!(
+        repeated.is_empty() && missing.is_empty() && counts.len() == n as usize,
+        "{} repeated (first {:?}), {} missing (first {:?})",
+        repeated.len(),
+        &repeated[..repeated.len().min(10)],
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sigkilled_worker_loses_and_repeats_nothing() {
+    const N: i64 = 4000;
+    let d = dispatcher();
+    let d = d.address().to_string();
+    let mut w1 = worker(&d);
+    let _w2 = worker(&d);
+    let c = client(&d);
+    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
+        .await;
+    let mut stream = c.distribute(&pipeline(N), opts("kill-a-worker")).await.unwrap();
+    let mut got = take(&mut stream, 60).await;
+    w1.kill();
+    got.extend(rest(&mut stream).await);
+    assert!(stream.loss_report().is_none(), "exactly-once: a lost worker is no loss");
+    assert_exactly_once(&got, N);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reader_restored_from_its_position_gets_exactly_what_it_had_not_consumed() {
+    const N: i64 = 3000;
+    let d = dispatcher();
+    let d = d.address().to_string();
+    let _w1 = worker(&d);
+    let _w2 = worker(&d);
+    let c = client(&d);
+    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
+        .await;
+    let mut first = c.distribute(&pipeline(N), opts("restore")).await.unwrap();
+    let before = take(&mut first, 100).await;
+    let bytes = first.position().expect("a position").encode();
+    // Consumed after the checkpoint, then the trainer dies: a restored trainer's
+    // model never saw these, so they must come again.
+    let after = take(&mut first, 40).await;
+    drop(first);
+
+    let position = Position::decode(&bytes).unwrap();
+    assert!(bytes.len() < 4096, "{} bytes for a position of one reader", bytes.len());
+    let mut second = c
+        .distribute(&pipeline(N), opts("restore").restore(position))
+        .await
+        .unwrap();
+    let rest = rest(&mut second).await;
+    for v in &after {
+        assert!(rest.contains(v), "{v}, consumed after the position, is delivered again");
+    }
+    assert_exactly_once(&[before, rest].concat(), N);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_readers_positions_merged_restore_the_job_on_one_reader() {
+    const N: i64 = 3000;
+    let d = dispatcher();
+    let d = d.address().to_string();
+    let _w1 = worker(&d);
+    let _w2 = worker(&d);
+    let c = client(&d);
+    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
+        .await;
+    let mut a = c.distribute(&pipeline(N), opts("elastic")).await.unwrap();
+    let mut b = c.distribute(&pipeline(N), opts("elastic")).await.unwrap();
+    let mut consumed = take(&mut a, 50).await;
+    consumed.extend(take(&mut b, 50).await);
+    // One checkpoint: both readers take their position (generation 0).
+    let pa = a.position().unwrap();
+    let pb = b.position().unwrap();
+    // b runs ahead of the checkpoint before the job stops.
+    let _ = take(&mut b, 20).await;
+    drop(a);
+    drop(b);
+
+    let merged = Position::merge([&pa, &pb]).unwrap();
+    assert_eq!(merged.merged_consumers, 2);
+    let mut one = c.distribute(&pipeline(N), opts("elastic").restore(merged)).await.unwrap();
+    consumed.extend(rest(&mut one).await);
+    assert_exactly_once(&consumed, N);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pipeline_that_cannot_be_replayed_is_refused_when_exactly_once_is_required() {
+    let d = dispatcher();
+    let d = d.address().to_string();
+    let _w = worker(&d);
+    let c = client(&d);
+    let def = DatasetDef::from_json(
+        r#"{"stages": [{"range": {"stop": 10}}, {"take": {"count": 5}}]}"#,
+    )
+    .unwrap();
+    let err = c.distribute(&def, opts("refused")).await.err().expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("take") && msg.contains("exactly"), "{msg}");
+}
