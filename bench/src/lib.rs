@@ -19,6 +19,8 @@
 //!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
 //!      ─► compression ─► proxy  token ids and random bytes through a capped link,
 //!                 compression none vs zstd
+//!      ─► exactly-once ─► service  DYNAMIC scalars at-most-once vs exactly-once,
+//!                 position sizes, restore to first element
 //!      ─► report ─────────── one table on stdout, the same figures as JSON
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
@@ -46,6 +48,7 @@
 pub mod compression;
 pub mod driver;
 pub mod epoch;
+pub mod exactly_once;
 pub mod failover;
 pub mod files;
 pub mod fsync;
@@ -94,11 +97,12 @@ pub enum Section {
     Files,
     Python,
     Compression,
+    ExactlyOnce,
 }
 
 impl Section {
     /// Every section, for `--only`.
-    pub const ALL: [Section; 16] = [
+    pub const ALL: [Section; 17] = [
         Section::Limits,
         Section::Streaming,
         Section::Epoch,
@@ -115,6 +119,7 @@ impl Section {
         Section::Files,
         Section::Python,
         Section::Compression,
+        Section::ExactlyOnce,
     ];
 }
 
@@ -138,11 +143,12 @@ impl FromStr for Section {
             "files" => Section::Files,
             "python" => Section::Python,
             "compression" => Section::Compression,
+            "exactly-once" => Section::ExactlyOnce,
             other => {
                 return Err(format!(
                     "unknown section `{other}`; one of limits, streaming, epoch, fsync, memory, \
                      sled, cluster, grants, failover, gap, s3, restart, rss, files, python, \
-                     compression"
+                     compression, exactly-once"
                 ))
             }
         })
@@ -184,6 +190,8 @@ pub struct BenchConfig {
     pub python: python::PythonConfig,
     /// The compression section's size.
     pub compression: compression::CompressionConfig,
+    /// The exactly-once section's size.
+    pub exactly_once: exactly_once::ExactlyOnceConfig,
 }
 
 impl BenchConfig {
@@ -443,6 +451,13 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
+    let exactly_once = if cfg.runs(Section::ExactlyOnce) {
+        tracing::info!("--- exactly-once: tracking, positions, restore");
+        Outcome::from_result(exactly_once::run(&cfg.sluice_exe, cfg.exactly_once, &logs).await)
+    } else {
+        skipped()
+    };
+
     machine.load_end = machine::loadavg();
     if cfg.keep {
         let kept = temp.keep();
@@ -469,6 +484,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         files,
         python,
         compression,
+        exactly_once,
     })
 }
 

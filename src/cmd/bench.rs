@@ -46,7 +46,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Sections to skip, comma-separated: limits, streaming, epoch, fsync, memory, sled,
-    /// cluster, grants, failover, gap, s3, restart, rss, files, python, compression.
+    /// cluster, grants, failover, gap, s3, restart, rss, files, python, compression,
+    /// exactly-once.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<Section>,
     /// Run only these sections (comma-separated, the names of --skip), e.g.
@@ -56,6 +57,9 @@ pub struct BenchArgs {
     /// Payload MB read per case of the compression section.
     #[arg(long, default_value_t = 64, env = "SLUICE_BENCH_COMPRESSION_MB")]
     pub compression_mb: u64,
+    /// Source elements of each read of the exactly-once section.
+    #[arg(long, default_value_t = 200_000)]
+    pub exactly_once_elements: u64,
     /// TFRecord files of the files section's sample data set.
     #[arg(long, default_value_t = 64)]
     pub sample_files: usize,
@@ -133,6 +137,9 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             elements: a.python_elements,
         },
         compression: sluice_bench::compression::CompressionConfig { mb: a.compression_mb },
+        exactly_once: sluice_bench::exactly_once::ExactlyOnceConfig {
+            elements: a.exactly_once_elements,
+        },
     };
     sluice_bench::run(config).await
 }

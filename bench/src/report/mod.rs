@@ -72,6 +72,7 @@ pub struct Report {
     pub files: Outcome<crate::files::Files>,
     pub python: Outcome<crate::python::Python>,
     pub compression: Outcome<crate::compression::CompressionBench>,
+    pub exactly_once: Outcome<crate::exactly_once::ExactlyOnceBench>,
 }
 
 impl Report {
@@ -105,6 +106,7 @@ impl Report {
         failed("files", failed_error(&self.files));
         failed("python", failed_error(&self.python));
         failed("compression", failed_error(&self.compression));
+        failed("exactly-once", failed_error(&self.exactly_once));
         let checks = self
             .splits
             .iter()
@@ -148,7 +150,7 @@ impl Report {
     /// The table printed on stdout.
     pub fn render(&self) -> String {
         use sections::*;
-        let order: [fn(&Report, &mut Lines); 12] = [
+        let order: [fn(&Report, &mut Lines); 13] = [
             header,
             limits,
             streaming,
@@ -161,6 +163,7 @@ impl Report {
             files,
             python,
             compression,
+            exactly_once,
         ];
         let mut out = Lines::default();
         for (i, section) in order.into_iter().enumerate() {
