@@ -202,3 +202,75 @@ async fn a_pipeline_that_cannot_be_replayed_is_refused_when_exactly_once_is_requ
     let msg = err.to_string();
     assert!(msg.contains("take") && msg.contains("exactly"), "{msg}");
 }
+
+/// `sluice read --exactly-once --checkpoint FILE`, SIGKILLed after a few
+/// checkpoints and started again with the same flags: the lines it printed
+/// before the marker of the generation in FILE, and everything the second run
+/// prints, are each element exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sigkilled_sluice_read_started_again_on_its_checkpoint_file_misses_and_repeats_nothing() {
+    use std::io::BufRead;
+    const N: i64 = 3000;
+    let d = dispatcher();
+    let d = d.address().to_string();
+    let _w1 = worker(&d);
+    let _w2 = worker(&d);
+    let c = client(&d);
+    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
+        .await;
+    let spec = format!(
+        r#"{{"stages": [{{"range": {{"stop": {N}}}}}, {{"shuffle": {{"buffer_size": 16, "seed": 5}}}}]}}"#
+    );
+    let (ok, id, err) = common::run_sluice(&["register", "--dispatcher", &d, "-"], Some(&spec));
+    assert!(ok, "{err}");
+    let id = id.trim().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("reader.position");
+    let file_arg = file.to_str().unwrap().to_string();
+    let read = [
+        "read",
+        "--dispatcher",
+        &d,
+        "--dataset-id",
+        &id,
+        "--job-name",
+        "cli-reader",
+        "--exactly-once",
+        "--checkpoint",
+        &file_arg,
+        "--checkpoint-every",
+        "50",
+        "--max-outstanding-requests",
+        "1",
+    ];
+
+    let mut first = common::sluice().spawn(&read);
+    let out = first.take_stdout().expect("stdout");
+    // Lines up to the third checkpoint and a few past it, then SIGKILL.
+    let mut lines = vec![];
+    let mut markers = 0;
+    for line in out.lines() {
+        let line = line.unwrap();
+        if line.starts_with("# checkpoint") {
+            markers += 1;
+        }
+        lines.push(line);
+        if markers >= 3 && lines.last().is_some_and(|l| !l.starts_with('#')) && lines.len() > 200 {
+            break;
+        }
+    }
+    first.kill();
+    let saved = Position::decode(&std::fs::read(&file).unwrap()).unwrap();
+    let marker = format!("# checkpoint {}", saved.generation);
+    let upto = lines.iter().position(|l| *l == marker).expect("the file's marker was printed");
+    let kept: Vec<i64> =
+        lines[..upto].iter().filter(|l| !l.starts_with('#')).map(|l| l.parse().unwrap()).collect();
+
+    let within = common::DEADLINE + std::time::Duration::from_millis(3 * N as u64);
+    let (ok, out, err) = common::sluice().run_within(&read, None, within);
+    assert!(ok, "{err}");
+    assert!(err.contains("restoring from"), "{err}");
+    let second: Vec<i64> =
+        out.lines().filter(|l| !l.starts_with('#')).map(|l| l.parse().unwrap()).collect();
+    assert_exactly_once(&[kept, second].concat(), N);
+}
