@@ -183,6 +183,19 @@ pub fn all() -> Vec<Scenario> {
                  checkpoint with another count, kill the leader (nothing lost or repeated)",
             )
         },
+        Scenario {
+            exactly_once: true,
+            dataset_len: by_build(10_000),
+            epochs: 3,
+            first: &[KillWorker, RestartTrainers],
+            kinds: &[KillWorker, RestartTrainers, KillWorker, RestartTrainers, KillLeader],
+            faults: crate::faults::MAX_FAULTS,
+            ..base(
+                "exactly-once-long",
+                "the soak's exactly-once run: 16 faults, mostly worker kills and trainer \
+                 restarts, some leader kills",
+            )
+        },
     ]
 }
 
