@@ -61,10 +61,50 @@ pub struct Elements {
     rt: Arc<Runtime>,
 }
 
+impl Elements {
+    /// The delivery of the read ([`ElementStream::delivery`]).
+    pub fn delivery(&self) -> crate::Delivery {
+        self.stream.delivery()
+    }
+
+    /// This reader's position ([`ElementStream::position`]); exactly-once reads only.
+    pub fn position(&self) -> Result<sluice_positions::Position, ClientError> {
+        self.stream.position()
+    }
+}
+
 impl Iterator for Elements {
     type Item = Result<Element, ClientError>;
     fn next(&mut self) -> Option<Self::Item> {
         use futures::StreamExt;
         self.rt.block_on(self.stream.next())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reader::tests::{eo_stream, message};
+
+    #[test]
+    fn the_blocking_iterator_consumes_what_it_returns() {
+        let rt = Arc::new(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap(),
+        );
+        let mut elements = {
+            let _guard = rt.enter();
+            let (stream, c) = eo_stream(|c| vec![message(1, &[0, 1, 2], c)]);
+            assert!(c.position().consumed.run_count() == 0);
+            Elements { stream, rt: rt.clone() }
+        };
+        elements.next().unwrap().unwrap();
+        let p = elements.position().unwrap();
+        assert!(p.consumed.contains(0, 0) && !p.consumed.contains(1, 0), "{p:?}");
+        assert_eq!(p.generation, 1, "the second position taken");
+        assert_eq!(elements.delivery(), crate::Delivery::ExactlyOnce);
     }
 }

@@ -7,9 +7,10 @@ use tracing::Instrument;
 use crate::coordinated;
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
+use crate::exactly_once::{Consumption, Delivery};
 use crate::local_workers;
 use crate::options::{ReadKind, ReadOptions, TargetWorkers};
-use crate::reader::ElementStream;
+use crate::reader::{ElementStream, StreamInfo};
 use crate::retry::RetryPolicy;
 use crate::status::ServiceStatus;
 use crate::task_readers;
@@ -77,6 +78,13 @@ impl Client {
                  start a worker in-process (sluice local) or use ANY{static_note}"
             )));
         }
+        if let Some(p) = opts.restore.as_ref().filter(|p| p.dataset_id != dataset_id) {
+            return Err(ClientError::InvalidArgument(format!(
+                "the position is of dataset `{}`, and this read is of dataset `{dataset_id}`: \
+                 restore a position into a read of the same dataset",
+                p.dataset_id
+            )));
+        }
         // One span for the whole read: the dispatcher's and workers' RPC spans of
         // this read are its children (the trace context travels on each call).
         let span = tracing::info_span!(
@@ -90,7 +98,8 @@ impl Client {
         let (job, it) = self.open_iteration(dataset_id, &opts).instrument(span.clone()).await?;
         span.record("job", job.job_name.as_str()).record("job_id", job.job_id);
         span.record("iteration_id", it.iteration_id).record("client_id", it.client_id);
-        tracing::debug!(parent: &span, "reading");
+        let delivery = self.delivery_of(&job, &it, &opts).await?;
+        tracing::debug!(parent: &span, %delivery, reason = job.at_most_once_reason, "reading");
         let (d, client_id) = (self.dispatcher.clone(), it.client_id);
         let (job_name, capacity) = (job.job_name, opts.max_outstanding_requests);
         // The stream's manager: rounds for a coordinated read, else one reader per task.
@@ -98,15 +107,55 @@ impl Client {
             ReadKind::Coordinated { consumer_index, .. } => Some(consumer_index),
             _ => None,
         };
+        // Also for a reader that joined an exactly-once job without asking: the
+        // dispatcher waits for every reader's acknowledgement of a lost task.
+        let consumption = (delivery == Delivery::ExactlyOnce && coordinated.is_none()).then(|| {
+            let (name, id) = (job_name.clone(), dataset_id.to_string());
+            std::sync::Arc::new(Consumption::new(name, id, opts.repetition, opts.restore.as_ref()))
+        });
+        let tracked = consumption.clone();
         let manage = move |tx, loss| async move {
             match coordinated {
                 Some(index) => coordinated::manage(d, client_id, index, opts, tx).await,
-                None => task_readers::manage(d, client_id, opts, tx, loss).await,
+                None => task_readers::manage(d, client_id, opts, tracked, tx, loss).await,
             }
         };
-        let d = self.dispatcher.clone();
-        let ids = (it.iteration_id, client_id);
-        Ok(ElementStream::start(d, job_name, coordinated, ids, capacity, span, manage))
+        let info = StreamInfo {
+            dispatcher: self.dispatcher.clone(),
+            job_name,
+            consumer: coordinated,
+            iteration_id: it.iteration_id,
+            client_id,
+            delivery,
+            consumption,
+        };
+        Ok(ElementStream::start(info, capacity, span, manage))
+    }
+
+    /// The delivery the dispatcher answered; an exactly-once read answered
+    /// anything else (a dispatcher that predates it) leaves the iteration and fails.
+    async fn delivery_of(
+        &self,
+        job: &pb::GetOrCreateJobResponse,
+        it: &pb::GetOrCreateIterationResponse,
+        opts: &ReadOptions,
+    ) -> Result<Delivery, ClientError> {
+        let answered = if it.delivery != 0 { it.delivery } else { job.delivery };
+        let delivery = Delivery::from_wire(answered);
+        if opts.exactly_once && delivery != Delivery::ExactlyOnce {
+            let _ = self.dispatcher.release_iteration_client(it.client_id).await;
+            let reason = match job.at_most_once_reason.as_str() {
+                "" => "the dispatcher does not support exactly-once delivery: run dispatchers \
+                       and workers of this client's version"
+                    .to_string(),
+                reason => reason.to_string(),
+            };
+            return Err(ClientError::InvalidArgument(format!(
+                "job `{}` cannot be read exactly once: {reason}",
+                job.job_name
+            )));
+        }
+        Ok(delivery)
     }
 
     /// GetOrCreateJob then GetOrCreateIteration for a read of `dataset_id`.
@@ -124,7 +173,7 @@ impl Client {
                 target_workers: opts.target_workers.to_wire() as i32,
                 use_cross_trainer_cache: matches!(opts.kind, ReadKind::CrossTrainerCache { .. }),
                 num_consumers: opts.kind.num_consumers(),
-                require_exactly_once: false,
+                require_exactly_once: opts.exactly_once,
             })
             .await?;
         let it = self
@@ -132,7 +181,7 @@ impl Client {
             .get_or_create_iteration(pb::GetOrCreateIterationRequest {
                 job_id: job.job_id,
                 repetition: opts.repetition,
-                restore: None,
+                restore: opts.restore.as_ref().map(|p| p.to_pb()),
             })
             .await?;
         Ok((job, it))

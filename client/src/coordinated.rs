@@ -39,7 +39,7 @@ use crate::channels::{worker_channel, Authed};
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
 use crate::options::ReadOptions;
-use crate::reader::Batch;
+use crate::reader::{Batch, Received};
 use crate::retry::{describe, is_retryable_status, Attempt};
 use sluice_proto::contract::Reason;
 
@@ -219,7 +219,11 @@ async fn rounds(ctx: &Ctx, tx: &mpsc::Sender<Batch>) -> Result<(), ClientError> 
         for (t, got) in tasks.iter().zip(results) {
             match got? {
                 Got::Element(e) => {
-                    if tx.send(Ok((t.address.clone(), vec![e]))).await.is_err() {
+                    if tx
+                        .send(Ok(Received::plain(t.address.clone(), t.task_id, vec![e])))
+                        .await
+                        .is_err()
+                    {
                         return Ok(()); // the stream was dropped
                     }
                 }

@@ -58,6 +58,10 @@
 //!   `metrics::serve` to export them at `GET /metrics`.
 //! - [`status`] — [`ServiceStatus`], what `Client::status` returns.
 //! - [`error`] — [`ClientError`].
+//! - [`exactly_once`] — the reader's side of exactly-once delivery: consumption
+//!   recorded as the application takes elements, reports to the dispatcher (a
+//!   reporter task), lost-task acknowledgements, [`ElementStream::position`];
+//!   [`Delivery`].
 //! - [`loss`] — [`LossReport`]: the tasks a read lost with their worker, carried by
 //!   `ClientError::DataLost` or, for a reader that accepted loss, by the stream.
 //! - `fuzzing` (feature `fuzzing`) — the element-frame decoder's entry point for the fuzz
@@ -70,6 +74,7 @@ pub mod compression;
 pub mod coordinated;
 pub mod dispatcher;
 pub mod error;
+pub mod exactly_once;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -88,6 +93,7 @@ pub use client::Client;
 pub use compression::Compression;
 pub use dispatcher::DispatcherClient;
 pub use error::ClientError;
+pub use exactly_once::Delivery;
 pub use loss::{LossReport, LostTask};
 pub use options::{ProcessingMode, ReadKind, ReadOptions, TargetWorkers};
 pub use reader::ElementStream;

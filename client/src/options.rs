@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use sluice_positions::Position;
 use sluice_proto::v1 as pb;
 
 use crate::compression::Compression;
@@ -223,6 +224,15 @@ pub struct ReadOptions {
     /// Whether workers compress the elements they send this reader (default
     /// `Auto`: zstd from workers off this host, raw over loopback).
     pub compression: Compression,
+    /// Ask for exactly-once delivery (docs/exactly-once.md): the job is refused
+    /// unless its pipeline can be replayed, and the reader can take positions.
+    /// A reader that joins a job created exactly-once by another reader gets
+    /// exactly-once delivery without asking.
+    pub exactly_once: bool,
+    /// Restore the iteration from a position (one consumer's, or the merge of a
+    /// checkpoint's): needs `exactly_once` and the position's job name and
+    /// repetition (see [`ReadOptions::restore`]).
+    pub restore: Option<Position>,
 }
 
 impl ReadOptions {
@@ -240,7 +250,23 @@ impl ReadOptions {
             kind: ReadKind::Plain,
             accept_data_loss: false,
             compression: Compression::Auto,
+            exactly_once: false,
+            restore: None,
         }
+    }
+
+    /// Asks for exactly-once delivery (see `exactly_once`).
+    pub fn exactly_once(mut self, exactly_once: bool) -> Self {
+        self.exactly_once = exactly_once;
+        self
+    }
+
+    /// Restores the iteration from `position` and reads its repetition (the job
+    /// name must be the position's; `exactly_once` must be set).
+    pub fn restore(mut self, position: Position) -> Self {
+        self.repetition = position.repetition;
+        self.restore = Some(position);
+        self
     }
 
     /// Reads a cross-trainer cache job as `trainer_id` (see `docs/architecture.md`,
@@ -304,7 +330,43 @@ impl ReadOptions {
         if self.heartbeat_interval.is_zero() {
             return Err(ClientError::InvalidArgument("heartbeat_interval must be > 0".into()));
         }
-        self.validate_kind()
+        self.validate_kind()?;
+        self.validate_exactly_once()
+    }
+
+    /// An exactly-once read is a plain DYNAMIC read; a restore names its job.
+    fn validate_exactly_once(&self) -> Result<(), ClientError> {
+        let bad = |m: String| Err(ClientError::InvalidArgument(m));
+        if self.exactly_once && self.mode != ProcessingMode::Dynamic {
+            return bad(format!(
+                "exactly-once delivery needs processing mode `dynamic` (distributed_epoch),                  not `{}`: only the dispatcher's splits can be handed out again",
+                self.mode
+            ));
+        }
+        if self.exactly_once && self.kind != ReadKind::Plain {
+            return bad("exactly-once delivery cannot be combined with coordinated reads or the                  cross-trainer cache; read the job plainly"
+                .into());
+        }
+        let Some(p) = &self.restore else { return Ok(()) };
+        if !self.exactly_once {
+            return bad("restoring from a position needs an exactly-once read: set                  ReadOptions::exactly_once(true) (Python: exactly_once=True)"
+                .into());
+        }
+        if self.job_name.as_deref() != Some(p.job_name.as_str()) {
+            return bad(format!(
+                "the position is of job `{}`, and this read's job name is {}: read the job the                  position was taken of (set job_name to `{}`)",
+                p.job_name,
+                self.job_name.as_deref().map_or("unset".to_string(), |n| format!("`{n}`")),
+                p.job_name
+            ));
+        }
+        if self.repetition != p.repetition {
+            return bad(format!(
+                "the position is of repetition {}, and this read asks for repetition {};                  restore reads the position's repetition",
+                p.repetition, self.repetition
+            ));
+        }
+        Ok(())
     }
 
     /// The checks of a coordinated or cross-trainer cache read, so a reader learns

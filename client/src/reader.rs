@@ -12,6 +12,13 @@
 //! aborted) and releases the client from the iteration. Memory is bounded by
 //! `max_outstanding_requests` batches in the channel. The stream also times each
 //! element's wait and counts what it delivers (`metrics`).
+//!
+//! Exactly-once reads (`exactly_once`): each element travels with its origin,
+//! and the stream records the origin as consumed at the moment it hands the
+//! element out (not when it arrives), on every path that hands elements out
+//! (`next`, `next_with_source`, the blocking iterator, Python). A reporter task
+//! sends the consumption to the dispatcher while the stream lives, and the
+//! stream's [`ElementStream::position`] is the reader's checkpoint.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,17 +27,47 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 use sluice_dataset::Element;
+use sluice_positions::{Origin, Position};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{debug, Instrument};
 
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
+use crate::exactly_once::{self, Consumption, Delivery};
 use crate::loss::{LossReport, LossSlot};
 use crate::metrics::ReadMetrics;
 
-/// Elements of one message, with the address of the worker that produced them.
-pub(crate) type Batch = Result<(Arc<str>, Vec<Element>), ClientError>;
+/// Elements of one message, with the worker and task that produced them.
+pub(crate) struct Received {
+    pub source: Arc<str>,
+    pub task_id: u64,
+    pub elements: Vec<Element>,
+    /// Exactly-once reads: one origin per element. Empty otherwise.
+    pub origins: Vec<Origin>,
+}
+
+impl Received {
+    /// Elements without origins (at-most-once reads).
+    pub(crate) fn plain(source: Arc<str>, task_id: u64, elements: Vec<Element>) -> Self {
+        Received { source, task_id, elements, origins: Vec::new() }
+    }
+}
+
+pub(crate) type Batch = Result<Received, ClientError>;
+
+/// What an [`ElementStream`] is a read of.
+pub(crate) struct StreamInfo {
+    pub dispatcher: DispatcherClient,
+    pub job_name: String,
+    /// The coordinated-read consumer index, for the metrics' labels.
+    pub consumer: Option<u32>,
+    pub iteration_id: u64,
+    pub client_id: u64,
+    pub delivery: Delivery,
+    /// Exactly-once reads: their consumption (shared with the manager).
+    pub consumption: Option<Arc<Consumption>>,
+}
 
 /// An element and the address of the worker that produced it.
 pub type SourcedElement = (Arc<str>, Element);
@@ -40,9 +77,15 @@ pub type SourcedElement = (Arc<str>, Element);
 pub struct ElementStream {
     rx: mpsc::Receiver<Batch>,
     current: std::vec::IntoIter<Element>,
-    /// The worker that produced `current`.
+    /// Exactly-once reads: the origins of `current`'s elements.
+    current_origins: std::vec::IntoIter<Origin>,
+    /// The worker and task that produced `current`.
     current_source: Arc<str>,
+    current_task: u64,
     manager: JoinHandle<()>,
+    /// Exactly-once reads: the consumption and the task sending its reports.
+    consumption: Option<(Arc<Consumption>, JoinHandle<()>)>,
+    delivery: Delivery,
     dispatcher: DispatcherClient,
     runtime: tokio::runtime::Handle,
     iteration_id: u64,
@@ -56,16 +99,13 @@ pub struct ElementStream {
 impl ElementStream {
     /// Spawns the iteration's manager, `manage(tx, loss)`, which sends the elements
     /// through a channel of `capacity` batches and ends the stream by returning
-    /// (leaving in `loss` what a read that accepted loss lost). `consumer` is the
-    /// coordinated-read consumer index, for the metrics' labels.
+    /// (leaving in `loss` what a read that accepted loss lost); and, for an
+    /// exactly-once read, the reporter of its consumption.
     ///
-    /// The manager runs in `span` (the read's, opened by `Client`), so every call it
-    /// makes carries the read's trace context.
+    /// Both run in `span` (the read's, opened by `Client`), so every call they
+    /// make carries the read's trace context.
     pub(crate) fn start<F, Fut>(
-        dispatcher: DispatcherClient,
-        job_name: String,
-        consumer: Option<u32>,
-        (iteration_id, client_id): (u64, u64),
+        info: StreamInfo,
         capacity: usize,
         span: tracing::Span,
         manage: F,
@@ -76,20 +116,50 @@ impl ElementStream {
     {
         let (tx, rx) = mpsc::channel(capacity);
         let loss = LossSlot::default();
+        let consumption = info.consumption.map(|c| {
+            let reporter =
+                exactly_once::report_loop(info.dispatcher.clone(), info.client_id, c.clone());
+            (c, tokio::spawn(reporter.instrument(span.clone())))
+        });
         let manager = tokio::spawn(manage(tx, loss.clone()).instrument(span));
-        let metrics = ReadMetrics::new(&job_name, consumer);
+        let metrics = ReadMetrics::new(&info.job_name, info.consumer);
         ElementStream {
             rx,
             current: Vec::new().into_iter(),
+            current_origins: Vec::new().into_iter(),
             current_source: Arc::from(""),
+            current_task: 0,
             manager,
-            dispatcher,
+            consumption,
+            delivery: info.delivery,
+            dispatcher: info.dispatcher,
             runtime: tokio::runtime::Handle::current(),
-            iteration_id,
-            client_id,
-            job_name,
+            iteration_id: info.iteration_id,
+            client_id: info.client_id,
+            job_name: info.job_name,
             loss,
             metrics,
+        }
+    }
+
+    /// The delivery the dispatcher answered for this read's job.
+    pub fn delivery(&self) -> Delivery {
+        self.delivery
+    }
+
+    /// This reader's position (its checkpoint; docs/exactly-once.md,
+    /// "Positions"): every record it consumed, every unit all readers had
+    /// consumed before their positions of the same generation, and the
+    /// generation, which taking a position increments. Restore from it (or
+    /// from the merge of one checkpoint's positions of all readers) with
+    /// `ReadOptions::restore`. Only for exactly-once reads.
+    pub fn position(&self) -> Result<Position, ClientError> {
+        match &self.consumption {
+            Some((c, _)) => Ok(c.position()),
+            None => Err(ClientError::InvalidArgument(format!(
+                "job `{}` is read with {} delivery, which has no positions: read it with                  ReadOptions::exactly_once(true) (Python: exactly_once=True)",
+                self.job_name, self.delivery
+            ))),
         }
     }
 
@@ -122,6 +192,16 @@ impl ElementStream {
     ) -> Poll<Option<Result<SourcedElement, ClientError>>> {
         loop {
             if let Some(e) = self.current.next() {
+                if let Some((consumption, _)) = &self.consumption {
+                    // Consumed now, as it is handed out; or dropped, with the rest of
+                    // its message, if its task was lost meanwhile.
+                    let origin = self.current_origins.next().unwrap_or_default();
+                    if !consumption.consume(self.current_task, origin) {
+                        self.current = Vec::new().into_iter();
+                        self.current_origins = Vec::new().into_iter();
+                        continue;
+                    }
+                }
                 self.metrics.delivered(&e);
                 return Poll::Ready(Some(Ok((self.current_source.clone(), e))));
             }
@@ -129,9 +209,11 @@ impl ElementStream {
             // poll that found nothing, if this is a later one).
             self.metrics.asked();
             match self.rx.poll_recv(cx) {
-                Poll::Ready(Some(Ok((source, batch)))) => {
-                    self.current_source = source;
-                    self.current = batch.into_iter();
+                Poll::Ready(Some(Ok(received))) => {
+                    self.current_source = received.source;
+                    self.current_task = received.task_id;
+                    self.current = received.elements.into_iter();
+                    self.current_origins = received.origins.into_iter();
                 }
                 Poll::Ready(Some(Err(e))) => {
                     self.rx.close();
@@ -159,6 +241,11 @@ impl ElementStream {
     pub async fn close(mut self) {
         self.manager.abort();
         let _ = (&mut self.manager).await;
+        if let Some((consumption, reporter)) = self.consumption.take() {
+            reporter.abort();
+            let _ = reporter.await;
+            exactly_once::flush(&self.dispatcher, self.client_id, &consumption).await;
+        }
     }
 }
 
@@ -166,12 +253,24 @@ impl Drop for ElementStream {
     fn drop(&mut self) {
         self.manager.abort();
         let (dispatcher, client_id) = (self.dispatcher.clone(), self.client_id);
+        let consumption = self.consumption.take().map(|(c, reporter)| {
+            reporter.abort();
+            c
+        });
         // Best effort, one attempt (see `release_iteration_client`): the
-        // dispatcher's client timeout frees the consumer if this is lost.
+        // dispatcher's client timeout frees the consumer if this is lost. What
+        // an exactly-once reader consumed and has not reported goes first.
         self.runtime.spawn(async move {
+            if let Some(c) = consumption {
+                exactly_once::flush(&dispatcher, client_id, &c).await;
+            }
             if let Err(e) = dispatcher.release_iteration_client(client_id).await {
                 debug!(client_id, error = %e, "releasing the iteration client failed");
             }
         });
     }
 }
+
+#[cfg(test)]
+#[path = "reader_tests.rs"]
+pub(crate) mod tests;

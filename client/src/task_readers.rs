@@ -26,6 +26,13 @@
 //! `ClientError::DataLost` naming the tasks and workers, or, with
 //! `ReadOptions::accept_data_loss`, it ends with the report in the stream
 //! (`loss.rs`).
+//!
+//! Exactly-once reads (`exactly_once`): a lost task is no loss. The manager
+//! marks it lost in the read's `Consumption` (which drops what the stream holds
+//! of it and acknowledges it in the next report), its reader stops at its next
+//! message, and the dispatcher hands its unconsumed records out again. Each
+//! message's positions are split here; the message's own origin counts as
+//! consumed on receipt, the elements' travel with them to the stream.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -39,10 +46,11 @@ use tracing::{debug, Instrument};
 use crate::channels::worker_channel;
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
+use crate::exactly_once::{self, Consumption};
 use crate::local_workers;
 use crate::loss::{LossReport, LossSlot, LostTask};
 use crate::options::{ReadOptions, TargetWorkers};
-use crate::reader::Batch;
+use crate::reader::{Batch, Received};
 use crate::retry::{describe, is_retryable_status, Attempt};
 use crate::view_poll::ViewPoll;
 use crate::worker_stream;
@@ -61,6 +69,7 @@ pub(crate) async fn manage(
     dispatcher: DispatcherClient,
     client_id: u64,
     opts: ReadOptions,
+    consumption: Option<Arc<Consumption>>,
     tx: mpsc::Sender<Batch>,
     loss: LossSlot,
 ) {
@@ -89,9 +98,18 @@ pub(crate) async fn manage(
                         return;
                     }
                 };
+                if let Some(c) = &consumption {
+                    c.note_watermark(hb.checkpoint_watermark, hb.checkpoint_generation);
+                }
                 for task in hb.tasks {
                     if task.lost {
-                        lost.insert(task.task_id, task.worker_address.clone());
+                        match &consumption {
+                            // Not a loss: acknowledged, and read again elsewhere.
+                            Some(c) => c.task_lost(task.task_id),
+                            None => {
+                                lost.insert(task.task_id, task.worker_address.clone());
+                            }
+                        }
                     }
                     if let Some(done) = started.get(&task.task_id) {
                         if task.finished {
@@ -105,7 +123,7 @@ pub(crate) async fn manage(
                     if task.finished {
                         // Never read here, and ended with its worker: its elements
                         // are gone (a task that finished normally went to others).
-                        if task.lost && reads_worker(&opts, &task.worker_address) {
+                        if task.lost && consumption.is_none() && reads_worker(&opts, &task.worker_address) {
                             started.insert(task.task_id, watch::channel(true).0);
                             report.tasks.push(LostTask { task_id: task.task_id, worker_address: task.worker_address });
                         }
@@ -121,7 +139,7 @@ pub(crate) async fn manage(
                     debug!(task_id = task.task_id, worker = %task.worker_address, "reading task");
                     let span = tracing::debug_span!("task", task_id = task.task_id, worker = %task.worker_address);
                     readers.spawn(
-                        read_task(task, client_id, opts.clone(), security.clone(), tx.clone(), permits.clone(), finished_rx)
+                        read_task(task, client_id, opts.clone(), security.clone(), consumption.clone(), tx.clone(), permits.clone(), finished_rx)
                             .instrument(span),
                     );
                 }
@@ -171,11 +189,13 @@ fn reads_worker(opts: &ReadOptions, address: &str) -> bool {
     opts.target_workers != TargetWorkers::Local || local_workers::contains(address)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn read_task(
     task: pb::TaskInfo,
     client_id: u64,
     opts: ReadOptions,
     security: ClientSecurity,
+    consumption: Option<Arc<Consumption>>,
     tx: mpsc::Sender<Batch>,
     permits: Arc<Semaphore>,
     finished: watch::Receiver<bool>,
@@ -199,6 +219,7 @@ async fn read_task(
     };
     let bearer = security.bearer();
     let (channel, req, tx, source, finished_ref) = (&channel, &req, &tx, &source, &finished);
+    let consumption = consumption.as_deref();
     let mut until_finished = finished.clone();
     // The task ended at the worker (its elements went to this or another
     // consumer): there is nothing left to fetch, even if the worker is gone.
@@ -233,8 +254,24 @@ async fn read_task(
                                     })
                                 }
                             };
-                            if !elements.is_empty()
-                                && tx.send(Ok((source.clone(), elements))).await.is_err()
+                            let origins = match consumption {
+                                None => Vec::new(),
+                                Some(c) => match exactly_once::take_origins(
+                                    batch.positions.take(),
+                                    elements.len(),
+                                    task_id,
+                                    c,
+                                    source,
+                                ) {
+                                    Ok(Some(origins)) => origins,
+                                    // The task was lost: nothing more is taken from it.
+                                    Ok(None) => return Attempt::Done(Ended::FinishedElsewhere),
+                                    Err(e) => return Attempt::GiveUp(e),
+                                },
+                            };
+                            let received =
+                                Received { source: source.clone(), task_id, elements, origins };
+                            if !received.elements.is_empty() && tx.send(Ok(received)).await.is_err()
                             {
                                 // The reader was dropped.
                                 return Attempt::Done(Ended::EndOfSequence);

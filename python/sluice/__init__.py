@@ -25,6 +25,7 @@ from sluice.distribute import (
     ShardingPolicy,
     distribute,
     from_dataset_id,
+    merge_positions,
     register_dataset,
     status,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "register_dataset",
     "status",
     "from_dataset_id",
+    "merge_positions",
     "DispatchServer",
     "WorkerServer",
     "Quorum",

@@ -78,10 +78,25 @@ class Reader(Iterator[Any]):
     @property
     def elements(self) -> int:
         """Elements this reader has returned."""
+    def position(self) -> bytes:
+        """Exactly-once reads: this reader's position (a checkpoint), for
+        ``Client.read(restore_from=...)`` or ``merge_positions``; each call is a
+        new checkpoint. ``InvalidArgumentError`` for other reads."""
+    @property
+    def delivery(self) -> str:
+        """"exactly_once" or "at_most_once", as the dispatcher answered."""
     @property
     def loss_report(self) -> Optional[list[tuple[int, str]]]:
         """After a read that accepted loss and lost data: (task_id, worker_address)
         of each task ended with its lost worker; ``None`` otherwise."""
+
+def merge_positions(positions: list[bytes]) -> bytes:
+    """The union of one checkpoint's positions of all consumers."""
+
+def position_info(position: bytes) -> dict[str, Any]:
+    """``job_name``, ``dataset_id``, ``repetition``, ``generation`` and
+    ``merged_consumers`` of a position; ``InvalidArgumentError`` for bytes that
+    are not one."""
 
 class Client:
     """A handle to the service's dispatchers (per process)."""
@@ -109,8 +124,13 @@ class Client:
         trainer_id: Optional[str] = None,
         accept_data_loss: bool = False,
         compression: str = "auto",
+        exactly_once: bool = False,
+        restore_from: Optional[bytes] = None,
     ) -> Reader:
-        """``compression``: "auto" (zstd from workers off this host, raw over
+        """``exactly_once``: ask for exactly-once delivery (docs/exactly-once.md);
+        ``restore_from``: a position to restore the iteration from (needs
+        ``exactly_once``, the position's job name and repetition).
+        ``compression``: "auto" (zstd from workers off this host, raw over
         loopback), "none" or "zstd"; anything else raises InvalidArgumentError."""
 
 class DispatchServer:

@@ -16,10 +16,20 @@ A position is ``(job_name, repetition, elements)``:
 
 ``Position.state()`` is a plain JSON-able dict (strings, ints, a list of
 strings), so Grain/Orbax, ``torch.save`` and ``json.dumps`` all store it.
+
+**Exactly-once reads** (``exactly_once=True``, docs/exactly-once.md) add the
+reader's record position under ``"position"`` (base64 of
+``reader.position()``'s bytes; ``None`` between epochs): restoring it delivers
+every element the checkpointed consumers had not consumed, once, with nothing
+lost from their buffers. Each ``state()`` of an open exactly-once read is a new
+checkpoint of the consumer (its generation moves on). Older states (without
+``"position"``) still load: they rejoin the job as above.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import os
 import uuid
@@ -75,7 +85,11 @@ class Position:
     """
 
     def __init__(self, dataset: DistributedDataset, job_prefix: str) -> None:
+        # A job the user named is theirs: a position of another job is refused.
+        self._user_job = dataset.job_name if isinstance(dataset, DistributedDataset) else None
         self.dataset = _named(dataset, job_prefix)
+        # Exactly-once reads: the position the next epoch restores from (bytes).
+        self._restore: bytes | None = None
         self.repetition = 0
         self.elements = 0
         self._reader: _native.Reader | None = None
@@ -119,6 +133,7 @@ class Position:
         self.close()
         self.repetition = repetition
         self.elements = 0
+        self._restore = None
 
     def start_epoch(self, job_name: str | None = None) -> int:
         """Opens the reader of the next epoch and returns its token (see ``next``).
@@ -134,7 +149,8 @@ class Position:
         if job_name is not None and job_name != target.job_name:
             target = copy.copy(target)
             target.job_name = job_name
-        self._reader = target.read(repetition=self.repetition)
+        restore, self._restore = self._restore, None
+        self._reader = target.read(repetition=self.repetition, restore_from=restore)
         self._epoch += 1
         return self._epoch
 
@@ -172,9 +188,13 @@ class Position:
         if reader is not None:
             reader.close()
 
+    @property
+    def exactly_once(self) -> bool:
+        return bool(getattr(self.dataset, "exactly_once", False))
+
     def state(self) -> dict[str, Any]:
         """The position as a JSON-able dict (see the module docstring)."""
-        return {
+        state = {
             "version": STATE_VERSION,
             "service": list(self.dataset.service),
             "dataset_id": self.dataset._registered_id(),
@@ -183,6 +203,52 @@ class Position:
             "repetition": self.repetition,
             "elements_consumed": self.elements,
         }
+        if self.exactly_once:
+            reader = self._own_reader()
+            position = reader.position() if reader is not None else self._restore
+            state["position"] = (
+                None if position is None else base64.b64encode(position).decode("ascii")
+            )
+        return state
+
+    def _position_of(self, state: Mapping[str, Any]) -> bytes | None:
+        """The exactly-once position a state carries, checked against the state
+        and this reader; ``None`` for a state without one."""
+        encoded = state.get("position")
+        if encoded is None:
+            return None
+        if not self.exactly_once:
+            raise InvalidArgumentError(
+                "the state holds an exactly-once position, and this reader is not "
+                "exactly-once: build it with exactly_once=True to restore it"
+            )
+        if not isinstance(encoded, str):
+            raise InvalidArgumentError(
+                f"state position must be a base64 string, got {type(encoded).__name__}"
+            )
+        try:
+            position = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise InvalidArgumentError(f"state position is not valid base64: {e}") from None
+        info = _native.position_info(position)
+        if info["job_name"] != state["job_name"]:
+            raise InvalidArgumentError(
+                f"the state's position is of job {info['job_name']!r}, and the state names "
+                f"job {state['job_name']!r}: the state was edited or mixed up"
+            )
+        if self._user_job is not None and info["job_name"] != self._user_job:
+            raise InvalidArgumentError(
+                f"the state's position is of job {info['job_name']!r}, and this reader reads "
+                f"job {self._user_job!r}: restore it into a reader of job_name="
+                f"{info['job_name']!r}"
+            )
+        if info["repetition"] != state["repetition"] or info["dataset_id"] != state["dataset_id"]:
+            raise InvalidArgumentError(
+                f"the state's position is of dataset {info['dataset_id']!r} repetition "
+                f"{info['repetition']}, and the state of dataset {state['dataset_id']!r} "
+                f"repetition {state['repetition']}: the state was edited or mixed up"
+            )
+        return position
 
     def load(self, state: Mapping[str, Any]) -> None:
         """Moves to the position ``state`` records; the next epoch rejoins its job
@@ -223,10 +289,12 @@ class Position:
         for key, value in (("repetition", repetition), ("elements_consumed", elements)):
             if not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"state {key} must be an int >= 0, got {value!r}")
+        position = self._position_of(state)
         self.close()
         self.dataset.job_name = job_name
         self.repetition = repetition
         self.elements = elements
+        self._restore = position
 
 
 class HasPosition:

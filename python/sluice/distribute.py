@@ -28,6 +28,7 @@ __all__ = [
     "distribute",
     "register_dataset",
     "from_dataset_id",
+    "merge_positions",
     "status",
 ]
 
@@ -166,6 +167,17 @@ def client(
     return _clients.get(addresses(service), timeout, ca, token)
 
 
+def merge_positions(positions: Sequence[bytes]) -> bytes:
+    """The union of one checkpoint's positions of all consumers of an
+    exactly-once job (``reader.position()`` of each, same generation): the
+    position that restores the job on any number of consumers. Raises
+    ``InvalidArgumentError`` for positions of different jobs, datasets,
+    repetitions or checkpoints."""
+    if isinstance(positions, (bytes, bytearray)):
+        raise InvalidArgumentError("merge_positions takes a list of positions (bytes), not one")
+    return _native.merge_positions([bytes(p) for p in positions])
+
+
 def _dataset_id(spec_json: str) -> str:
     """An id derived from the canonical spec: readers that distribute the same
     pipeline register it under the same id, so they can share a named job."""
@@ -239,6 +251,7 @@ class DistributedDataset:
         token: str | None = None,
         accept_data_loss: bool = False,
         compression: str | None = "AUTO",
+        exactly_once: bool = False,
     ) -> None:
         if (dataset is None) == (dataset_id is None):
             raise InvalidArgumentError("give exactly one of dataset and dataset_id")
@@ -261,6 +274,9 @@ class DistributedDataset:
         self.token = token
         self.accept_data_loss = bool(accept_data_loss)
         self.compression = _compression(compression)
+        if not isinstance(exactly_once, bool):
+            raise InvalidArgumentError(f"exactly_once must be True or False, got {exactly_once!r}")
+        self.exactly_once = exactly_once
         self._iterations = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -281,9 +297,35 @@ class DistributedDataset:
             )
         return self.dataset_id
 
-    def read(self, repetition: int | None = None) -> _native.Reader:
+    def read(
+        self, repetition: int | None = None, restore_from: bytes | None = None
+    ) -> _native.Reader:
         """Starts one read and returns its reader. ``repetition``: which pass over
-        a named job to join (default: this object's next one, 0 first)."""
+        a named job to join (default: this object's next one, 0 first).
+        ``restore_from`` (exactly-once reads): a position (``reader.position()``,
+        or ``sluice.merge_positions`` of one checkpoint's) to restore the job's
+        iteration from; the read is of the position's job and repetition."""
+        exactly_once = getattr(self, "exactly_once", False)
+        if restore_from is not None:
+            if not isinstance(restore_from, (bytes, bytearray, memoryview)):
+                raise InvalidArgumentError(
+                    f"restore_from must be the bytes of a position, got {type(restore_from).__name__}"
+                )
+            restore_from = bytes(restore_from)
+            if not exactly_once:
+                raise InvalidArgumentError(
+                    "restore_from needs an exactly-once read: pass exactly_once=True to "
+                    "distribute / from_dataset_id"
+                )
+            info = _native.position_info(restore_from)
+            if self.job_name != info["job_name"]:
+                raise InvalidArgumentError(
+                    f"the position is of job {info['job_name']!r} and this dataset reads job "
+                    f"{self.job_name!r}: restore it into a read with job_name="
+                    f"{info['job_name']!r}"
+                )
+            if repetition is None:
+                repetition = info["repetition"]
         if repetition is None:
             repetition = self._iterations
             self._iterations += 1
@@ -300,6 +342,8 @@ class DistributedDataset:
             trainer_id=trainer,
             accept_data_loss=self.accept_data_loss,
             compression=self.compression,
+            exactly_once=exactly_once,
+            restore_from=restore_from,
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -343,6 +387,7 @@ def distribute(
     token: str | None = None,
     accept_data_loss: bool = False,
     compression: str | None = "AUTO",
+    exactly_once: bool = False,
 ) -> Callable[["Dataset"], DistributedDataset]:
     """A transformation reading a dataset through the service: apply it with
     ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``.
@@ -362,7 +407,11 @@ def distribute(
     normally and the reader's ``loss_report`` names the lost tasks and workers.
     ``compression`` (tf.data's, per read here): "AUTO" (default: zstd from workers
     off this host, raw over loopback), "NONE" / ``None``, or "ZSTD"
-    (docs/operations-compression.md)."""
+    (docs/operations-compression.md). ``exactly_once`` (Sluice's): DYNAMIC jobs
+    only; the job is refused unless its pipeline can be replayed, and then no
+    element is lost or repeated through worker deaths, and ``reader.position()``
+    checkpoints the read (restore with ``read(restore_from=...)``; see
+    docs/exactly-once.md)."""
 
     def apply(dataset: "Dataset") -> DistributedDataset:
         return DistributedDataset(
@@ -380,6 +429,7 @@ def distribute(
             token=token,
             accept_data_loss=accept_data_loss,
             compression=compression,
+            exactly_once=exactly_once,
         )
 
     return apply
@@ -402,6 +452,7 @@ def from_dataset_id(
     token: str | None = None,
     accept_data_loss: bool = False,
     compression: str | None = "AUTO",
+    exactly_once: bool = False,
 ) -> DistributedDataset:
     """Reads a dataset registered earlier (``register_dataset``) by its id.
     ``element_spec`` is accepted for tf.data compatibility and not needed:
@@ -422,4 +473,5 @@ def from_dataset_id(
         token=token,
         accept_data_loss=accept_data_loss,
         compression=compression,
+        exactly_once=exactly_once,
     )

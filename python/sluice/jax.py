@@ -52,6 +52,13 @@ class Iterator(HasPosition):
     * **OFF** and the static modes: the workers' tasks continue where they are
       (each worker's copy is read first come, first served), with the same loss.
 
+    * **Exactly once** (``exactly_once=True`` on the ``DistributedDataset``;
+      docs/exactly-once.md): nothing is lost. The state also holds the
+      iterator's record position (``"position"``, base64) and ``set_state``
+      restores the job's iteration from it, so every element not returned
+      before ``get_state()`` is delivered once. Each ``get_state()`` during an
+      epoch is a new checkpoint. A position of another job is refused.
+
     The element count in the state is this iterator's (it resumes counting from
     it); the service does not need it. Rejoining a repetition that has since
     finished gives an empty epoch.

@@ -143,6 +143,14 @@ class IterableDataset(HasPosition, _TorchIterableDataset):  # type: ignore[type-
       the rest of an epoch; for batches of MiBs it is a few batches. A clean
       ``close()`` drops the same buffers.
 
+    **Exactly once** (``exactly_once=True``, a DYNAMIC job over a replayable
+    pipeline, docs/exactly-once.md): nothing above is lost. ``state_dict()``
+    also holds the consumer's record position (``"position"``, base64), and
+    ``load_state_dict`` restores the job's iteration from it: every element
+    the checkpointed consumer had not returned is delivered once. Each
+    ``state_dict()`` of a read under way is a new checkpoint of the consumer.
+    A position of another job is refused (``InvalidArgumentError``).
+
     For an OFF job the workers' tasks continue where they are, with the same
     loss. Rejoining a repetition that has finished gives an empty epoch. The saved
     ``elements_consumed`` is for the user: the service needs only the job name

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use sluice_client::{
     ClientError, ElementStream, ProcessingMode, ReadKind, ReadOptions, RetryPolicy, TargetWorkers,
 };
@@ -84,7 +85,7 @@ impl Client {
     #[pyo3(signature = (dataset_id, processing_mode, job_name = None, target_workers = "auto",
         max_outstanding_requests = None, repetition = 0, num_consumers = None,
         consumer_index = None, trainer_id = None, accept_data_loss = false,
-        compression = "auto"))]
+        compression = "auto", exactly_once = false, restore_from = None))]
     #[allow(clippy::too_many_arguments)]
     fn read(
         &self,
@@ -100,6 +101,8 @@ impl Client {
         trainer_id: Option<String>,
         accept_data_loss: bool,
         compression: &str,
+        exactly_once: bool,
+        restore_from: Option<Vec<u8>>,
     ) -> PyResult<Reader> {
         let mode: ProcessingMode = processing_mode.parse().map_err(errors::from_client)?;
         let target: TargetWorkers = target_workers.parse().map_err(errors::from_client)?;
@@ -112,6 +115,17 @@ impl Client {
             opts = opts.max_outstanding_requests(n);
         }
         opts.kind = read_kind(num_consumers, consumer_index, trainer_id)?;
+        opts.exactly_once = exactly_once;
+        if let Some(bytes) = restore_from {
+            opts = opts.restore(crate::positions::decode(&bytes)?);
+            if opts.repetition != repetition {
+                return Err(errors::invalid_argument(format!(
+                    "restore_from is a position of repetition {}, and repetition={repetition} \
+                     was asked; restore reads the position's repetition",
+                    opts.repetition
+                )));
+            }
+        }
         let (rt, client) = self.inner.get("client")?;
         let client = client.clone();
         let stream = blocking::run(py, rt, None, "starting the read", async move {
@@ -158,6 +172,7 @@ pub fn parse_spec(spec_json: &str) -> PyResult<DatasetDef> {
 pub struct Reader {
     job_name: String,
     iteration_id: u64,
+    delivery: sluice_client::Delivery,
     /// An async mutex: a read holds it while it waits (in `block_on`), and a
     /// second thread reading the same reader waits its turn.
     state: Mutex<Option<Owned<ElementStream>>>,
@@ -170,6 +185,7 @@ impl Reader {
         Reader {
             job_name: stream.job_name().to_string(),
             iteration_id: stream.iteration_id(),
+            delivery: stream.delivery(),
             state: Mutex::new(Some(Owned::new(runtime.clone(), stream))),
             elements: Default::default(),
             runtime,
@@ -256,6 +272,29 @@ impl Reader {
         if let Some(Ok((rt, stream))) = taken.map(|owned| owned.into_inner("reader")) {
             py.detach(|| rt.block_on(stream.close()));
         }
+    }
+
+    /// This reader's position (exactly-once reads): bytes to checkpoint, restored
+    /// with `read(..., restore_from=...)` (or merged with the other consumers'
+    /// of the same checkpoint by `merge_positions`). Each call is a new
+    /// checkpoint of this reader (its generation moves on).
+    fn position<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        // Waits for a read in progress on another thread to end its slice.
+        let guard = py.detach(|| self.state.blocking_lock());
+        let Some(owned) = guard.as_ref() else {
+            return Err(errors::invalid_argument(
+                "the reader is closed: take the position before close()",
+            ));
+        };
+        let (_, stream) = owned.get("reader")?;
+        let position = stream.position().map_err(errors::from_client)?;
+        Ok(PyBytes::new(py, &position.encode()))
+    }
+
+    /// "exactly_once" or "at_most_once": the delivery the dispatcher answered.
+    #[getter]
+    fn delivery(&self) -> String {
+        self.delivery.to_string()
     }
 
     /// The job's name (generated for an anonymous job).

@@ -10,6 +10,7 @@
 //! - `client` — `Client` (register, read) and `Reader` (an iteration's elements).
 //! - `elements` — elements as numpy arrays over the received bytes.
 //! - `servers` — `DispatchServer`, `WorkerServer`, `start_quorum`.
+//! - `positions` — `merge_positions`, `position_info`: exactly-once positions as bytes.
 //! - `metrics` — `serve_metrics`, `metrics_text`: the client's Prometheus metrics.
 //! - `security` — the TLS and token keywords as the crates' settings.
 //! - `errors` — Rust errors as `sluice.errors` exceptions.
@@ -27,6 +28,7 @@ mod elements;
 mod errors;
 mod limits;
 mod metrics;
+mod positions;
 mod runtime;
 mod security;
 mod servers;
@@ -69,6 +71,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::serve_metrics, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(positions::merge_positions, m)?)?;
+    m.add_function(wrap_pyfunction!(positions::position_info, m)?)?;
     m.add_function(wrap_pyfunction!(admin::add_dispatcher, m)?)?;
     m.add_function(wrap_pyfunction!(admin::remove_dispatcher, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_read, m)?)?;

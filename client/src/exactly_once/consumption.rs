@@ -1,0 +1,340 @@
+//! [`Consumption`]: what one exactly-once reader consumed, reported and may claim
+//! in a position. No I/O: the reporter and the stream drive it.
+//!
+//! Pending consumption is kept per generation (how many positions the reader
+//! had taken when it consumed), oldest first: a report carries one
+//! generation. A taken report stays *in flight* inside the state until the
+//! dispatcher answers it, and is sent again until then, so a reporter that is
+//! aborted (the stream dropped) or a call that fails loses nothing.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+
+use sluice_positions::wire::{ends_to_flat, runs_to_flat};
+use sluice_positions::{Origin, Position, RecordSet};
+use sluice_proto::v1 as pb;
+use tokio::sync::Notify;
+
+use super::MAX_REPORT_RUNS;
+
+/// Runs appended to the position log before they are folded into the own set
+/// (inserting into a `RecordSet` costs more than appending to a vector).
+const FOLD_EVERY: usize = 4096;
+
+/// Watermarks answered for generations the reader has not reached yet are kept
+/// up to this many (the smallest first dropped: a watermark is a lower bound).
+const MAX_LATER_WATERMARKS: usize = 64;
+
+/// Consumption not yet reported, of one generation.
+#[derive(Debug, Default)]
+struct Pending {
+    generation: u64,
+    origin: Origin,
+}
+
+/// A report sent and not answered yet.
+#[derive(Debug)]
+struct InFlight {
+    seq: u64,
+    pending: Pending,
+    acks: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Positions taken (counting the restored position's, for a restored reader).
+    generation: u64,
+    /// Unreported consumption, oldest generation first; never empty: the back
+    /// is the current generation's buffer.
+    queue: VecDeque<Pending>,
+    in_flight: Option<InFlight>,
+    next_seq: u64,
+    /// Lost tasks acknowledged here, until a report carrying them is answered.
+    acks: Vec<u64>,
+    /// Lost tasks: nothing more is taken from them.
+    lost: HashSet<u64>,
+    /// Records consumed here (and the restored position's): what positions claim
+    /// above the watermark.
+    own: RecordSet,
+    /// Consumed since the last fold into `own`.
+    unfolded: Origin,
+    /// The highest checkpoint watermark answered for a generation <= `generation`.
+    watermark: u64,
+    /// generation (> `generation`) → the highest watermark answered for it.
+    later: BTreeMap<u64, u64>,
+    /// The highest generation the dispatcher answered a report of.
+    announced: u64,
+}
+
+/// One exactly-once reader's consumption (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Consumption {
+    state: Mutex<State>,
+    /// Woken when something becomes pending (the reporter waits on it).
+    pending: Notify,
+    job_name: String,
+    dataset_id: String,
+    repetition: u64,
+}
+
+/// A report to send: the request's `consumed` and the token to answer it with.
+pub(crate) struct Report {
+    pub consumed: pb::ConsumedReport,
+    pub seq: u64,
+}
+
+impl Consumption {
+    /// A reader of `job_name`'s `repetition`; a restored reader starts from its
+    /// position: the position's records count as its own, and its generation
+    /// continues after the position's.
+    pub(crate) fn new(
+        job_name: String,
+        dataset_id: String,
+        repetition: u64,
+        restored: Option<&Position>,
+    ) -> Self {
+        let (generation, own) = match restored {
+            Some(p) => (p.generation.saturating_add(1), p.consumed.clone()),
+            None => (0, RecordSet::new()),
+        };
+        let state = State {
+            generation,
+            queue: VecDeque::from([Pending { generation, origin: Origin::default() }]),
+            in_flight: None,
+            next_seq: 1,
+            acks: Vec::new(),
+            lost: HashSet::new(),
+            own,
+            unfolded: Origin::default(),
+            watermark: 0,
+            later: BTreeMap::new(),
+            announced: generation,
+        };
+        Consumption {
+            state: Mutex::new(state),
+            pending: Notify::new(),
+            job_name,
+            dataset_id,
+            repetition,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `origin`, taken from `task`: an element the application took, or
+    /// a message's own records when it arrives. `false` (and nothing recorded)
+    /// when the task was lost: its elements must be dropped.
+    pub(crate) fn consume(&self, task: u64, origin: Origin) -> bool {
+        let mut s = self.lock();
+        if !s.lost.is_empty() && s.lost.contains(&task) {
+            return false;
+        }
+        if origin.is_empty() {
+            return true;
+        }
+        let became_pending = s.record(origin);
+        drop(s);
+        if became_pending {
+            self.pending.notify_one();
+        }
+        true
+    }
+
+    /// The view marked `task` lost: nothing more is taken from it, and the next
+    /// reports acknowledge it until one is answered.
+    pub(crate) fn task_lost(&self, task: u64) {
+        let mut s = self.lock();
+        if s.lost.insert(task) {
+            s.acks.push(task);
+            drop(s);
+            self.pending.notify_one();
+        }
+    }
+
+    /// Whether `task` was marked lost.
+    pub(crate) fn is_lost(&self, task: u64) -> bool {
+        self.lock().lost.contains(&task)
+    }
+
+    /// Waits until there is something to report.
+    pub(crate) async fn wait_pending(&self) {
+        loop {
+            let notified = self.pending.notified();
+            if self.lock().has_pending() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The report to send now, if any: the one in flight again, else the
+    /// oldest pending consumption (at most [`MAX_REPORT_RUNS`] runs), with the
+    /// lost-task acknowledgements once nothing consumed before them is left out.
+    pub(crate) fn take_report(&self) -> Option<Report> {
+        let mut s = self.lock();
+        if s.in_flight.is_none() {
+            let taken = s.take_pending()?;
+            s.in_flight = Some(taken);
+        }
+        let f = s.in_flight.as_ref().expect("set above");
+        let mut consumed = pb::ConsumedReport {
+            generation: f.pending.generation,
+            lost_tasks_done: f.acks.clone(),
+            ..Default::default()
+        };
+        runs_to_flat(f.pending.origin.runs.iter().copied(), &mut consumed.runs);
+        ends_to_flat(f.pending.origin.unit_ends.iter().copied(), &mut consumed.unit_ends);
+        Some(Report { consumed, seq: f.seq })
+    }
+
+    /// The dispatcher answered report `seq` OK: it is done.
+    pub(crate) fn answered(&self, seq: u64, resp: &pb::ClientHeartbeatResponse) {
+        let mut s = self.lock();
+        if s.in_flight.as_ref().is_some_and(|f| f.seq == seq) {
+            let f = s.in_flight.take().expect("checked");
+            s.acks.retain(|a| !f.acks.contains(a));
+            s.announced = s.announced.max(f.pending.generation);
+        }
+        s.note_watermark(resp.checkpoint_watermark, resp.checkpoint_generation);
+    }
+
+    /// A checkpoint watermark from any heartbeat answer (the long poll's too).
+    pub(crate) fn note_watermark(&self, watermark: u64, generation: u64) {
+        self.lock().note_watermark(watermark, generation);
+    }
+
+    /// This reader's position, and the generation moves on (see
+    /// docs/exactly-once.md, "Positions").
+    pub(crate) fn position(&self) -> Position {
+        let mut s = self.lock();
+        s.fold();
+        let w = s.watermark;
+        s.own.raise_watermark(w);
+        let consumed = s.own.clone();
+        let generation = s.generation;
+        s.generation += 1;
+        let next = s.generation;
+        match s.queue.back_mut() {
+            Some(back) if back.origin.is_empty() => back.generation = next,
+            _ => s.queue.push_back(Pending { generation: next, origin: Origin::default() }),
+        }
+        s.promote_later();
+        Position {
+            job_name: self.job_name.clone(),
+            dataset_id: self.dataset_id.clone(),
+            repetition: self.repetition,
+            generation,
+            consumed,
+            merged_consumers: 1,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    #[cfg(test)]
+    pub(crate) fn own_run_count(&self) -> usize {
+        let mut s = self.lock();
+        s.fold();
+        s.own.run_count()
+    }
+}
+
+impl State {
+    /// Appends `origin` to the current generation's pending report and to the
+    /// position log; whether that made something pending.
+    fn record(&mut self, origin: Origin) -> bool {
+        let back = self.queue.back_mut().expect("the queue is never empty");
+        let was_empty = back.origin.is_empty();
+        for r in &origin.runs {
+            back.origin.push_run(*r);
+            self.unfolded.push_run(*r);
+        }
+        back.origin.unit_ends.extend_from_slice(&origin.unit_ends);
+        self.unfolded.unit_ends.extend(origin.unit_ends);
+        if self.unfolded.runs.len() + self.unfolded.unit_ends.len() >= FOLD_EVERY {
+            self.fold();
+        }
+        was_empty
+    }
+
+    fn fold(&mut self) {
+        let unfolded = std::mem::take(&mut self.unfolded);
+        self.own.insert_origin(&unfolded);
+    }
+
+    fn has_pending(&self) -> bool {
+        self.in_flight.is_some()
+            || !self.acks.is_empty()
+            || self.queue.iter().any(|p| !p.origin.is_empty())
+            || self.generation > self.announced
+    }
+
+    /// Moves the oldest pending consumption (or, with nothing consumed, the news
+    /// of a new generation) out of the queue as the report in flight.
+    fn take_pending(&mut self) -> Option<InFlight> {
+        while self.queue.len() > 1 && self.queue.front().is_some_and(|p| p.origin.is_empty()) {
+            self.queue.pop_front();
+        }
+        let only = self.queue.len() == 1;
+        let front = self.queue.front_mut().expect("the queue is never empty");
+        if front.origin.is_empty() && self.acks.is_empty() && front.generation <= self.announced {
+            return None;
+        }
+        let generation = front.generation;
+        let origin = &mut front.origin;
+        let head =
+            if origin.runs.len() > MAX_REPORT_RUNS || origin.unit_ends.len() > MAX_REPORT_RUNS {
+                let runs = origin.runs.split_off(MAX_REPORT_RUNS.min(origin.runs.len()));
+                let ends = origin.unit_ends.split_off(MAX_REPORT_RUNS.min(origin.unit_ends.len()));
+                std::mem::replace(origin, Origin { runs, unit_ends: ends })
+            } else if only {
+                std::mem::take(origin)
+            } else {
+                self.queue.pop_front().expect("front exists").origin
+            };
+        let rest_empty = self.queue.iter().all(|p| p.origin.is_empty());
+        // An acknowledgement promises that everything consumed from the task is in
+        // this report or an earlier one.
+        let acks = if rest_empty { self.acks.clone() } else { Vec::new() };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Some(InFlight { seq, pending: Pending { generation, origin: head }, acks })
+    }
+
+    fn note_watermark(&mut self, watermark: u64, generation: u64) {
+        if watermark == 0 {
+            return;
+        }
+        if generation <= self.generation {
+            if watermark > self.watermark {
+                self.watermark = watermark;
+                // Every later position claims the units below it anyway.
+                self.own.raise_watermark(watermark);
+            }
+            return;
+        }
+        let w = self.later.entry(generation).or_insert(0);
+        *w = (*w).max(watermark);
+        if self.later.len() > MAX_LATER_WATERMARKS {
+            self.later.pop_first();
+        }
+    }
+
+    /// Watermarks of generations now reached become usable.
+    fn promote_later(&mut self) {
+        let still_later = self.later.split_off(&(self.generation + 1));
+        let reached = std::mem::replace(&mut self.later, still_later);
+        if let Some(w) = reached.values().max() {
+            self.note_watermark(*w, self.generation);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "consumption_tests.rs"]
+mod tests;

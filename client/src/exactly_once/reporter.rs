@@ -1,0 +1,82 @@
+//! The reporter: sends a [`Consumption`]'s reports to the dispatcher in
+//! `ClientHeartbeat` calls of their own (see the module docs of
+//! `exactly_once` for why not on the long poll).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_proto::v1 as pb;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::{Consumption, REPORT_INTERVAL};
+use crate::dispatcher::DispatcherClient;
+
+/// How long a dropped stream may spend sending what it has not reported yet.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sends reports while the stream lives: one as soon as something is pending,
+/// then at most one per [`REPORT_INTERVAL`]. A failed report is sent again
+/// (the dispatcher client already retried it up to its deadline).
+pub(crate) async fn report_loop(
+    dispatcher: DispatcherClient,
+    client_id: u64,
+    consumption: Arc<Consumption>,
+) {
+    let mut last_start: Option<Instant> = None;
+    loop {
+        consumption.wait_pending().await;
+        if let Some(start) = last_start {
+            tokio::time::sleep_until(start + REPORT_INTERVAL).await;
+        }
+        last_start = Some(Instant::now());
+        send_one(&dispatcher, client_id, &consumption).await;
+    }
+}
+
+/// Sends one report, if one is pending; whether it was answered.
+async fn send_one(
+    dispatcher: &DispatcherClient,
+    client_id: u64,
+    consumption: &Consumption,
+) -> bool {
+    let Some(report) = consumption.take_report() else { return true };
+    let req = pb::ClientHeartbeatRequest {
+        client_id,
+        consumed: Some(report.consumed),
+        ..Default::default()
+    };
+    match dispatcher.client_heartbeat_with(req).await {
+        Ok(resp) => {
+            consumption.answered(report.seq, &resp);
+            true
+        }
+        Err(e) => {
+            debug!(client_id, error = %e, "a consumption report failed; it will be sent again");
+            false
+        }
+    }
+}
+
+/// Sends everything still pending (a stream being dropped or closed), for at
+/// most [`FLUSH_TIMEOUT`]; what is left is lost to the dispatcher (not to
+/// positions already taken).
+pub(crate) async fn flush(
+    dispatcher: &DispatcherClient,
+    client_id: u64,
+    consumption: &Consumption,
+) {
+    let all = async {
+        // Each answered report takes something out; a failed one ends the flush.
+        for _ in 0..1024 {
+            if consumption.take_report().is_none()
+                || !send_one(dispatcher, client_id, consumption).await
+            {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(FLUSH_TIMEOUT, all).await.is_err() {
+        debug!(client_id, "the last consumption reports were not answered in time");
+    }
+}
