@@ -148,10 +148,7 @@ async fn a_reader_restored_from_its_position_gets_exactly_what_it_had_not_consum
 
     let position = Position::decode(&bytes).unwrap();
     assert!(bytes.len() < 4096, "{} bytes for a position of one reader", bytes.len());
-    let mut second = c
-        .distribute(&pipeline(N), opts("restore").restore(position))
-        .await
-        .unwrap();
+    let mut second = c.distribute(&pipeline(N), opts("restore").restore(position)).await.unwrap();
     let rest = rest(&mut second).await;
     for v in &after {
         assert!(rest.contains(v), "{v}, consumed after the position, is delivered again");
@@ -194,10 +191,9 @@ async fn a_pipeline_that_cannot_be_replayed_is_refused_when_exactly_once_is_requ
     let d = d.address().to_string();
     let _w = worker(&d);
     let c = client(&d);
-    let def = DatasetDef::from_json(
-        r#"{"stages": [{"range": {"stop": 10}}, {"take": {"count": 5}}]}"#,
-    )
-    .unwrap();
+    let def =
+        DatasetDef::from_json(r#"{"stages": [{"range": {"stop": 10}}, {"take": {"count": 5}}]}"#)
+            .unwrap();
     let err = c.distribute(&def, opts("refused")).await.err().expect("refused");
     let msg = err.to_string();
     assert!(msg.contains("take") && msg.contains("exactly"), "{msg}");

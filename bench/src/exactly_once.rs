@@ -123,7 +123,7 @@ pub async fn run(
             .context("positions read timed out")?
             .context("the epoch ended early")??;
         order.push(e.as_i64()?);
-        if order.len() as u64 % POSITION_EVERY == 0 {
+        if (order.len() as u64).is_multiple_of(POSITION_EVERY) {
             let t = Instant::now();
             let p = stream.position()?;
             max_us = max_us.max(t.elapsed().as_micros());

@@ -77,6 +77,7 @@ type Positions = Arc<Mutex<BTreeMap<u32, BTreeMap<u64, Position>>>>;
 impl TrainerGroup {
     pub async fn run(self, mut restarts: mpsc::Receiver<RestartRequest>) {
         let mut next_id = 0u32;
+        let mut restarts_closed = false;
         for epoch in 0..self.epochs {
             let deadline = tokio::time::Instant::now() + EPOCH_DEADLINE;
             let mut count = self.consumers;
@@ -118,9 +119,10 @@ impl TrainerGroup {
                             Some(Err(e)) => tracing::error!(epoch, "a trainer task failed: {e}"),
                             None => break None,
                         },
-                        r = restarts.recv(), if ended == 0 => match r {
+                        r = restarts.recv(), if ended == 0 && !restarts_closed => match r {
                             Some(r) => break Some(r),
-                            None => {}
+                            // The executor is done: no more restarts.
+                            None => restarts_closed = true,
                         },
                         _ = tokio::time::sleep_until(deadline) => {
                             trainers.abort_all();
@@ -248,7 +250,12 @@ impl Trainer {
                 let generation = position.generation;
                 let t_ms = self.recorder.now();
                 self.recorder.record(Event::Checkpoint { t_ms, consumer, epoch, generation }).await;
-                self.positions.lock().await.entry(consumer).or_default().insert(generation, position);
+                self.positions
+                    .lock()
+                    .await
+                    .entry(consumer)
+                    .or_default()
+                    .insert(generation, position);
                 rounds_taken += 1;
             }
         }

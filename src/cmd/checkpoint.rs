@@ -58,12 +58,16 @@ impl Checkpoint {
 
     /// Whether a position is due after `elements` elements.
     pub fn due(&self, elements: u64) -> bool {
-        elements % self.every == 0
+        elements.is_multiple_of(self.every)
     }
 
     /// Takes the stream's position, prints its marker on `out` (flushed), then
     /// replaces the file.
-    pub fn write(&mut self, stream: &mut ElementStream, out: &mut impl Write) -> anyhow::Result<()> {
+    pub fn write(
+        &mut self,
+        stream: &mut ElementStream,
+        out: &mut impl Write,
+    ) -> anyhow::Result<()> {
         let position = stream.position().context("taking the reader's position")?;
         writeln!(out, "# checkpoint {}", position.generation)?;
         out.flush()?;
@@ -76,7 +80,8 @@ impl Checkpoint {
         }
         std::fs::rename(&tmp, &self.path)
             .with_context(|| format!("replacing {}", self.path.display()))?;
-        let dir = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir =
+            self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::File::open(dir)?.sync_all()?;
         Ok(())
     }

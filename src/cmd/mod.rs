@@ -2,8 +2,8 @@
 
 pub mod admin;
 pub mod bench;
-pub mod checkpoint;
 pub mod chaos;
+pub mod checkpoint;
 pub mod config;
 pub mod limits;
 pub mod local;

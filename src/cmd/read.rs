@@ -101,11 +101,7 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         Some(path) => {
             let saved = super::checkpoint::load(path)?;
             if let Some(position) = saved {
-                eprintln!(
-                    "restoring from {} (generation {})",
-                    path.display(),
-                    position.generation
-                );
+                eprintln!("restoring from {} (generation {})", path.display(), position.generation);
                 opts = opts.restore(position);
             }
             Some(super::checkpoint::Checkpoint::new(path.clone(), a.checkpoint_every)?)

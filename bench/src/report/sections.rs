@@ -488,8 +488,7 @@ pub(super) fn exactly_once(r: &Report, out: &mut Lines) {
                 e.exactly_once_per_s,
                 e.overhead_percent()
             ));
-            let runs: Vec<String> =
-                e.runs.iter().map(|(n, r)| format!("{n} {r:.0}")).collect();
+            let runs: Vec<String> = e.runs.iter().map(|(n, r)| format!("{n} {r:.0}")).collect();
             out.line(format!("  runs, in order: {}", runs.join(", ")));
             out.line(format!(
                 "  positions (every {} elements, shuffle of 64): {} taken, largest {} bytes \

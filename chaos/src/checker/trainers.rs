@@ -106,8 +106,7 @@ pub(super) fn check(events: &[Event]) -> CheckResult {
             }
         }
         let repeated: Vec<(&i64, &Vec<usize>)> = kept.iter().filter(|(_, l)| l.len() > 1).collect();
-        let missing: Vec<i64> =
-            (0..dataset_len as i64).filter(|v| !kept.contains_key(v)).collect();
+        let missing: Vec<i64> = (0..dataset_len as i64).filter(|v| !kept.contains_key(v)).collect();
         let out_of_range: Vec<i64> =
             kept.keys().copied().filter(|v| *v < 0 || *v >= dataset_len as i64).collect();
         duplicates += repeated.iter().map(|(_, l)| l.len() as u64 - 1).sum::<u64>();
@@ -225,14 +224,8 @@ mod tests {
 
     #[test]
     fn a_restore_without_a_generation_rolls_everything_back_and_an_unended_trainer_fails() {
-        let events = [
-            start(2),
-            el(0, 0),
-            restore(None, vec![0], vec![1, 2]),
-            el(1, 0),
-            el(2, 1),
-            end(1),
-        ];
+        let events =
+            [start(2), el(0, 0), restore(None, vec![0], vec![1, 2]), el(1, 0), el(2, 1), end(1)];
         let r = check(&events);
         assert!(r.violations.iter().any(|v| v.invariant == COMPLETION), "{:?}", r.violations);
         let r = check(&[&events[..], &[end(2)]].concat());
