@@ -13,6 +13,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{wait_until, Proc};
+use futures::StreamExt;
 use sluice_client::{Client, ElementStream, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, Element};
 use sluice_positions::Position;
