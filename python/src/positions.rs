@@ -23,8 +23,11 @@ fn invalid(e: &PositionError) -> PyErr {
 /// dataset, repetition and generation): the position that restores the job on
 /// any number of consumers.
 #[pyfunction]
-pub fn merge_positions<'py>(py: Python<'py>, positions: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyBytes>> {
-    let decoded = positions.iter().map(|b| decode(b)).collect::<PyResult<Vec<_>>>()?;
+pub fn merge_positions<'py>(
+    py: Python<'py>,
+    positions: Vec<Bound<'py, PyBytes>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let decoded = positions.iter().map(|b| decode(b.as_bytes())).collect::<PyResult<Vec<_>>>()?;
     let merged = Position::merge(&decoded).map_err(|e| match e {
         PositionError::Empty => errors::invalid_argument(
             "merge_positions needs at least one position (the consumers' positions of one \
