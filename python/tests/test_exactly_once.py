@@ -84,6 +84,8 @@ def test_merge_positions_unites_one_checkpoint_and_refuses_mixed_ones():
         sluice.merge_positions([])
     with pytest.raises(sluice.InvalidArgumentError, match="a list of positions"):
         sluice.merge_positions(position())  # type: ignore[arg-type]
+    with pytest.raises(sluice.InvalidArgumentError, match="as bytes"):
+        sluice.merge_positions(["not bytes"])  # type: ignore[list-item]
 
 
 def test_the_exactly_once_keyword_is_carried_and_checked():
