@@ -339,22 +339,26 @@ impl ReadOptions {
         let bad = |m: String| Err(ClientError::InvalidArgument(m));
         if self.exactly_once && self.mode != ProcessingMode::Dynamic {
             return bad(format!(
-                "exactly-once delivery needs processing mode `dynamic` (distributed_epoch),                  not `{}`: only the dispatcher's splits can be handed out again",
+                "exactly-once delivery needs processing mode `dynamic` (distributed_epoch), \
+                 not `{}`: only the dispatcher's splits can be handed out again",
                 self.mode
             ));
         }
         if self.exactly_once && self.kind != ReadKind::Plain {
-            return bad("exactly-once delivery cannot be combined with coordinated reads or the                  cross-trainer cache; read the job plainly"
+            return bad("exactly-once delivery cannot be combined with coordinated reads or the \
+             cross-trainer cache; read the job plainly"
                 .into());
         }
         let Some(p) = &self.restore else { return Ok(()) };
         if !self.exactly_once {
-            return bad("restoring from a position needs an exactly-once read: set                  ReadOptions::exactly_once(true) (Python: exactly_once=True)"
+            return bad("restoring from a position needs an exactly-once read: set \
+             ReadOptions::exactly_once(true) (Python: exactly_once=True)"
                 .into());
         }
         if self.job_name.as_deref() != Some(p.job_name.as_str()) {
             return bad(format!(
-                "the position is of job `{}`, and this read's job name is {}: read the job the                  position was taken of (set job_name to `{}`)",
+                "the position is of job `{}`, and this read's job name is {}: read the job the \
+                 position was taken of (set job_name to `{}`)",
                 p.job_name,
                 self.job_name.as_deref().map_or("unset".to_string(), |n| format!("`{n}`")),
                 p.job_name
@@ -362,7 +366,8 @@ impl ReadOptions {
         }
         if self.repetition != p.repetition {
             return bad(format!(
-                "the position is of repetition {}, and this read asks for repetition {};                  restore reads the position's repetition",
+                "the position is of repetition {}, and this read asks for repetition {}; \
+                 restore reads the position's repetition",
                 p.repetition, self.repetition
             ));
         }

@@ -157,7 +157,8 @@ impl ElementStream {
         match &self.consumption {
             Some((c, _)) => Ok(c.position()),
             None => Err(ClientError::InvalidArgument(format!(
-                "job `{}` is read with {} delivery, which has no positions: read it with                  ReadOptions::exactly_once(true) (Python: exactly_once=True)",
+                "job `{}` is read with {} delivery, which has no positions: read it with \
+                 ReadOptions::exactly_once(true) (Python: exactly_once=True)",
                 self.job_name, self.delivery
             ))),
         }

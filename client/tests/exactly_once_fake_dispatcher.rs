@@ -1,8 +1,10 @@
-//! The client's exactly-once wiring against a fake dispatcher (a unit test of
-//! the client: the real dispatcher's side is tested in its crate, and end to
-//! end in `tests/exactly_once.rs`): what it asks for, that a lost task is
-//! acknowledged in a report instead of failing the read, that a position comes
-//! out of a read, and that a restore sends its position.
+//! The client's exactly-once wiring against a fake dispatcher and a fake worker
+//! (a unit test of the client: the real servers' sides are tested in their
+//! crates, and end to end in `tests/exactly_once.rs`): what it asks for, that a
+//! lost task is acknowledged in a report instead of failing the read, that
+//! consumption reaches the dispatcher in reports, that bad positions columns
+//! fail the read, that a position comes out of a read, and that a restore sends
+//! its position.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +14,9 @@ use sluice_client::{Client, ClientError, Delivery, ProcessingMode, ReadOptions, 
 use sluice_positions::{Position, RecordSet, Run};
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::dispatcher_server::{Dispatcher, DispatcherServer};
+
+#[path = "common/fake_worker.rs"]
+mod fake_worker;
 use tonic::{Request, Response, Status};
 
 /// The lost task every view shows (its worker was declared dead).
@@ -29,6 +34,8 @@ struct Seen {
 struct Fake {
     seen: Arc<Mutex<Seen>>,
     delivery: pb::Delivery,
+    /// The view's tasks; by default only the lost one.
+    tasks: Vec<pb::TaskInfo>,
 }
 
 impl Fake {
@@ -99,18 +106,14 @@ impl Dispatcher for Fake {
         if let Some(report) = req.into_inner().consumed {
             self.seen.lock().unwrap().reports.push(report);
         }
-        // An exactly-once iteration ends once the lost task is acknowledged (the
-        // real dispatcher re-reads its records first); another at once.
-        let finished = self.acked() || self.delivery != pb::Delivery::ExactlyOnce;
+        // With the lost task, an exactly-once iteration ends once it is
+        // acknowledged (the real dispatcher re-reads its records first); any
+        // other at once (the read then ends with its tasks).
+        let lost = self.tasks.iter().any(|t| t.lost);
+        let finished = !lost || self.acked() || self.delivery != pb::Delivery::ExactlyOnce;
         Ok(Response::new(pb::ClientHeartbeatResponse {
             iteration_id: 1,
-            tasks: vec![pb::TaskInfo {
-                task_id: LOST_TASK,
-                worker_address: "127.0.0.1:9".into(),
-                finished: true,
-                lost: true,
-                ..Default::default()
-            }],
+            tasks: self.tasks.clone(),
             iteration_finished: finished,
             view_digest: if finished { 2 } else { 1 },
             checkpoint_watermark: 3,
@@ -150,12 +153,29 @@ impl Dispatcher for Fake {
     }
 }
 
-/// Serves `fake` on a loopback port for the test's lifetime (its runtime).
-async fn serve(delivery: pb::Delivery) -> (Fake, Client) {
-    let fake = Fake { seen: Arc::default(), delivery };
+/// A loopback listener for a test's server, and its address.
+async fn listen() -> (tokio_stream::wrappers::TcpListenerStream, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    (tokio_stream::wrappers::TcpListenerStream::new(listener), address)
+}
+
+/// Serves a fake dispatcher whose view has only the lost task, for the test's
+/// lifetime (its runtime).
+async fn serve(delivery: pb::Delivery) -> (Fake, Client) {
+    let lost = pb::TaskInfo {
+        task_id: LOST_TASK,
+        worker_address: "127.0.0.1:9".into(),
+        finished: true,
+        lost: true,
+        ..Default::default()
+    };
+    serve_view(delivery, vec![lost]).await
+}
+
+async fn serve_view(delivery: pb::Delivery, tasks: Vec<pb::TaskInfo>) -> (Fake, Client) {
+    let fake = Fake { seen: Arc::default(), delivery, tasks };
+    let (incoming, address) = listen().await;
     let server =
         tonic::transport::Server::builder().add_service(DispatcherServer::new(fake.clone()));
     tokio::spawn(server.serve_with_incoming(incoming));
@@ -255,4 +275,80 @@ async fn a_restore_of_another_job_or_dataset_or_without_exactly_once_is_refused(
     let e = refused(eo("j").coordinated(2, 0)).await;
     assert!(e.contains("coordinated"), "{e}");
     assert!(fake.seen.lock().unwrap().jobs.is_empty(), "refused before asking the dispatcher");
+}
+
+/// A view with task 1 on a fake worker serving `batches`, and a reader of it.
+async fn read_worker(batches: Vec<pb::ElementBatch>) -> (Fake, sluice_client::ElementStream) {
+    let worker = fake_worker::serve([(1, batches)].into()).await;
+    let task = pb::TaskInfo { task_id: 1, worker_address: worker, ..Default::default() };
+    let (fake, client) = serve_view(pb::Delivery::ExactlyOnce, vec![task]).await;
+    let stream = client.from_dataset_id("ds", eo("j")).await.unwrap();
+    (fake, stream)
+}
+
+fn reported(fake: &Fake) -> Vec<Run> {
+    let seen = fake.seen.lock().unwrap();
+    let mut runs: Vec<Run> = seen
+        .reports
+        .iter()
+        .flat_map(|r| sluice_positions::wire::runs_from_flat(&r.runs).unwrap())
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// Waits (with a deadline) until the dispatcher was told of `runs`.
+async fn wait_reported(fake: &Fake, runs: &[Run]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !runs.iter().all(|r| reported(fake).contains(r)) {
+        assert!(tokio::time::Instant::now() < deadline, "never reported: {:?}", reported(fake));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn unit(e: &sluice_dataset::Element) -> u64 {
+    e.components[0].i64_values().unwrap()[0] as u64
+}
+
+#[tokio::test]
+async fn what_the_application_takes_reaches_the_dispatcher_in_reports() {
+    let dropped = sluice_positions::Origin::record(3, 0); // filtered after unit 2
+    let (fake, mut stream) = read_worker(vec![
+        fake_worker::message(&[0, 1, 2], dropped, false),
+        fake_worker::message(&[4], sluice_positions::Origin::default(), true),
+    ])
+    .await;
+    let taken = [stream.next().await, stream.next().await];
+    let taken: Vec<u64> =
+        taken.iter().map(|e| unit(e.as_ref().unwrap().as_ref().unwrap())).collect();
+    assert_eq!(taken, vec![0, 1]);
+    wait_reported(&fake, &[Run::record(0, 0), Run::record(1, 0), Run::record(3, 0)]).await;
+    assert!(!reported(&fake).contains(&Run::record(2, 0)), "arrived, not taken: not consumed");
+    let rest: Vec<u64> = (&mut stream).map(|e| unit(&e.unwrap())).collect().await;
+    assert_eq!(rest, vec![2, 4]);
+    wait_reported(&fake, &[Run::record(2, 0), Run::record(4, 0)]).await;
+    let p = stream.position().unwrap();
+    for u in 0..5 {
+        assert!(p.consumed.contains(u, 0), "unit {u} in the position");
+    }
+    let seen = fake.seen.lock().unwrap();
+    assert!(seen.reports.iter().all(|r| r.generation == 0));
+}
+
+#[tokio::test]
+async fn positions_that_do_not_match_their_elements_fail_the_read_naming_the_worker() {
+    let mut lying = fake_worker::message(&[0, 1], sluice_positions::Origin::default(), true);
+    lying.positions.as_mut().unwrap().runs_per_element = vec![1, 1, 1]; // 3 runs claimed, 2 sent
+    let (_, mut stream) = read_worker(vec![lying]).await;
+    let e = stream.next().await.expect("an item").unwrap_err();
+    assert!(e.to_string().contains("do not match its elements"), "{e}");
+    assert!(
+        matches!(&e, ClientError::Protocol { address, .. } if address.starts_with("127.0.0.1:"))
+    );
+
+    let mut bare = fake_worker::message(&[0], sluice_positions::Origin::default(), true);
+    bare.positions = None;
+    let (_, mut stream) = read_worker(vec![bare]).await;
+    let e = stream.next().await.expect("an item").unwrap_err();
+    assert!(e.to_string().contains("without their positions"), "{e}");
 }

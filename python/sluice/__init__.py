@@ -18,6 +18,7 @@ when used). See docs/python.md.
 from sluice import admin, errors
 from sluice._functions import by_reference
 from sluice._native import Reader, TensorData, __version__
+from sluice._state import merge_states
 from sluice.dataset import AUTOTUNE, SHARD_HINT, Dataset
 from sluice.distribute import (
     CrossTrainerCache,
@@ -49,6 +50,7 @@ __all__ = [
     "status",
     "from_dataset_id",
     "merge_positions",
+    "merge_states",
     "DispatchServer",
     "WorkerServer",
     "Quorum",

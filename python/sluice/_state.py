@@ -33,14 +33,14 @@ import binascii
 import copy
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sluice import _native
 from sluice.distribute import DistributedDataset
 from sluice.errors import InvalidArgumentError
 
-__all__ = ["STATE_VERSION", "Position", "is_dynamic"]
+__all__ = ["STATE_VERSION", "Position", "is_dynamic", "merge_states"]
 
 STATE_VERSION = 1
 """Version of the state dict's layout; a state of another version is refused."""
@@ -295,6 +295,44 @@ class Position:
         self.repetition = repetition
         self.elements = elements
         self._restore = position
+
+
+def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One checkpoint's states of all consumers of an exactly-once job (each
+    consumer's ``state_dict()`` / ``get_state()``, e.g. every host's or loader
+    process's), as one state whose position is their union
+    (``sluice.merge_positions``). Give it to every consumer that resumes, any
+    number of them: they restore the job together and get every element the
+    checkpointed consumers had not returned, once. (Restoring each consumer
+    from its own position instead would not claim the others' records.)
+    Raises ``InvalidArgumentError`` for states of different jobs, datasets,
+    repetitions or checkpoints."""
+    if isinstance(states, Mapping) or not states:
+        raise InvalidArgumentError("merge_states takes a non-empty list of states")
+    first = states[0]
+    for key in ("job_name", "dataset_id", "repetition"):
+        values = {repr(s.get(key)) for s in states}
+        if len(values) > 1:
+            raise InvalidArgumentError(
+                f"the states have different {key}s ({', '.join(sorted(values))}): merge the "
+                f"states of one checkpoint of one job"
+            )
+    encoded = [s.get("position") for s in states]
+    merged = dict(first)
+    merged["elements_consumed"] = sum(int(s.get("elements_consumed", 0)) for s in states)
+    if all(e is None for e in encoded):
+        return merged  # between epochs: nothing to restore but the repetition
+    if any(not isinstance(e, str) for e in encoded):
+        raise InvalidArgumentError(
+            "every state must carry a position: states of exactly-once reads, all taken "
+            "during the same epoch"
+        )
+    try:
+        positions = [base64.b64decode(e, validate=True) for e in encoded]
+    except (binascii.Error, ValueError) as e:
+        raise InvalidArgumentError(f"a state's position is not valid base64: {e}") from None
+    merged["position"] = base64.b64encode(_native.merge_positions(positions)).decode("ascii")
+    return merged
 
 
 class HasPosition:

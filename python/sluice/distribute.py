@@ -173,8 +173,13 @@ def merge_positions(positions: Sequence[bytes]) -> bytes:
     position that restores the job on any number of consumers. Raises
     ``InvalidArgumentError`` for positions of different jobs, datasets,
     repetitions or checkpoints."""
-    if isinstance(positions, (bytes, bytearray)):
+    if isinstance(positions, (bytes, bytearray, str)):
         raise InvalidArgumentError("merge_positions takes a list of positions (bytes), not one")
+    bad = [type(p).__name__ for p in positions if not isinstance(p, (bytes, bytearray, memoryview))]
+    if bad:
+        raise InvalidArgumentError(
+            f"merge_positions takes positions as bytes (reader.position()), got {', '.join(bad)}"
+        )
     return _native.merge_positions([bytes(p) for p in positions])
 
 

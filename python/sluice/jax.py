@@ -57,7 +57,9 @@ class Iterator(HasPosition):
       iterator's record position (``"position"``, base64) and ``set_state``
       restores the job's iteration from it, so every element not returned
       before ``get_state()`` is delivered once. Each ``get_state()`` during an
-      epoch is a new checkpoint. A position of another job is refused.
+      epoch is a new checkpoint. A position of another job is refused. With
+      several hosts, give every resuming iterator ``sluice.merge_states`` of
+      all hosts' states of one checkpoint.
 
     The element count in the state is this iterator's (it resumes counting from
     it); the service does not need it. Rejoining a repetition that has since

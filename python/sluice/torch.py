@@ -149,7 +149,11 @@ class IterableDataset(HasPosition, _TorchIterableDataset):  # type: ignore[type-
     ``load_state_dict`` restores the job's iteration from it: every element
     the checkpointed consumer had not returned is delivered once. Each
     ``state_dict()`` of a read under way is a new checkpoint of the consumer.
-    A position of another job is refused (``InvalidArgumentError``).
+    A position of another job is refused (``InvalidArgumentError``). With
+    several consumers (loader processes, hosts), restore every resuming
+    consumer from ``sluice.merge_states`` of all their states of one
+    checkpoint: one consumer's position alone does not claim the records the
+    others consumed.
 
     For an OFF job the workers' tasks continue where they are, with the same
     loss. Rejoining a repetition that has finished gives an empty epoch. The saved

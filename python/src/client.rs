@@ -102,7 +102,7 @@ impl Client {
         accept_data_loss: bool,
         compression: &str,
         exactly_once: bool,
-        restore_from: Option<Vec<u8>>,
+        restore_from: Option<Bound<'_, PyBytes>>,
     ) -> PyResult<Reader> {
         let mode: ProcessingMode = processing_mode.parse().map_err(errors::from_client)?;
         let target: TargetWorkers = target_workers.parse().map_err(errors::from_client)?;
@@ -117,7 +117,7 @@ impl Client {
         opts.kind = read_kind(num_consumers, consumer_index, trainer_id)?;
         opts.exactly_once = exactly_once;
         if let Some(bytes) = restore_from {
-            opts = opts.restore(crate::positions::decode(&bytes)?);
+            opts = opts.restore(crate::positions::decode(bytes.as_bytes())?);
             if opts.repetition != repetition {
                 return Err(errors::invalid_argument(format!(
                     "restore_from is a position of repetition {}, and repetition={repetition} \

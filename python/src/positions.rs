@@ -25,9 +25,9 @@ fn invalid(e: &PositionError) -> PyErr {
 #[pyfunction]
 pub fn merge_positions<'py>(
     py: Python<'py>,
-    positions: Vec<Vec<u8>>,
+    positions: Vec<Bound<'py, PyBytes>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let decoded = positions.iter().map(|b| decode(b)).collect::<PyResult<Vec<_>>>()?;
+    let decoded = positions.iter().map(|b| decode(b.as_bytes())).collect::<PyResult<Vec<_>>>()?;
     let merged = Position::merge(&decoded).map_err(|e| match e {
         PositionError::Empty => errors::invalid_argument(
             "merge_positions needs at least one position (the consumers' positions of one \

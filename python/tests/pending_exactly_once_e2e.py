@@ -101,3 +101,20 @@ def test_the_jax_iterator_state_restores_the_epoch_once(cluster):
     again.set_state(state)
     got.extend(int(x) for x in again)
     _once(got)
+
+
+def test_two_hosts_states_merged_restore_on_two_new_hosts_once(cluster):
+    d, _ = cluster
+    a, b = JaxIterator(_eo(d, "jax-two")), JaxIterator(_eo(d, "jax-two"))
+    got = [int(next(a)) for _ in range(120)] + [int(next(b)) for _ in range(80)]
+    merged = sluice.merge_states([a.get_state(), b.get_state()])
+    a.close()
+    b.close()
+    c, e = JaxIterator(_eo(d, "jax-two")), JaxIterator(_eo(d, "jax-two"))
+    c.set_state(merged)
+    e.set_state(merged)
+    # Both join the one restored iteration: together they read the rest once.
+    got.append(int(next(c)))
+    got.extend(int(x) for x in e)
+    got.extend(int(x) for x in c)
+    _once(got)

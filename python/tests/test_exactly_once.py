@@ -84,6 +84,8 @@ def test_merge_positions_unites_one_checkpoint_and_refuses_mixed_ones():
         sluice.merge_positions([])
     with pytest.raises(sluice.InvalidArgumentError, match="a list of positions"):
         sluice.merge_positions(position())  # type: ignore[arg-type]
+    with pytest.raises(sluice.InvalidArgumentError, match="as bytes"):
+        sluice.merge_positions(["not bytes"])  # type: ignore[list-item]
 
 
 def test_the_exactly_once_keyword_is_carried_and_checked():
@@ -174,3 +176,30 @@ def test_an_at_most_once_reader_has_no_position(service):
     with pytest.raises(sluice.InvalidArgumentError, match="exactly_once"):
         reader.position()
     reader.close()
+
+
+def test_merge_states_joins_one_checkpoint_of_all_consumers_for_every_resuming_one():
+    a = _state("j", position("j", watermark=3))
+    b = _state("j", position("j", watermark=5))
+    a["elements_consumed"], b["elements_consumed"] = 30, 12
+    merged = sluice.merge_states([a, b])
+    info = _native.position_info(base64.b64decode(merged["position"]))
+    assert (info["job_name"], info["merged_consumers"]) == ("j", 2)
+    assert merged["elements_consumed"] == 42
+    assert json.loads(json.dumps(merged)) == merged
+    _eo_iterator().set_state(merged)  # accepted by any consumer of the job
+    between = [_state("j"), _state("j")]
+    assert sluice.merge_states(between)["position"] is None
+
+
+def test_merge_states_refuses_states_of_different_jobs_checkpoints_or_reads():
+    with pytest.raises(sluice.InvalidArgumentError, match="job_names"):
+        sluice.merge_states([_state("j", position("j")), _state("k", position("k"))])
+    with pytest.raises(sluice.InvalidArgumentError, match="generations"):
+        sluice.merge_states(
+            [_state("j", position("j", generation=1)), _state("j", position("j", generation=2))]
+        )
+    with pytest.raises(sluice.InvalidArgumentError, match="every state must carry a position"):
+        sluice.merge_states([_state("j", position("j")), _state("j")])
+    with pytest.raises(sluice.InvalidArgumentError, match="non-empty list"):
+        sluice.merge_states([])

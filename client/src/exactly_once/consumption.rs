@@ -15,7 +15,9 @@ use sluice_positions::{Origin, Position, RecordSet};
 use sluice_proto::v1 as pb;
 use tokio::sync::Notify;
 
-use super::MAX_REPORT_RUNS;
+/// The most runs (and unit ends) one `ConsumedReport` carries; the rest goes in
+/// the next one (docs/exactly-once.md, "Bounds").
+pub const MAX_REPORT_RUNS: usize = 65_536;
 
 /// Runs appended to the position log before they are folded into the own set
 /// (inserting into a `RecordSet` costs more than appending to a vector).

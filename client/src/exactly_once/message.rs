@@ -4,7 +4,7 @@ use sluice_positions::wire::split_positions;
 use sluice_positions::Origin;
 use sluice_proto::v1 as pb;
 
-use super::Consumption;
+use super::consumption::Consumption;
 use crate::error::ClientError;
 
 /// The origins of a message's `elements` elements, once the message's own

@@ -34,21 +34,13 @@ mod consumption;
 mod message;
 mod reporter;
 
-use std::time::Duration;
-
 use sluice_proto::v1 as pb;
 
 pub(crate) use consumption::Consumption;
+pub use consumption::MAX_REPORT_RUNS;
 pub(crate) use message::take_origins;
+pub use reporter::REPORT_INTERVAL;
 pub(crate) use reporter::{flush, report_loop};
-
-/// The least time between the starts of two reports while the application
-/// keeps consuming.
-pub const REPORT_INTERVAL: Duration = Duration::from_millis(200);
-
-/// The most runs (and unit ends) one `ConsumedReport` carries; the rest goes in
-/// the next one (docs/exactly-once.md, "Bounds").
-pub const MAX_REPORT_RUNS: usize = 65_536;
 
 /// What delivery a read gets: the dispatcher's answer for its job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

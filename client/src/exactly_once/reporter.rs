@@ -9,8 +9,12 @@ use sluice_proto::v1 as pb;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::{Consumption, REPORT_INTERVAL};
+use super::consumption::Consumption;
 use crate::dispatcher::DispatcherClient;
+
+/// The least time between the starts of two reports while the application
+/// keeps consuming.
+pub const REPORT_INTERVAL: Duration = Duration::from_millis(200);
 
 /// How long a dropped stream may spend sending what it has not reported yet.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
