@@ -1,9 +1,11 @@
 //! Wire ↔ domain conversions and the one mapping of errors to `tonic::Status`.
 
 use sluice_dataset::{DatasetDef, DatasetError};
+use sluice_positions::{Run, UnitRecords};
 use sluice_proto::v1 as pb;
 use tonic::Status;
 
+use crate::command::Command;
 use crate::error::{ProposeError, StateError};
 use crate::state::{Iteration, Mode, SplitAnswer, State, TargetWorkers, Task};
 
@@ -86,16 +88,31 @@ pub fn target_workers_from_wire(v: i32) -> Result<TargetWorkers, Status> {
     }
 }
 
-pub fn split_to_wire(a: SplitAnswer) -> pb::GetSplitResponse {
+/// A GetSplit answer; `skip_runs`: the consumed records of an exactly-once
+/// grant's units, which the worker's source skips.
+pub fn split_to_wire(a: SplitAnswer, skip_runs: Vec<Run>) -> pb::GetSplitResponse {
     match a {
-        SplitAnswer::Split { begin, end } => pb::GetSplitResponse {
-            split: Some(pb::Split { begin, end, skip_runs: vec![] }),
-            end_of_splits: false,
-            wait: false,
-        },
+        SplitAnswer::Split { begin, end } => {
+            let mut flat = Vec::with_capacity(skip_runs.len() * 3);
+            sluice_positions::wire::runs_to_flat(skip_runs, &mut flat);
+            pb::GetSplitResponse {
+                split: Some(pb::Split { begin, end, skip_runs: flat }),
+                end_of_splits: false,
+                wait: false,
+            }
+        }
         SplitAnswer::EndOfSplits => {
             pb::GetSplitResponse { split: None, end_of_splits: true, wait: false }
         }
+        SplitAnswer::Wait => pb::GetSplitResponse { split: None, end_of_splits: false, wait: true },
+    }
+}
+
+pub fn delivery_to_wire(exactly_once: bool) -> pb::Delivery {
+    if exactly_once {
+        pb::Delivery::ExactlyOnce
+    } else {
+        pb::Delivery::AtMostOnce
     }
 }
 
@@ -109,6 +126,7 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
     let it = state.iterations.get(&task.iteration_id)?;
     let job = state.jobs.get(&it.job_id)?;
     let ds = state.datasets.get(&job.dataset_id)?;
+    let rule = state.exactly_once.jobs.get(&job.id).copied();
     Some(pb::TaskDef {
         task_id: task.id,
         iteration_id: it.id,
@@ -123,6 +141,8 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         use_cross_trainer_cache: job.cross_trainer_cache,
         num_consumers: job.num_consumers,
         job_name: job.name.clone(),
+        exactly_once: rule.is_some(),
+        counted_units: rule == Some(UnitRecords::Counted),
         ..Default::default()
     })
 }
@@ -143,4 +163,71 @@ pub(crate) fn task_infos(s: &State, it: &Iteration) -> Vec<pb::TaskInfo> {
             coordinated_removed: rr.is_some_and(|rr| rr.removed.contains_key(&t.id)),
         })
         .collect()
+}
+
+/// Why a job the handler answers is at-most-once (`GetOrCreateJobResponse`).
+pub fn at_most_once_reason(
+    mode: Mode,
+    cross_trainer_cache: bool,
+    num_consumers: Option<u32>,
+    replay: Result<UnitRecords, String>,
+) -> String {
+    if mode != Mode::Dynamic {
+        return format!(
+            "only DYNAMIC jobs (distributed_epoch) can be exactly-once; this job is {}",
+            mode.name()
+        );
+    }
+    if cross_trainer_cache {
+        return "jobs with the cross-trainer cache are at-most-once".into();
+    }
+    if num_consumers.is_some() {
+        return "jobs with coordinated reads (num_consumers) are at-most-once".into();
+    }
+    match replay {
+        Err(why) => format!("the pipeline cannot be replayed: {why}"),
+        Ok(_) => "exactly-once delivery is opt-in: create the job with require_exactly_once \
+                  (Rust ReadOptions::exactly_once(true), Python exactly_once=True)"
+            .into(),
+    }
+}
+
+/// Whether a heartbeat's consumed report needs a command: it has records, ends,
+/// acknowledgements, or a generation to record.
+pub fn report_matters(r: &pb::ConsumedReport) -> bool {
+    !r.runs.is_empty()
+        || !r.unit_ends.is_empty()
+        || !r.lost_tasks_done.is_empty()
+        || r.generation > 0
+}
+
+/// A heartbeat's `ConsumedReport` as the command that applies it; refuses a
+/// malformed one, and more than `MAX_REPORT_RUNS` runs before decoding them.
+pub fn report_command(client_id: u64, r: &pb::ConsumedReport) -> Result<Command, Status> {
+    use crate::exactly_once::MAX_REPORT_RUNS;
+    let too_many = |n: usize, what: &str| {
+        Status::invalid_argument(format!(
+            "ClientHeartbeatRequest.consumed carries {n} {what}, above the limit of \
+             {MAX_REPORT_RUNS}; send the rest in the next heartbeat"
+        ))
+    };
+    if r.runs.len() / 3 > MAX_REPORT_RUNS {
+        return Err(too_many(r.runs.len() / 3, "runs"));
+    }
+    if r.unit_ends.len() / 2 > MAX_REPORT_RUNS {
+        return Err(too_many(r.unit_ends.len() / 2, "unit ends"));
+    }
+    if r.lost_tasks_done.len() > MAX_REPORT_RUNS {
+        return Err(too_many(r.lost_tasks_done.len(), "lost tasks"));
+    }
+    let bad = |e: sluice_positions::PositionError| {
+        Status::invalid_argument(format!("ClientHeartbeatRequest.consumed: {e}"))
+    };
+    Ok(Command::ReportConsumed {
+        client_id,
+        generation: r.generation,
+        runs: sluice_positions::wire::runs_from_flat(&r.runs).map_err(bad)?,
+        unit_ends: sluice_positions::wire::ends_from_flat(&r.unit_ends).map_err(bad)?,
+        lost_tasks_done: r.lost_tasks_done.clone(),
+    })
 }

@@ -59,6 +59,9 @@
 //!   `Core` and the handlers increment.
 //! - [`limits`]: the caps on what callers can make one dispatcher hold
 //!   (stamped into commands, enforced by `apply`).
+//! - [`exactly_once`]: the replicated state of exactly-once delivery (the
+//!   trailing section of `State`); `apply/exactly_once/` changes it.
+//!   `replay_check`: a stand-in for the dataset crate's replayability check.
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 //! - `fuzzing` (feature `fuzzing`): the Raft codec's entry point for the fuzz target in
 //!   `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
@@ -77,6 +80,7 @@ pub mod core;
 mod counters;
 mod def_serde;
 pub mod error;
+pub mod exactly_once;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -88,6 +92,7 @@ mod metrics;
 mod python_check;
 pub mod raft;
 mod read_barrier;
+mod replay_check;
 pub mod server;
 mod service;
 pub mod state;
