@@ -143,7 +143,6 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         job_name: job.name.clone(),
         exactly_once: rule.is_some(),
         counted_units: rule == Some(UnitRecords::Counted),
-        ..Default::default()
     })
 }
 
