@@ -230,3 +230,82 @@ pub fn report_command(client_id: u64, r: &pb::ConsumedReport) -> Result<Command,
         lost_tasks_done: r.lost_tasks_done.clone(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::Limits;
+
+    fn state_with_task(rule: Option<UnitRecords>) -> (State, Task) {
+        let mut s = State::default();
+        let def = DatasetDef::range(4);
+        let limits = Limits::default();
+        crate::apply(
+            &mut s,
+            Command::RegisterDataset { dataset_id: Some("d".into()), def, limits },
+        )
+        .unwrap();
+        let (dataset_id, job_name) = ("d".to_string(), Some("j".to_string()));
+        let (target_workers, static_workers) = (TargetWorkers::Auto, vec![]);
+        let cmd = match rule {
+            Some(rule) => Command::GetOrCreateExactlyOnceJob {
+                dataset_id,
+                mode: Mode::Dynamic,
+                job_name,
+                target_workers,
+                static_workers,
+                cross_trainer_cache: false,
+                num_consumers: None,
+                replay: Ok(rule),
+                limits,
+            },
+            None => Command::GetOrCreateJob {
+                dataset_id,
+                mode: Mode::Dynamic,
+                job_name,
+                target_workers,
+                static_workers,
+                cross_trainer_cache: false,
+                num_consumers: None,
+                limits,
+            },
+        };
+        crate::apply(&mut s, cmd).unwrap();
+        let w = Command::RegisterWorker {
+            address: "w:1".into(),
+            worker_uid: 1,
+            functions: vec![],
+            python_version: None,
+            limits,
+        };
+        crate::apply(&mut s, w).unwrap();
+        let job_id = *s.jobs_by_name.get("j").unwrap();
+        let it =
+            Command::GetOrCreateIteration { job_id, repetition: 0, elements_per_split: 1, limits };
+        crate::apply(&mut s, it).unwrap();
+        let task = s.tasks.values().next().unwrap().clone();
+        (s, task)
+    }
+
+    #[test]
+    fn task_defs_say_exactly_once_and_counted_units_by_the_jobs_rule() {
+        let (s, t) = state_with_task(Some(UnitRecords::Counted));
+        let def = task_def(&s, &t).unwrap();
+        assert!(def.exactly_once && def.counted_units);
+        let (s, t) = state_with_task(Some(UnitRecords::One));
+        let def = task_def(&s, &t).unwrap();
+        assert!(def.exactly_once && !def.counted_units);
+        let (s, t) = state_with_task(None);
+        let def = task_def(&s, &t).unwrap();
+        assert!(!def.exactly_once && !def.counted_units);
+    }
+
+    #[test]
+    fn grants_carry_their_skip_runs_and_wait_is_neither_a_split_nor_the_end() {
+        let skips = vec![Run { unit: 2, first: 1, count: 3 }];
+        let r = split_to_wire(SplitAnswer::Split { begin: 2, end: 4 }, skips);
+        assert_eq!(r.split.unwrap().skip_runs, vec![2, 1, 3]);
+        let r = split_to_wire(SplitAnswer::Wait, vec![]);
+        assert!(r.wait && !r.end_of_splits && r.split.is_none());
+    }
+}
