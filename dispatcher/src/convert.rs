@@ -200,6 +200,17 @@ pub fn report_matters(r: &pb::ConsumedReport) -> bool {
         || r.generation > 0
 }
 
+/// Whether a report carries nothing but its generation.
+pub fn report_is_only_known_generation(r: &pb::ConsumedReport) -> bool {
+    r.runs.is_empty() && r.unit_ends.is_empty() && r.lost_tasks_done.is_empty()
+}
+
+/// The generation recorded for an exactly-once iteration's consumer.
+pub fn client_generation(s: &State, client_id: u64) -> Option<u64> {
+    let iteration_id = s.clients.get(&client_id)?;
+    s.exactly_once.iterations.get(iteration_id)?.client_generations.get(&client_id).copied()
+}
+
 /// A heartbeat's `ConsumedReport` as the command that applies it; refuses a
 /// malformed one, and more than `MAX_REPORT_RUNS` runs before decoding them.
 pub fn report_command(client_id: u64, r: &pb::ConsumedReport) -> Result<Command, Status> {

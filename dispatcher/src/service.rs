@@ -378,7 +378,15 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         // A consumed report is applied before the long poll, whether or not the
         // view then changes; the answer carries the checkpoint watermark after it.
         if let Some(report) = req.consumed.as_ref().filter(|r| report_matters(r)) {
-            self.core.propose(report_command(client_id, report)?).await?;
+            // A report with nothing but a generation already recorded is not
+            // worth a log entry (an idle consumer heartbeats often).
+            let known = report_is_only_known_generation(report)
+                && self
+                    .core
+                    .read_local(|s| client_generation(s, client_id) >= Some(report.generation));
+            if !known {
+                self.core.propose(report_command(client_id, report)?).await?;
+            }
         }
         // A long poll answers at a change or after the wait, which is a fraction of
         // the client timeout; the timer is fed at every read of the view.

@@ -386,10 +386,15 @@ impl State {
 
     /// Every task of the iteration reached end of sequence, and (static modes)
     /// every shard has a task: a worker of the list that has not registered yet
-    /// still owes its shard; (exactly-once) no lost units wait to be read again.
+    /// still owes its shard. Exactly-once: also every unit was consumed (what a
+    /// worker produced is not delivered until a consumer took it: a worker that
+    /// dies before may still cost a reread) and no lost unit waits.
     pub fn iteration_complete(&self, it: &Iteration) -> bool {
-        if self.exactly_once.has_orphans(it.id) {
-            return false;
+        if let Some(p) = self.exactly_once.iterations.get(&it.id) {
+            let units = self.source_cardinality_of(it.job_id).unwrap_or(0);
+            if !p.orphans.is_empty() || p.consumed.watermark() < units {
+                return false;
+            }
         }
         let tasks: Vec<&Task> = it.tasks.iter().filter_map(|t| self.tasks.get(t)).collect();
         if !tasks.iter().all(|t| t.finished) {

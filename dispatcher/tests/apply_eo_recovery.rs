@@ -54,7 +54,18 @@ fn a_lost_tasks_units_are_granted_again_without_their_consumed_records_after_eve
     assert_eq!(eo_grant(&mut s, t2, 2, 3, 1), want, "a replay gets the same skips");
     assert!(s.exactly_once.iterations[&it].orphans.is_empty());
     assert_eq!(eo_grant(&mut s, t2, 2, 4, 1).0, SplitAnswer::EndOfSplits);
-    assert_eq!(finish(&mut s, "w2:1", vec![t2]), vec![it]);
+    assert!(finish(&mut s, "w2:1", vec![t2]).is_empty(), "nothing of units 1..6 consumed yet");
+    consume_all_from(&mut s, c1, 1, 6);
+    assert!(s.iterations[&it].finished, "the last consumption finishes it");
+}
+
+/// `client` reports every record of units `from..to` (one record each, but
+/// unit 1's six of the test above) consumed.
+fn consume_all_from(s: &mut State, client: u64, from: u64, to: u64) {
+    let runs: Vec<(u64, u64, u64)> =
+        (from..to).map(|u| (u, 0, if u == 1 { 6 } else { 1 })).collect();
+    let ends: Vec<(u64, u64)> = runs.iter().map(|r| (r.0, r.2)).collect();
+    report(s, client, 0, &runs, &ends, &[]).unwrap();
 }
 
 #[test]
@@ -88,7 +99,37 @@ fn the_iteration_does_not_finish_while_orphans_wait_and_a_reader_is_made_for_the
     report(&mut s, c2, 0, &[], &[], &[t1]).unwrap();
     assert_eq!(eo_grant(&mut s, reader, 2, 1, 1).0, SplitAnswer::Split { begin: 0, end: 1 });
     assert_eq!(eo_grant(&mut s, reader, 2, 2, 1).0, SplitAnswer::EndOfSplits);
-    assert_eq!(finish(&mut s, "w2:1", vec![reader]), vec![it]);
+    assert!(finish(&mut s, "w2:1", vec![reader]).is_empty());
+    consume_all_from(&mut s, c2, 0, 1);
+    consume_all_from(&mut s, c2, 2, 6);
+    assert!(!s.iterations[&it].finished, "unit 1 is not whole");
+    consume_all_from(&mut s, c1, 1, 2);
+    assert!(s.iterations[&it].finished);
+}
+
+#[test]
+fn a_task_that_ended_normally_loses_what_its_worker_still_held() {
+    let mut s = State::default();
+    let (it, t1, t2, c1, c2) = two_by_two(&mut s);
+    assert_eq!(eo_grant(&mut s, t1, 1, 0, 8).0, SplitAnswer::Split { begin: 0, end: 6 });
+    assert_eq!(eo_grant(&mut s, t1, 1, 1, 8).0, SplitAnswer::EndOfSplits);
+    assert_eq!(eo_grant(&mut s, t2, 2, 0, 8).0, SplitAnswer::EndOfSplits);
+    assert!(finish(&mut s, "w1:1", vec![t1]).is_empty());
+    assert!(finish(&mut s, "w2:1", vec![t2]).is_empty());
+    assert!(!s.iterations[&it].finished, "produced is not consumed");
+    consume_all_from(&mut s, c1, 2, 3);
+    // The worker dies with units 0, 1, 3, 4, 5 produced, maybe not delivered.
+    lose(&mut s, "w1:1", 1);
+    assert!(s.tasks[&t1].lost, "consumers are told, and acknowledge it");
+    let p = &s.exactly_once.iterations[&it];
+    let ranges: Vec<(u64, u64)> = p.orphans.iter().map(|o| (o.begin, o.end)).collect();
+    assert_eq!(ranges, vec![(0, 2), (3, 6)]);
+    let reader = *s.iterations[&it].tasks.last().unwrap();
+    assert_eq!(s.tasks[&reader].worker_address, "w2:1");
+    report(&mut s, c1, 0, &[], &[], &[t1]).unwrap();
+    report(&mut s, c2, 0, &[], &[], &[t1]).unwrap();
+    assert_eq!(eo_grant(&mut s, reader, 2, 0, 8).0, SplitAnswer::Split { begin: 0, end: 2 });
+    assert_eq!(eo_grant(&mut s, reader, 2, 1, 8).0, SplitAnswer::Split { begin: 3, end: 6 });
 }
 
 #[test]
@@ -176,6 +217,8 @@ fn forgetting_an_iteration_drops_its_progress_and_its_jobs_delivery() {
     eo_grant(&mut s, t, 1, 0, 1);
     eo_grant(&mut s, t, 1, 1, 1);
     finish(&mut s, "w1:1", vec![t]);
+    report(&mut s, c, 0, &[(0, 0, 1)], &[], &[]).unwrap();
+    assert!(s.iterations[&it].finished);
     ok(&mut s, Command::ReleaseClient { client_id: c });
     let r = ok(&mut s, Command::ForgetIteration { iteration_id: it });
     assert_eq!(r, Response::IterationForgotten { changed: true, job_forgotten: true });

@@ -112,7 +112,7 @@ async fn exactly_once_jobs_reports_and_restores_over_grpc() {
         c.client_heartbeat(hb(Some(report), first.view_digest)).await.unwrap().into_inner();
     assert_eq!(second.view_digest, first.view_digest);
     assert_eq!((second.checkpoint_watermark, second.checkpoint_generation), (2, 0));
-    let flood = pb::ConsumedReport { runs: vec![1, 0, 1].repeat(65_537), ..Default::default() };
+    let flood = pb::ConsumedReport { runs: [1, 0, 1].repeat(65_537), ..Default::default() };
     let err = c.client_heartbeat(hb(Some(flood), 0)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("65537 runs"), "{err}");

@@ -41,7 +41,8 @@ pub(super) fn worker_lost(
     }
     worker.lost = true;
     let tasks: Vec<TaskId> = std::mem::take(&mut worker.active_tasks).into_iter().collect();
-    let mut touched = std::collections::BTreeSet::new();
+    let mut touched: std::collections::BTreeSet<IterationId> =
+        orphans::orphan_finished_tasks(state, address).into_iter().collect();
     for task_id in tasks {
         let Some(task) = state.tasks.get_mut(&task_id) else { continue };
         if task.finished {
@@ -84,6 +85,8 @@ pub(super) fn record_restart_loss(state: &mut State, address: &str, new_uid: u64
         return;
     }
     let tasks: Vec<TaskId> = worker.active_tasks.iter().copied().collect();
+    // Exactly-once: what its ended tasks still held is gone with the process.
+    orphans::orphan_finished_tasks(state, address);
     for task_id in tasks {
         let Some(task) = state.tasks.get_mut(&task_id) else { continue };
         let iteration_id = task.iteration_id;

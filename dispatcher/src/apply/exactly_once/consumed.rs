@@ -5,7 +5,8 @@
 //! record that checkpoint watermarks are answered from
 //! (`Progress::checkpoint`). The lost tasks it lists are acknowledged: the
 //! consumer dropped what it held of them, and reported what it consumed of
-//! them. Everything here is a union or a removal, so a report applied twice
+//! them. The report that completes the iteration (every unit consumed, every
+//! task ended) finishes it. Everything here is a union or a removal, so a report applied twice
 //! (a heartbeat resent after a lost answer) changes nothing the second time.
 
 use std::collections::BTreeSet;
@@ -77,5 +78,13 @@ pub(in crate::apply) fn report(
         }
     }
     p.trim_granted();
+    // The last consumption can be what completes an exactly-once iteration.
+    let complete = state
+        .iterations
+        .get(&iteration_id)
+        .is_some_and(|it| it.is_live() && state.iteration_complete(it));
+    if let Some(it) = state.iterations.get_mut(&iteration_id).filter(|_| complete) {
+        it.finished = true;
+    }
     Ok(Response::ConsumedReported)
 }

@@ -57,6 +57,41 @@ pub(in crate::apply) fn end_restarted_task(state: &mut State, task_id: TaskId) {
     orphan_task(state, iteration_id, task_id);
 }
 
+/// The worker at `address` is gone (lost, or restarted as a new process): its
+/// tasks of live exactly-once iterations that already ended normally may still
+/// have held produced elements no consumer took. Those with granted units that
+/// are not whole end as lost too (consumers acknowledge them like any lost
+/// task), and their units become orphans. Returns the iterations touched.
+pub(in crate::apply) fn orphan_finished_tasks(
+    state: &mut State,
+    address: &str,
+) -> Vec<IterationId> {
+    let ended: Vec<(TaskId, IterationId)> = state
+        .tasks
+        .values()
+        .filter(|t| t.worker_address == address && t.finished && !t.lost)
+        .filter(|t| state.iterations.get(&t.iteration_id).is_some_and(|it| it.is_live()))
+        .filter(|t| {
+            state
+                .exactly_once
+                .iterations
+                .get(&t.iteration_id)
+                .is_some_and(|p| p.granted.contains_key(&t.id))
+        })
+        .map(|t| (t.id, t.iteration_id))
+        .collect();
+    for (task_id, iteration_id) in &ended {
+        if let Some(t) = state.tasks.get_mut(task_id) {
+            t.lost = true;
+        }
+        if let Some(it) = state.iterations.get_mut(iteration_id) {
+            it.lost_tasks.insert(*task_id);
+        }
+        orphan_task(state, *iteration_id, *task_id);
+    }
+    ended.into_iter().map(|(_, it)| it).collect()
+}
+
 /// Whether a task may still ask for splits: running, and not told end-of-splits.
 fn can_read(state: &State, task_id: TaskId) -> bool {
     state.tasks.get(&task_id).is_some_and(|t| {
