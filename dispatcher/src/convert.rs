@@ -5,7 +5,6 @@ use sluice_positions::{Run, UnitRecords};
 use sluice_proto::v1 as pb;
 use tonic::Status;
 
-use crate::command::Command;
 use crate::error::{ProposeError, StateError};
 use crate::state::{Iteration, Mode, SplitAnswer, State, TargetWorkers, Task};
 
@@ -108,14 +107,6 @@ pub fn split_to_wire(a: SplitAnswer, skip_runs: Vec<Run>) -> pb::GetSplitRespons
     }
 }
 
-pub fn delivery_to_wire(exactly_once: bool) -> pb::Delivery {
-    if exactly_once {
-        pb::Delivery::ExactlyOnce
-    } else {
-        pb::Delivery::AtMostOnce
-    }
-}
-
 pub fn def_from_wire(d: Option<pb::DatasetDef>) -> Result<DatasetDef, Status> {
     let d = d.ok_or_else(|| Status::invalid_argument("request has no dataset definition"))?;
     DatasetDef::try_from(d).map_err(dataset_error)
@@ -164,87 +155,10 @@ pub(crate) fn task_infos(s: &State, it: &Iteration) -> Vec<pb::TaskInfo> {
         .collect()
 }
 
-/// Why a job the handler answers is at-most-once (`GetOrCreateJobResponse`).
-pub fn at_most_once_reason(
-    mode: Mode,
-    cross_trainer_cache: bool,
-    num_consumers: Option<u32>,
-    replay: Result<UnitRecords, String>,
-) -> String {
-    if mode != Mode::Dynamic {
-        return format!(
-            "only DYNAMIC jobs (distributed_epoch) can be exactly-once; this job is {}",
-            mode.name()
-        );
-    }
-    if cross_trainer_cache {
-        return "jobs with the cross-trainer cache are at-most-once".into();
-    }
-    if num_consumers.is_some() {
-        return "jobs with coordinated reads (num_consumers) are at-most-once".into();
-    }
-    match replay {
-        Err(why) => format!("the pipeline cannot be replayed: {why}"),
-        Ok(_) => "exactly-once delivery is opt-in: create the job with require_exactly_once \
-                  (Rust ReadOptions::exactly_once(true), Python exactly_once=True)"
-            .into(),
-    }
-}
-
-/// Whether a heartbeat's consumed report needs a command: it has records, ends,
-/// acknowledgements, or a generation to record.
-pub fn report_matters(r: &pb::ConsumedReport) -> bool {
-    !r.runs.is_empty()
-        || !r.unit_ends.is_empty()
-        || !r.lost_tasks_done.is_empty()
-        || r.generation > 0
-}
-
-/// Whether a report carries nothing but its generation.
-pub fn report_is_only_known_generation(r: &pb::ConsumedReport) -> bool {
-    r.runs.is_empty() && r.unit_ends.is_empty() && r.lost_tasks_done.is_empty()
-}
-
-/// The generation recorded for an exactly-once iteration's consumer.
-pub fn client_generation(s: &State, client_id: u64) -> Option<u64> {
-    let iteration_id = s.clients.get(&client_id)?;
-    s.exactly_once.iterations.get(iteration_id)?.client_generations.get(&client_id).copied()
-}
-
-/// A heartbeat's `ConsumedReport` as the command that applies it; refuses a
-/// malformed one, and more than `MAX_REPORT_RUNS` runs before decoding them.
-pub fn report_command(client_id: u64, r: &pb::ConsumedReport) -> Result<Command, Status> {
-    use crate::exactly_once::MAX_REPORT_RUNS;
-    let too_many = |n: usize, what: &str| {
-        Status::invalid_argument(format!(
-            "ClientHeartbeatRequest.consumed carries {n} {what}, above the limit of \
-             {MAX_REPORT_RUNS}; send the rest in the next heartbeat"
-        ))
-    };
-    if r.runs.len() / 3 > MAX_REPORT_RUNS {
-        return Err(too_many(r.runs.len() / 3, "runs"));
-    }
-    if r.unit_ends.len() / 2 > MAX_REPORT_RUNS {
-        return Err(too_many(r.unit_ends.len() / 2, "unit ends"));
-    }
-    if r.lost_tasks_done.len() > MAX_REPORT_RUNS {
-        return Err(too_many(r.lost_tasks_done.len(), "lost tasks"));
-    }
-    let bad = |e: sluice_positions::PositionError| {
-        Status::invalid_argument(format!("ClientHeartbeatRequest.consumed: {e}"))
-    };
-    Ok(Command::ReportConsumed {
-        client_id,
-        generation: r.generation,
-        runs: sluice_positions::wire::runs_from_flat(&r.runs).map_err(bad)?,
-        unit_ends: sluice_positions::wire::ends_from_flat(&r.unit_ends).map_err(bad)?,
-        lost_tasks_done: r.lost_tasks_done.clone(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::Command;
     use crate::limits::Limits;
 
     fn state_with_task(rule: Option<UnitRecords>) -> (State, Task) {

@@ -18,11 +18,12 @@ use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
 use crate::client_view;
-use crate::command::{Command, Response as R, RestorePoint};
+use crate::command::{Command, Response as R};
 use crate::config::DispatcherConfig;
 use crate::convert::*;
 use crate::coordinated_reads::CoordinatedReads;
 use crate::core::Core;
+use crate::eo_wire::*;
 use crate::error::StateError;
 use crate::liveness::Liveness;
 use crate::replay_check::exactly_once;
@@ -30,7 +31,6 @@ use crate::state::{DatasetId, SplitAnswer, State};
 use crate::worker_identity::WorkerIdentities;
 use crate::worker_reports::WorkerReports;
 use crate::{python_check, worker_view};
-use sluice_positions::Position;
 
 /// How long `GetStatus` waits for a leader to confirm itself before answering
 /// with its local (possibly stale) view.
@@ -239,7 +239,6 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let req = req.into_inner();
         let mode = mode_from_wire(req.mode)?;
         let target_workers = target_workers_from_wire(req.target_workers)?;
-        let job_name = Some(req.job_name).filter(|n| !n.is_empty());
         self.check_python_workers(&req.dataset_id).await?;
         // Stamped here so the job keeps the list it was created with.
         let static_workers = self.config.worker_addresses.clone();
@@ -250,30 +249,8 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             .read_leader(|s| s.datasets.get(&req.dataset_id).map(|d| exactly_once(&d.def)))
             .await?
             .unwrap_or_else(|| Err("the dataset is not registered".into()));
-        let cmd = if req.require_exactly_once {
-            Command::GetOrCreateExactlyOnceJob {
-                dataset_id: req.dataset_id,
-                mode,
-                job_name,
-                target_workers,
-                static_workers,
-                cross_trainer_cache: req.use_cross_trainer_cache,
-                num_consumers: req.num_consumers,
-                replay: replay.clone(),
-                limits: self.config.limits,
-            }
-        } else {
-            Command::GetOrCreateJob {
-                dataset_id: req.dataset_id,
-                mode,
-                job_name,
-                target_workers,
-                static_workers,
-                cross_trainer_cache: req.use_cross_trainer_cache,
-                num_consumers: req.num_consumers,
-                limits: self.config.limits,
-            }
-        };
+        let limits = self.config.limits;
+        let cmd = job_command(&req, mode, target_workers, static_workers, replay.clone(), limits);
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name, exactly_once } => {
                 let at_most_once_reason = if exactly_once {
@@ -303,34 +280,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::GetOrCreateIterationRequest>,
     ) -> Result<Response<pb::GetOrCreateIterationResponse>, Status> {
         let req = req.into_inner();
-        let cmd = match &req.restore {
-            None => Command::GetOrCreateIteration {
-                job_id: req.job_id,
-                repetition: req.repetition,
-                elements_per_split: self.config.elements_per_split,
-                limits: self.config.limits,
-            },
-            Some(p) => {
-                let position = Position::from_pb(p).map_err(|e| {
-                    Status::invalid_argument(format!("GetOrCreateIteration.restore: {e}"))
-                })?;
-                let key = position.restore_key();
-                Command::RestoreIteration {
-                    job_id: req.job_id,
-                    repetition: req.repetition,
-                    elements_per_split: self.config.elements_per_split,
-                    position: RestorePoint {
-                        job_name: position.job_name,
-                        dataset_id: position.dataset_id,
-                        repetition: position.repetition,
-                        generation: position.generation,
-                        consumed: position.consumed,
-                        key,
-                    },
-                    limits: self.config.limits,
-                }
-            }
-        };
+        let cmd = iteration_command(&req, self.config.elements_per_split, self.config.limits)?;
         match self.core.propose(cmd).await? {
             R::Iteration { iteration_id, client_id } => {
                 self.liveness.client_seen(client_id);

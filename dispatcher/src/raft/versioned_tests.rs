@@ -207,8 +207,7 @@ mod layout_v2 {
 
     /// A version-1 snapshot with some state in it, as version 1 encoded it.
     fn v1_snapshot() -> (Applied, Vec<u8>) {
-        let mut state = State::default();
-        state.next_job_id = 5007;
+        let mut state = State { next_job_id: 5007, ..State::default() };
         state.jobs_by_name.insert("train".into(), 5003);
         let applied = Applied { state, ..applied() };
         let old = layout_v1::Applied {
