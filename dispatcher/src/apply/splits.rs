@@ -45,11 +45,14 @@ pub(super) fn get_split(
         return Ok(Response::Split(SplitAnswer::EndOfSplits));
     }
     if let Some(last) = task.last_split.filter(|l| l.worker_uid == worker_uid) {
-        if sequence == last.sequence {
+        // A `Wait` granted nothing: asking again with its sequence is a new
+        // question (so is asking with the next one).
+        let waited = last.answer == SplitAnswer::Wait;
+        if sequence == last.sequence && !waited {
             // A retry whose answer was lost: the same split again, never a second one.
             return Ok(grants::replay(state, task_id, last));
         }
-        if last.sequence.checked_add(1) != Some(sequence) {
+        if sequence != last.sequence && last.sequence.checked_add(1) != Some(sequence) {
             return Err(StateError::FailedPrecondition(format!(
                 "task {task_id}: split request sequence {sequence} out of order (last answered \
                  {}); sequences go up by one per answer",

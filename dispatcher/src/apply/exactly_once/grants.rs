@@ -11,7 +11,9 @@
 //! records consumed before the loss; a restored position's records), cut at a
 //! unit boundary to at most `MAX_SKIP_RUNS`. What a task was granted is kept
 //! until it is below the watermark (what its loss orphans), and the skips of its
-//! last grant are kept so that a replayed request gets the same answer.
+//! last grant are kept so that a replayed request gets the same answer. A
+//! `Wait` grants nothing, so a worker may ask again after it with the same
+//! sequence or the next (`splits.rs`).
 
 use sluice_positions::Run;
 
