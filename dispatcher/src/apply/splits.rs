@@ -93,6 +93,7 @@ pub(super) fn get_split(
             cardinality,
             step,
         };
+        grants::check_repetition(&ask)?;
         return Ok(grants::grant(state, ask));
     }
 

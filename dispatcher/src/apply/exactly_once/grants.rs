@@ -18,6 +18,7 @@
 use sluice_positions::Run;
 
 use crate::command::Response;
+use crate::error::StateError;
 use crate::exactly_once::LastSkips;
 use crate::state::{IterationId, SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
 
@@ -50,6 +51,20 @@ pub(in crate::apply) fn replay(state: &State, task_id: TaskId, last: SplitRecord
         Some(s) => Response::SplitSkipping { answer: last.answer, skip_runs: s.runs.clone() },
         None => Response::Split(last.answer),
     }
+}
+
+/// An exactly-once iteration reads its source once: a `repeat` stage is refused
+/// at job creation, so its workers ask for repetition 0 only. A later epoch
+/// would hand every unit out again.
+pub(in crate::apply) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
+    if ask.repetition > 0 {
+        return Err(StateError::InvalidArgument(format!(
+            "task {}: split request for repetition {} of an exactly-once iteration, which \
+             reads its source once (repetition 0); epochs are the reader's repetition",
+            ask.task_id, ask.repetition
+        )));
+    }
+    Ok(())
 }
 
 pub(in crate::apply) fn grant(state: &mut State, ask: Ask) -> Response {
