@@ -159,6 +159,7 @@ pub(crate) fn task_infos(s: &State, it: &Iteration) -> Vec<pb::TaskInfo> {
 mod tests {
     use super::*;
     use crate::command::Command;
+    use crate::eo_wire::job_command;
     use crate::limits::Limits;
 
     fn state_with_task(rule: Option<UnitRecords>) -> (State, Task) {
@@ -170,31 +171,14 @@ mod tests {
             Command::RegisterDataset { dataset_id: Some("d".into()), def, limits },
         )
         .unwrap();
-        let (dataset_id, job_name) = ("d".to_string(), Some("j".to_string()));
-        let (target_workers, static_workers) = (TargetWorkers::Auto, vec![]);
-        let cmd = match rule {
-            Some(rule) => Command::GetOrCreateExactlyOnceJob {
-                dataset_id,
-                mode: Mode::Dynamic,
-                job_name,
-                target_workers,
-                static_workers,
-                cross_trainer_cache: false,
-                num_consumers: None,
-                replay: Ok(rule),
-                limits,
-            },
-            None => Command::GetOrCreateJob {
-                dataset_id,
-                mode: Mode::Dynamic,
-                job_name,
-                target_workers,
-                static_workers,
-                cross_trainer_cache: false,
-                num_consumers: None,
-                limits,
-            },
+        let req = pb::GetOrCreateJobRequest {
+            dataset_id: "d".into(),
+            job_name: "j".into(),
+            require_exactly_once: rule.is_some(),
+            ..Default::default()
         };
+        let replay = rule.ok_or_else(|| "not asked".to_string());
+        let cmd = job_command(&req, Mode::Dynamic, TargetWorkers::Auto, vec![], replay, limits);
         crate::apply(&mut s, cmd).unwrap();
         let w = Command::RegisterWorker {
             address: "w:1".into(),

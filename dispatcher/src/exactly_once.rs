@@ -219,3 +219,38 @@ impl Progress {
         (end, runs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(rule: UnitRecords, runs: &[(u64, u64, u64)], ends: &[(u64, u64)]) -> Progress {
+        let runs = runs.iter().map(|&(unit, first, count)| Run { unit, first, count });
+        Progress::new(rule, RecordSet::from_parts(0, runs, ends.iter().copied()))
+    }
+
+    #[test]
+    fn unfinished_ranges_leave_out_whole_units_and_the_watermark() {
+        let p =
+            progress(UnitRecords::Counted, &[(0, 0, 2), (3, 0, 1), (5, 0, 4)], &[(0, 2), (5, 4)]);
+        assert_eq!(p.consumed.watermark(), 1);
+        assert_eq!(p.unfinished_ranges(0, 8), vec![(1, 5), (6, 8)]);
+        assert_eq!(p.unfinished_ranges(5, 6), vec![]);
+    }
+
+    #[test]
+    fn a_grant_with_too_many_skips_is_cut_at_a_unit_boundary() {
+        // Unit u (1..=3) has 30 000 separate consumed records: 90 000 runs in all.
+        let runs: Vec<(u64, u64, u64)> =
+            (1..=3u64).flat_map(|u| (0..30_000u64).map(move |r| (u, 2 * r, 1))).collect();
+        let p = progress(UnitRecords::Counted, &runs, &[]);
+        let (end, skips) = p.skips_within(1, 10);
+        assert_eq!(end, 3, "units 1 and 2 (60 000 runs) fit, unit 3 does not");
+        assert_eq!(skips.len(), 60_000);
+        // One unit with more than the cap is granted alone, with all its runs.
+        let runs: Vec<(u64, u64, u64)> = (0..70_000u64).map(|r| (4, 2 * r, 1)).collect();
+        let p = progress(UnitRecords::Counted, &runs, &[]);
+        let (end, skips) = p.skips_within(4, 9);
+        assert_eq!((end, skips.len()), (5, 70_000));
+    }
+}

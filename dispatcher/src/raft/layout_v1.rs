@@ -72,25 +72,3 @@ impl From<Applied> for super::state_machine::Applied {
         }
     }
 }
-
-/// A state as version 1 wrote it (tests: v1 fixtures made by this build).
-#[cfg(test)]
-impl From<&crate::state::State> for State {
-    fn from(s: &crate::state::State) -> Self {
-        let s = s.clone();
-        State {
-            datasets: s.datasets,
-            jobs: s.jobs,
-            jobs_by_name: s.jobs_by_name,
-            iterations: s.iterations,
-            tasks: s.tasks,
-            workers: s.workers,
-            clients: s.clients,
-            next_dataset_id: s.next_dataset_id,
-            next_job_id: s.next_job_id,
-            next_iteration_id: s.next_iteration_id,
-            next_task_id: s.next_task_id,
-            next_client_id: s.next_client_id,
-        }
-    }
-}

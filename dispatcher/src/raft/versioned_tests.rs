@@ -213,7 +213,8 @@ mod layout_v2 {
         let old = layout_v1::Applied {
             last_applied: applied.last_applied,
             membership: applied.membership.clone(),
-            state: layout_v1::State::from(&applied.state),
+            // Version 2 only appends: version 1's state is a prefix of its bytes.
+            state: decode::<layout_v1::State>(&encode(&applied.state).unwrap()).unwrap(),
         };
         (applied, encode(&old).unwrap())
     }
