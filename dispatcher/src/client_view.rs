@@ -26,6 +26,15 @@ pub(crate) fn view(s: &State, client_id: ClientId) -> Option<pb::ClientHeartbeat
         iteration_finished: it.finished,
         ..Default::default()
     };
+    // Exactly-once: the checkpoint watermark for this consumer's generation.
+    // Not in the digest: a new watermark alone does not end a long poll.
+    if let Some(p) = s.exactly_once.iterations.get(&it.id) {
+        let generation = p.client_generations.get(&client_id).copied().unwrap_or(0);
+        let (watermark, generation) = p.checkpoint(generation);
+        resp.checkpoint_watermark = watermark;
+        resp.checkpoint_generation = generation;
+        resp.delivery = sluice_proto::v1::Delivery::ExactlyOnce as i32;
+    }
     resp.view_digest = digest(&resp);
     Some(resp)
 }

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_dataset::DatasetDef;
+use sluice_positions::{RecordSet, Run, UnitRecords};
 
 use crate::error::StateError;
 use crate::limits::Limits;
@@ -122,6 +123,55 @@ pub enum Command {
     ForgetIteration {
         iteration_id: IterationId,
     },
+    // Exactly-once delivery (docs/exactly-once.md; `apply/exactly_once/`).
+    // Appended, so that logged commands keep their bincode variant indices.
+    /// `GetOrCreateJob` asked with `require_exactly_once`. `replay` is the
+    /// pipeline's replayability as the handler checked it: `Ok(rule)` (how many
+    /// records a unit has) or `Err(reason)` naming the stage that prevents it.
+    GetOrCreateExactlyOnceJob {
+        dataset_id: DatasetId,
+        mode: Mode,
+        job_name: Option<String>,
+        target_workers: TargetWorkers,
+        static_workers: Vec<String>,
+        cross_trainer_cache: bool,
+        num_consumers: Option<u32>,
+        replay: Result<UnitRecords, String>,
+        limits: Limits,
+    },
+    /// A consumer's `ConsumedReport`: records consumed (after `generation`
+    /// positions), unit ends, and the lost tasks it is done with. Applying it
+    /// twice is harmless.
+    ReportConsumed {
+        client_id: ClientId,
+        generation: u64,
+        runs: Vec<Run>,
+        unit_ends: Vec<(u64, u64)>,
+        lost_tasks_done: Vec<TaskId>,
+    },
+    /// `GetOrCreateIteration` with a position to restore: joins the iteration
+    /// restored from the same position, or ends the current one and starts a
+    /// new one whose consumed records are the position's.
+    RestoreIteration {
+        job_id: JobId,
+        repetition: u64,
+        elements_per_split: u64,
+        position: RestorePoint,
+        limits: Limits,
+    },
+}
+
+/// A decoded `Position` as `RestoreIteration` needs it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RestorePoint {
+    pub job_name: String,
+    pub dataset_id: DatasetId,
+    pub repetition: u64,
+    /// The restoring consumers continue counting positions from here.
+    pub generation: u64,
+    pub consumed: RecordSet,
+    /// `Position::restore_key`: equal positions restore one iteration.
+    pub key: u64,
 }
 
 /// Decodes a batch's commands, refusing a batch among them before decoding it:
@@ -161,6 +211,9 @@ impl Command {
             Command::CoordinatedPromoteTasks { .. } => "CoordinatedPromoteTasks",
             Command::CoordinatedRemoveTask { .. } => "CoordinatedRemoveTask",
             Command::ForgetIteration { .. } => "ForgetIteration",
+            Command::GetOrCreateExactlyOnceJob { .. } => "GetOrCreateExactlyOnceJob",
+            Command::ReportConsumed { .. } => "ReportConsumed",
+            Command::RestoreIteration { .. } => "RestoreIteration",
         }
     }
 }
@@ -174,6 +227,8 @@ pub enum Response {
     Job {
         job_id: JobId,
         job_name: String,
+        /// The job's delivery is exactly-once (docs/exactly-once.md).
+        exactly_once: bool,
     },
     Iteration {
         iteration_id: IterationId,
@@ -208,5 +263,12 @@ pub enum Response {
     IterationForgotten {
         changed: bool,
         job_forgotten: bool,
+    },
+    ConsumedReported,
+    /// An exactly-once grant with records of its units already consumed: the
+    /// worker's source skips `skip_runs`.
+    SplitSkipping {
+        answer: SplitAnswer,
+        skip_runs: Vec<Run>,
     },
 }

@@ -1,6 +1,7 @@
 //! Wire ↔ domain conversions and the one mapping of errors to `tonic::Status`.
 
 use sluice_dataset::{DatasetDef, DatasetError};
+use sluice_positions::{Run, UnitRecords};
 use sluice_proto::v1 as pb;
 use tonic::Status;
 
@@ -86,16 +87,23 @@ pub fn target_workers_from_wire(v: i32) -> Result<TargetWorkers, Status> {
     }
 }
 
-pub fn split_to_wire(a: SplitAnswer) -> pb::GetSplitResponse {
+/// A GetSplit answer; `skip_runs`: the consumed records of an exactly-once
+/// grant's units, which the worker's source skips.
+pub fn split_to_wire(a: SplitAnswer, skip_runs: Vec<Run>) -> pb::GetSplitResponse {
     match a {
-        SplitAnswer::Split { begin, end } => pb::GetSplitResponse {
-            split: Some(pb::Split { begin, end, skip_runs: vec![] }),
-            end_of_splits: false,
-            wait: false,
-        },
+        SplitAnswer::Split { begin, end } => {
+            let mut flat = Vec::with_capacity(skip_runs.len() * 3);
+            sluice_positions::wire::runs_to_flat(skip_runs, &mut flat);
+            pb::GetSplitResponse {
+                split: Some(pb::Split { begin, end, skip_runs: flat }),
+                end_of_splits: false,
+                wait: false,
+            }
+        }
         SplitAnswer::EndOfSplits => {
             pb::GetSplitResponse { split: None, end_of_splits: true, wait: false }
         }
+        SplitAnswer::Wait => pb::GetSplitResponse { split: None, end_of_splits: false, wait: true },
     }
 }
 
@@ -109,6 +117,7 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
     let it = state.iterations.get(&task.iteration_id)?;
     let job = state.jobs.get(&it.job_id)?;
     let ds = state.datasets.get(&job.dataset_id)?;
+    let rule = state.exactly_once.jobs.get(&job.id).copied();
     Some(pb::TaskDef {
         task_id: task.id,
         iteration_id: it.id,
@@ -123,7 +132,8 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         use_cross_trainer_cache: job.cross_trainer_cache,
         num_consumers: job.num_consumers,
         job_name: job.name.clone(),
-        ..Default::default()
+        exactly_once: rule.is_some(),
+        counted_units: rule == Some(UnitRecords::Counted),
     })
 }
 
@@ -143,4 +153,68 @@ pub(crate) fn task_infos(s: &State, it: &Iteration) -> Vec<pb::TaskInfo> {
             coordinated_removed: rr.is_some_and(|rr| rr.removed.contains_key(&t.id)),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::Command;
+    use crate::eo_wire::job_command;
+    use crate::limits::Limits;
+
+    fn state_with_task(rule: Option<UnitRecords>) -> (State, Task) {
+        let mut s = State::default();
+        let def = DatasetDef::range(4);
+        let limits = Limits::default();
+        crate::apply(
+            &mut s,
+            Command::RegisterDataset { dataset_id: Some("d".into()), def, limits },
+        )
+        .unwrap();
+        let req = pb::GetOrCreateJobRequest {
+            dataset_id: "d".into(),
+            job_name: "j".into(),
+            require_exactly_once: rule.is_some(),
+            ..Default::default()
+        };
+        let replay = rule.ok_or_else(|| "not asked".to_string());
+        let cmd = job_command(&req, Mode::Dynamic, TargetWorkers::Auto, vec![], replay, limits);
+        crate::apply(&mut s, cmd).unwrap();
+        let w = Command::RegisterWorker {
+            address: "w:1".into(),
+            worker_uid: 1,
+            functions: vec![],
+            python_version: None,
+            limits,
+        };
+        crate::apply(&mut s, w).unwrap();
+        let job_id = *s.jobs_by_name.get("j").unwrap();
+        let it =
+            Command::GetOrCreateIteration { job_id, repetition: 0, elements_per_split: 1, limits };
+        crate::apply(&mut s, it).unwrap();
+        let task = s.tasks.values().next().unwrap().clone();
+        (s, task)
+    }
+
+    #[test]
+    fn task_defs_say_exactly_once_and_counted_units_by_the_jobs_rule() {
+        let (s, t) = state_with_task(Some(UnitRecords::Counted));
+        let def = task_def(&s, &t).unwrap();
+        assert!(def.exactly_once && def.counted_units);
+        let (s, t) = state_with_task(Some(UnitRecords::One));
+        let def = task_def(&s, &t).unwrap();
+        assert!(def.exactly_once && !def.counted_units);
+        let (s, t) = state_with_task(None);
+        let def = task_def(&s, &t).unwrap();
+        assert!(!def.exactly_once && !def.counted_units);
+    }
+
+    #[test]
+    fn grants_carry_their_skip_runs_and_wait_is_neither_a_split_nor_the_end() {
+        let skips = vec![Run { unit: 2, first: 1, count: 3 }];
+        let r = split_to_wire(SplitAnswer::Split { begin: 2, end: 4 }, skips);
+        assert_eq!(r.split.unwrap().skip_runs, vec![2, 1, 3]);
+        let r = split_to_wire(SplitAnswer::Wait, vec![]);
+        assert!(r.wait && !r.end_of_splits && r.split.is_none());
+    }
 }

@@ -59,6 +59,10 @@
 //!   `Core` and the handlers increment.
 //! - [`limits`]: the caps on what callers can make one dispatcher hold
 //!   (stamped into commands, enforced by `apply`).
+//! - [`exactly_once`]: the replicated state of exactly-once delivery (the
+//!   trailing section of `State`); `apply/exactly_once/` changes it.
+//!   `replay_check`: a stand-in for the dataset crate's replayability check;
+//!   `eo_wire`: the exactly-once requests as commands, and delivery answers.
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 //! - `fuzzing` (feature `fuzzing`): the Raft codec's entry point for the fuzz target in
 //!   `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
@@ -76,7 +80,9 @@ mod coordinated_reads;
 pub mod core;
 mod counters;
 mod def_serde;
+mod eo_wire;
 pub mod error;
+pub mod exactly_once;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -88,6 +94,7 @@ mod metrics;
 mod python_check;
 pub mod raft;
 mod read_barrier;
+mod replay_check;
 pub mod server;
 mod service;
 pub mod state;

@@ -23,8 +23,10 @@ use crate::config::DispatcherConfig;
 use crate::convert::*;
 use crate::coordinated_reads::CoordinatedReads;
 use crate::core::Core;
+use crate::eo_wire::*;
 use crate::error::StateError;
 use crate::liveness::Liveness;
+use crate::replay_check::exactly_once;
 use crate::state::{DatasetId, SplitAnswer, State};
 use crate::worker_identity::WorkerIdentities;
 use crate::worker_reports::WorkerReports;
@@ -237,26 +239,37 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let req = req.into_inner();
         let mode = mode_from_wire(req.mode)?;
         let target_workers = target_workers_from_wire(req.target_workers)?;
-        let job_name = Some(req.job_name).filter(|n| !n.is_empty());
         self.check_python_workers(&req.dataset_id).await?;
         // Stamped here so the job keeps the list it was created with.
         let static_workers = self.config.worker_addresses.clone();
-        let cmd = Command::GetOrCreateJob {
-            dataset_id: req.dataset_id,
-            mode,
-            job_name,
-            target_workers,
-            static_workers,
-            cross_trainer_cache: req.use_cross_trainer_cache,
-            num_consumers: req.num_consumers,
-            limits: self.config.limits,
-        };
+        // The replayability check, stamped into the command (apply stays pure);
+        // read on the leader with the dataset's definition.
+        let replay = self
+            .core
+            .read_leader(|s| s.datasets.get(&req.dataset_id).map(|d| exactly_once(&d.def)))
+            .await?
+            .unwrap_or_else(|| Err("the dataset is not registered".into()));
+        let limits = self.config.limits;
+        let cmd = job_command(&req, mode, target_workers, static_workers, replay.clone(), limits);
         match self.core.propose(cmd).await? {
-            R::Job { job_id, job_name } => Ok(Response::new(pb::GetOrCreateJobResponse {
-                job_id,
-                job_name,
-                ..Default::default()
-            })),
+            R::Job { job_id, job_name, exactly_once } => {
+                let at_most_once_reason = if exactly_once {
+                    String::new()
+                } else {
+                    at_most_once_reason(
+                        mode,
+                        req.use_cross_trainer_cache,
+                        req.num_consumers,
+                        replay,
+                    )
+                };
+                Ok(Response::new(pb::GetOrCreateJobResponse {
+                    job_id,
+                    job_name,
+                    delivery: delivery_to_wire(exactly_once) as i32,
+                    at_most_once_reason,
+                }))
+            }
             r => Err(Self::unexpected("GetOrCreateJob", r)),
         }
     }
@@ -267,20 +280,22 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::GetOrCreateIterationRequest>,
     ) -> Result<Response<pb::GetOrCreateIterationResponse>, Status> {
         let req = req.into_inner();
-        let cmd = Command::GetOrCreateIteration {
-            job_id: req.job_id,
-            repetition: req.repetition,
-            elements_per_split: self.config.elements_per_split,
-            limits: self.config.limits,
-        };
+        let cmd = iteration_command(&req, self.config.elements_per_split, self.config.limits)?;
         match self.core.propose(cmd).await? {
             R::Iteration { iteration_id, client_id } => {
                 self.liveness.client_seen(client_id);
-                info!(iteration_id, client_id, "client joined iteration");
+                info!(
+                    iteration_id,
+                    client_id,
+                    restored = req.restore.is_some(),
+                    "client joined iteration"
+                );
+                let exactly_once =
+                    self.core.read_local(|s| s.exactly_once.iterations.contains_key(&iteration_id));
                 Ok(Response::new(pb::GetOrCreateIterationResponse {
                     iteration_id,
                     client_id,
-                    ..Default::default()
+                    delivery: delivery_to_wire(exactly_once) as i32,
                 }))
             }
             r => Err(Self::unexpected("GetOrCreateIteration", r)),
@@ -310,6 +325,19 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             return Ok(Response::new(self.coordinated.client_heartbeat(req).await?));
         }
         let client_id = req.client_id;
+        // A consumed report is applied before the long poll, whether or not the
+        // view then changes; the answer carries the checkpoint watermark after it.
+        if let Some(report) = req.consumed.as_ref().filter(|r| report_matters(r)) {
+            // A report with nothing but a generation already recorded is not
+            // worth a log entry (an idle consumer heartbeats often).
+            let known = report_is_only_known_generation(report)
+                && self
+                    .core
+                    .read_local(|s| client_generation(s, client_id) >= Some(report.generation));
+            if !known {
+                self.core.propose(report_command(client_id, report)?).await?;
+            }
+        }
         // A long poll answers at a change or after the wait, which is a fraction of
         // the client timeout; the timer is fed at every read of the view.
         let wait = Duration::from_millis(req.wait_for_change_ms.into()).min(self.max_poll_wait());
@@ -439,7 +467,13 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                 if let SplitAnswer::Split { begin, end } = answer {
                     self.core.counters().split_granted(begin, end);
                 }
-                Ok(Response::new(split_to_wire(answer)))
+                Ok(Response::new(split_to_wire(answer, vec![])))
+            }
+            R::SplitSkipping { answer, skip_runs } => {
+                if let SplitAnswer::Split { begin, end } = answer {
+                    self.core.counters().split_granted(begin, end);
+                }
+                Ok(Response::new(split_to_wire(answer, skip_runs)))
             }
             r => Err(Self::unexpected("GetSplit", r)),
         }

@@ -14,6 +14,7 @@ use sluice_dataset::python::PythonNeeds;
 use sluice_dataset::{DatasetDef, StaticPolicy};
 
 use crate::error::StateError;
+use crate::exactly_once::ExactlyOnceState;
 
 pub type DatasetId = String;
 pub type JobId = u64;
@@ -177,8 +178,15 @@ pub struct CoordinatedIteration {
 /// A split hand-out as answered to a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SplitAnswer {
-    Split { begin: u64, end: u64 },
+    Split {
+        begin: u64,
+        end: u64,
+    },
     EndOfSplits,
+    /// Exactly-once: nothing now, but the epoch is not over (a lost task's units
+    /// wait for every consumer's acknowledgement): ask again after a backoff.
+    /// Appended: the variant indices of the others are persisted.
+    Wait,
 }
 
 /// The last GetSplit answered for a task: replaying the same key returns it.
@@ -246,6 +254,10 @@ pub struct State {
     pub next_iteration_id: IterationId,
     pub next_task_id: TaskId,
     pub next_client_id: ClientId,
+    /// Exactly-once delivery (`exactly_once.rs`). Last, and new in persisted
+    /// layout version 2: version 1 is `raft/layout_v1.rs`'s `State`, this
+    /// struct without it.
+    pub exactly_once: ExactlyOnceState,
 }
 
 impl Default for State {
@@ -263,6 +275,7 @@ impl Default for State {
             next_client_id: 3000,
             next_task_id: 4000,
             next_job_id: 5000,
+            exactly_once: ExactlyOnceState::default(),
         }
     }
 }
@@ -373,8 +386,16 @@ impl State {
 
     /// Every task of the iteration reached end of sequence, and (static modes)
     /// every shard has a task: a worker of the list that has not registered yet
-    /// still owes its shard.
+    /// still owes its shard. Exactly-once: also every unit was consumed (what a
+    /// worker produced is not delivered until a consumer took it: a worker that
+    /// dies before may still cost a reread) and no lost unit waits.
     pub fn iteration_complete(&self, it: &Iteration) -> bool {
+        if let Some(p) = self.exactly_once.iterations.get(&it.id) {
+            let units = self.source_cardinality_of(it.job_id).unwrap_or(0);
+            if !p.orphans.is_empty() || p.consumed.watermark() < units {
+                return false;
+            }
+        }
         let tasks: Vec<&Task> = it.tasks.iter().filter_map(|t| self.tasks.get(t)).collect();
         if !tasks.iter().all(|t| t.finished) {
             return false;

@@ -14,6 +14,7 @@
 //! `apply` re-checks the conditions: an iteration that is live or has a
 //! consumer again is kept (`changed: false`), as is a repeated proposal.
 
+use super::exactly_once::progress;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::state::{IterationId, State};
@@ -43,6 +44,7 @@ pub(super) fn forget_iteration(
     }
     state.clients.retain(|_, i| *i != iteration_id);
     let mut job_forgotten = false;
+    let job_id = it.job_id;
     if let Some(job) = state.jobs.get_mut(&it.job_id) {
         job.iterations.retain(|_, i| *i != iteration_id);
         if job.iterations.is_empty() {
@@ -55,5 +57,6 @@ pub(super) fn forget_iteration(
             }
         }
     }
+    progress::iteration_forgotten(state, iteration_id, job_forgotten.then_some(job_id));
     Ok(Response::IterationForgotten { changed: true, job_forgotten })
 }

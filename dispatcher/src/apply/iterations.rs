@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 
+use super::exactly_once::progress;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::limits::Limits;
@@ -112,6 +113,7 @@ pub(super) fn get_or_create_iteration(
             if let Some(job) = state.jobs.get_mut(&job_id) {
                 job.iterations.insert(repetition, iteration_id);
             }
+            progress::iteration_created(state, iteration_id);
             iteration_id
         }
     };
@@ -121,6 +123,7 @@ pub(super) fn get_or_create_iteration(
     if let Some(it) = state.iterations.get_mut(&iteration_id) {
         it.clients.insert(client_id);
     }
+    progress::client_joined(state, iteration_id, client_id, 0);
     Ok(Response::Iteration { iteration_id, client_id })
 }
 
@@ -169,6 +172,7 @@ pub(super) fn release_client(
     if let Some(it) = state.iterations.get_mut(&iteration_id) {
         it.clients.remove(&client_id);
     }
+    progress::client_left(state, iteration_id, client_id);
     Ok(Response::ClientReleased)
 }
 

@@ -117,7 +117,8 @@ pub(super) fn get_or_create_job(
                     target_workers.name()
                 )));
             }
-            return Ok(Response::Job { job_id: job.id, job_name: name.clone() });
+            let exactly_once = state.exactly_once.is_exactly_once(job.id);
+            return Ok(Response::Job { job_id: job.id, job_name: name.clone(), exactly_once });
         }
     }
     Limits::check(state.jobs.len(), limits.max_jobs, "jobs", "--max-jobs")?;
@@ -152,7 +153,7 @@ pub(super) fn get_or_create_job(
             num_consumers: None,
         },
     );
-    Ok(Response::Job { job_id, job_name: name })
+    Ok(Response::Job { job_id, job_name: name, exactly_once: false })
 }
 
 /// A static job over a pipeline with Python stages shards among the listed workers

@@ -17,7 +17,13 @@
 //! still have been in the worker's task buffer (at most `task_buffer_elements` per
 //! task) or in flight to readers. A worker that restarts (registers with a new
 //! uid) loses its last ranges the same way, and they are recorded the same way.
+//!
+//! Exactly-once iterations lose nothing: a lost task's granted units that are
+//! not whole become orphans, read again once every consumer acknowledged
+//! (`exactly_once/orphans.rs`); a restarted worker's tasks of such an iteration
+//! end as lost too (the new process gets fresh ones), for the same reason.
 
+use super::exactly_once::orphans;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::state::{IterationId, LostSplit, SplitAnswer, State, TaskId};
@@ -35,7 +41,8 @@ pub(super) fn worker_lost(
     }
     worker.lost = true;
     let tasks: Vec<TaskId> = std::mem::take(&mut worker.active_tasks).into_iter().collect();
-    let mut touched = std::collections::BTreeSet::new();
+    let mut touched: std::collections::BTreeSet<IterationId> =
+        orphans::orphan_finished_tasks(state, address).into_iter().collect();
     for task_id in tasks {
         let Some(task) = state.tasks.get_mut(&task_id) else { continue };
         if task.finished {
@@ -46,7 +53,7 @@ pub(super) fn worker_lost(
         let lost_range = match task.last_split.take() {
             Some(r) if r.worker_uid == worker_uid => match r.answer {
                 SplitAnswer::Split { begin, end } => Some(LostSplit { task_id, begin, end }),
-                SplitAnswer::EndOfSplits => None,
+                SplitAnswer::EndOfSplits | SplitAnswer::Wait => None,
             },
             other => {
                 task.last_split = other;
@@ -58,9 +65,11 @@ pub(super) fn worker_lost(
             it.lost_tasks.insert(task_id);
             it.lost_splits.extend(lost_range);
         }
+        orphans::orphan_task(state, iteration_id, task_id);
         touched.insert(iteration_id);
     }
     for iteration_id in touched {
+        orphans::ensure_reader(state, iteration_id);
         finish_if_complete(state, iteration_id);
     }
     Ok(Response::WorkerLost { changed: true })
@@ -76,17 +85,24 @@ pub(super) fn record_restart_loss(state: &mut State, address: &str, new_uid: u64
         return;
     }
     let tasks: Vec<TaskId> = worker.active_tasks.iter().copied().collect();
+    // Exactly-once: what its ended tasks still held is gone with the process.
+    orphans::orphan_finished_tasks(state, address);
     for task_id in tasks {
         let Some(task) = state.tasks.get_mut(&task_id) else { continue };
-        let Some(r) = task.last_split.filter(|r| r.worker_uid == old_uid) else { continue };
-        // Requests carrying the new uid never matched the old record anyway.
-        task.last_split = None;
-        if let SplitAnswer::Split { begin, end } = r.answer {
-            let iteration_id = task.iteration_id;
+        let iteration_id = task.iteration_id;
+        let last = task.last_split.filter(|r| r.worker_uid == old_uid);
+        if last.is_some() {
+            // Requests carrying the new uid never matched the old record anyway.
+            task.last_split = None;
+        }
+        if let Some(SplitAnswer::Split { begin, end }) = last.map(|r| r.answer) {
             if let Some(it) = state.iterations.get_mut(&iteration_id) {
                 it.lost_splits.push(LostSplit { task_id, begin, end });
             }
         }
+        // Exactly-once: the task ends as lost, its units become orphans, and the
+        // new process gets a fresh task (`workers.rs`).
+        orphans::end_restarted_task(state, task_id);
     }
 }
 
@@ -100,6 +116,14 @@ pub(super) fn gc_iteration(
     if !it.is_live() || !it.clients.is_empty() {
         return Ok(Response::IterationCollected { changed: false });
     }
+    end_iteration(state, iteration_id);
+    Ok(Response::IterationCollected { changed: true })
+}
+
+/// Collects an iteration (also one replaced by a restore): nobody joins it
+/// again, and its unfinished tasks end, so their workers are told to delete them.
+pub(super) fn end_iteration(state: &mut State, iteration_id: IterationId) {
+    let Some(it) = state.iterations.get_mut(&iteration_id) else { return };
     it.garbage_collected = true;
     let tasks = it.tasks.clone();
     for task_id in tasks {
@@ -114,7 +138,6 @@ pub(super) fn gc_iteration(
             w.active_tasks.remove(&task_id);
         }
     }
-    Ok(Response::IterationCollected { changed: true })
 }
 
 fn finish_if_complete(state: &mut State, iteration_id: IterationId) {

@@ -17,6 +17,8 @@
 //!         ├─ GetSplit ─► splits
 //!         ├─ WorkerLost, GcIteration ─► liveness
 //!         ├─ ForgetIteration ─► forget
+//!         ├─ GetOrCreateExactlyOnceJob, ReportConsumed, RestoreIteration ─► exactly_once
+//!         │     (and the hooks iterations, liveness, splits, forget call there)
 //!         └─ Batch ─► apply, once per command
 //! ```
 //!
@@ -25,6 +27,7 @@
 //! `State::is_removed`, `Job::shard_of`, …) are methods of `State` in `state.rs`.
 
 mod coordinated;
+mod exactly_once;
 mod forget;
 mod iterations;
 mod jobs;
@@ -56,6 +59,8 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         } => {
             let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
             match num_consumers {
+                // A plain request may join an exactly-once job: it reads it
+                // exactly-once (the answer says so).
                 Some(n) => coordinated::get_or_create_job(state, job, static_workers, n, &limits),
                 None => {
                     coordinated::refuse_plain_join(state, job.job_name.as_deref())?;
@@ -75,7 +80,22 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
         Command::ReleaseClient { client_id } => iterations::release_client(state, client_id),
         Command::RegisterWorker { address, worker_uid, functions, python_version, limits } => {
             let capabilities = workers::Capabilities { functions, python_version };
-            workers::register_worker(state, address, worker_uid, capabilities, &limits)
+            let registered = workers::register_worker(
+                state,
+                address.clone(),
+                worker_uid,
+                capabilities,
+                &limits,
+            )?;
+            // A worker that can read lost units again, where no task can.
+            exactly_once::orphans::ensure_readers(state);
+            // Its answer lists its tasks as they are now.
+            Ok(match registered {
+                Response::WorkerRegistered { .. } => Response::WorkerRegistered {
+                    tasks: state.worker_tasks(&address).iter().map(|t| t.id).collect(),
+                },
+                r => r,
+            })
         }
         Command::FinishTasks { worker_address, worker_uid, task_ids } => {
             iterations::finish_tasks(state, &worker_address, worker_uid, &task_ids)
@@ -106,5 +126,46 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
             coordinated::remove_task(state, task_id, round)
         }
         Command::ForgetIteration { iteration_id } => forget::forget_iteration(state, iteration_id),
+        Command::GetOrCreateExactlyOnceJob {
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            cross_trainer_cache,
+            num_consumers,
+            replay,
+            limits,
+        } => {
+            let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
+            exactly_once::jobs::get_or_create(
+                state,
+                job,
+                static_workers,
+                num_consumers,
+                replay,
+                &limits,
+            )
+        }
+        Command::ReportConsumed { client_id, generation, runs, unit_ends, lost_tasks_done } => {
+            exactly_once::consumed::report(
+                state,
+                client_id,
+                generation,
+                &runs,
+                &unit_ends,
+                &lost_tasks_done,
+            )
+        }
+        Command::RestoreIteration { job_id, repetition, elements_per_split, position, limits } => {
+            exactly_once::restore::restore(
+                state,
+                job_id,
+                repetition,
+                elements_per_split,
+                position,
+                &limits,
+            )
+        }
     }
 }

@@ -2,8 +2,11 @@
 //! source, idempotently per (task, worker uid, sequence), so a retried request
 //! whose answer was lost gets the same range again and never a second one. Only
 //! the process the task's worker is currently registered as (its `worker_uid`)
-//! is answered: a stale incarnation or another identity is refused.
+//! is answered: a stale incarnation or another identity is refused. An
+//! exactly-once iteration's grants (orphans first, skip runs, `Wait`) are
+//! `exactly_once/grants.rs`'s.
 
+use super::exactly_once::grants;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::state::{SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
@@ -42,11 +45,14 @@ pub(super) fn get_split(
         return Ok(Response::Split(SplitAnswer::EndOfSplits));
     }
     if let Some(last) = task.last_split.filter(|l| l.worker_uid == worker_uid) {
-        if sequence == last.sequence {
+        // A `Wait` granted nothing: asking again with its sequence is a new
+        // question (so is asking with the next one).
+        let waited = last.answer == SplitAnswer::Wait;
+        if sequence == last.sequence && !waited {
             // A retry whose answer was lost: the same split again, never a second one.
-            return Ok(Response::Split(last.answer));
+            return Ok(grants::replay(state, task_id, last));
         }
-        if last.sequence.checked_add(1) != Some(sequence) {
+        if sequence != last.sequence && last.sequence.checked_add(1) != Some(sequence) {
             return Err(StateError::FailedPrecondition(format!(
                 "task {task_id}: split request sequence {sequence} out of order (last answered \
                  {}); sequences go up by one per answer",
@@ -76,6 +82,20 @@ pub(super) fn get_split(
         .elements_per_split
         .saturating_mul(u64::from(max_splits.clamp(1, MAX_SPLITS_PER_GRANT)));
     let iteration_id = iteration.id;
+    if provider == 0 && grants::is_exactly_once(state, iteration_id) {
+        let ask = grants::Ask {
+            task_id,
+            iteration_id,
+            worker_uid,
+            sequence,
+            repetition,
+            cursor,
+            cardinality,
+            step,
+        };
+        grants::check_repetition(&ask)?;
+        return Ok(grants::grant(state, ask));
+    }
 
     let (answer, new_cursor) = next_split(cursor, repetition, cardinality, step);
     if let Some(it) = state.iterations.get_mut(&iteration_id) {

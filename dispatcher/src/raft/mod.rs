@@ -19,7 +19,8 @@
 //!   [`MAX_RAFT_MESSAGE_BYTES`] (an AppendEntries over it is sent in pieces).
 //! - `versioned`: the format version in front of every record the dispatcher
 //!   persists, migrations of older ones, the refusal of newer ones
-//!   (`check_journal`, before a work_dir is opened for writing).
+//!   (`check_journal`, before a work_dir is opened for writing); `layout_v1`:
+//!   the state as layout version 1 persisted it, frozen, and its migration.
 //! - `log_store`: `RaftLogStorage` on the journal.
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
@@ -39,6 +40,7 @@ pub(crate) mod contacts;
 pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
 pub(crate) mod addresses;
 pub(crate) mod group_commit;
+pub(crate) mod layout_v1;
 pub mod log_store;
 pub mod membership;
 pub(crate) mod network;

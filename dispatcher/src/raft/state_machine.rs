@@ -25,6 +25,7 @@ use sluice_journal::Journal;
 use tokio::sync::watch;
 
 use super::codec::{decode, encode};
+use super::layout_v1;
 use super::versioned::{seal, seal_encoded, unseal, Kind, Versioned};
 use super::{CommandResult, NodeId, TypeConfig};
 use crate::state::State;
@@ -38,9 +39,25 @@ pub struct Applied {
 }
 
 // What a snapshot persists, and as which kind (`versioned.rs`). A change to
-// `State`'s layout bumps the format and migrates here (`versioned.rs` docs).
+// `State`'s layout bumps the format and migrates here (`versioned.rs` docs):
+// version 1 had no exactly-once section (`layout_v1.rs`).
 impl Versioned for Applied {
     const KIND: Kind = Kind::Snapshot;
+    fn migrate(version: u16, payload: &[u8]) -> Result<Self, bincode::Error> {
+        match version {
+            1 => decode::<layout_v1::Applied>(payload).map(Applied::from),
+            _ => decode(payload),
+        }
+    }
+}
+
+/// A snapshot body from a peer (InstallSnapshot carries no header): the current
+/// layout, or, failing that, version 1's (a peer of the previous build), migrated.
+/// A version-1 body never decodes as version 2: version 2 only appends.
+pub(crate) fn decode_peer_snapshot(body: &[u8]) -> Result<Applied, bincode::Error> {
+    decode::<Applied>(body).or_else(|current| {
+        decode::<layout_v1::Applied>(body).map(Applied::from).map_err(|_| current)
+    })
 }
 impl Versioned for SnapshotMeta<NodeId, BasicNode> {
     const KIND: Kind = Kind::SnapshotMeta;
@@ -188,7 +205,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let body = snapshot.into_inner();
-        let applied: Applied = decode(&body).map_err(sm_err)?;
+        let applied = decode_peer_snapshot(&body).map_err(sm_err)?;
+        // Stored as this build's layout (the body may be a version-1 peer's).
+        let body = encode(&applied).map_err(snap_write_err)?;
         // Durable first: a crash after this keeps the snapshot the log was cut at.
         let meta_bytes = seal(meta).map_err(snap_write_err)?;
         let stored = seal_encoded(Kind::Snapshot, &body);

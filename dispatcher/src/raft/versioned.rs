@@ -15,6 +15,12 @@
 //!   `Entry`, `Vote`, `LogId` and `SnapshotMeta`, as bincode (codec.rs). Builds
 //!   before this header wrote the same layouts without it ("unversioned"); they
 //!   are read as version 1 (below).
+//! - **2**: `State` gains its trailing `exactly_once` section (issue 17,
+//!   docs/exactly-once.md) and `Command` / `SplitAnswer` gain variants at their
+//!   ends. A version-1 snapshot is decoded as the frozen `layout_v1::Applied` and
+//!   migrated (an empty section); a version-1 log entry, vote, purge marker or
+//!   snapshot meta decodes as the current type unchanged (appended enum variants
+//!   keep the indices of the old ones).
 //!
 //! # Unversioned records (written before the header existed)
 //! A record that does not start with the header is read as version 1. That is
@@ -36,10 +42,16 @@
 //! # What is not enveloped
 //! Raft RPCs between nodes (entries in AppendEntries, the snapshot in
 //! InstallSnapshot) carry the current layout without the header, exactly as
-//! builds before it did: a node of this build and one of an older build (same
-//! layout, version 1) replicate to each other. A future layout change must keep
-//! sending the old layout until every node runs the new build
-//! (docs/operations-upgrades.md).
+//! builds before it did. Across the version 1 → 2 change:
+//! - a snapshot received from a peer that does not decode as version 2 is
+//!   decoded as version 1 and migrated (`state_machine::decode_peer_snapshot`):
+//!   version 2 only appends to version 1, so a version-1 body is too short to
+//!   decode as version 2, and never misread as it;
+//! - a version-1 node decodes a version-2 snapshot as version 1 (bincode here
+//!   allows trailing bytes): it loses only the exactly-once section;
+//! - log entries of commands that exist in version 1 are the same bytes; a new
+//!   command (exactly-once jobs) does not decode on a version-1 node, so a group
+//!   is upgraded whole before exactly-once is used (docs/operations-upgrades.md).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -48,7 +60,7 @@ use sluice_journal::Journal;
 use super::codec::{decode, encode};
 
 /// The payload format this build writes, and the newest it reads.
-pub const CURRENT: u16 = 1;
+pub const CURRENT: u16 = 2;
 /// The oldest payload format this build reads.
 pub const OLDEST: u16 = 1;
 
@@ -112,10 +124,12 @@ pub trait Versioned: Serialize + DeserializeOwned {
     const KIND: Kind;
 
     /// The current type from `payload` written at `version` (`OLDEST..=CURRENT`).
-    /// Version 1 is the current layout of every kind, so the default decodes it
-    /// as is; a kind whose layout changes overrides this (module docs).
+    /// The default decodes every version as the current layout: right for the
+    /// kinds whose layout every readable version shares (entries, votes, purge
+    /// markers, snapshot metas); a kind whose layout changed overrides this
+    /// (the snapshot, `state_machine.rs`).
     fn migrate(version: u16, payload: &[u8]) -> Result<Self, bincode::Error> {
-        debug_assert_eq!(version, CURRENT);
+        debug_assert!((OLDEST..=CURRENT).contains(&version));
         decode(payload)
     }
 }

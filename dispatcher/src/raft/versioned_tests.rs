@@ -106,7 +106,7 @@ fn a_record_of_another_kind_or_a_damaged_payload_is_refused() {
     let mut cut = seal(&applied()).unwrap();
     cut.truncate(12);
     let err = unseal::<Applied>(&cut, LOC).unwrap_err();
-    assert!(matches!(err, FormatError::Undecodable { version: 1, .. }), "{err:?}");
+    assert!(matches!(err, FormatError::Undecodable { version: CURRENT, .. }), "{err:?}");
     assert!(err.to_string().contains("restore this node's journal"), "{err}");
 }
 
@@ -150,7 +150,8 @@ fn a_layout_change_migrates_the_older_version() {
     let old = v1::Worker { address: "w:1".into(), uid: 9 };
     let migrated = Worker { address: "w:1".into(), uid: 9, zone: None };
     // As version 1 wrote it (with the header), and as builds before the header did.
-    let sealed_v1 = seal_encoded(Kind::Snapshot, &encode(&old).unwrap());
+    let mut sealed_v1 = header(Kind::Snapshot, 1).to_vec();
+    sealed_v1.extend_from_slice(&encode(&old).unwrap());
     let plain_v1 = encode(&old).unwrap();
     // As "version 2" writes it.
     let now = Worker { address: "w:2".into(), uid: 3, zone: Some("a".into()) };
@@ -190,4 +191,81 @@ async fn check_journal_refuses_a_newer_entry_anywhere_in_the_log() {
     journal.append(vec![(1, ok.clone().into()), (2, newer.into()), (3, ok.into())]).await.unwrap();
     let err = check_journal(&*journal).await.unwrap_err().to_string();
     assert!(err.contains("newer Sluice") && err.contains("(log entry)"), "{err}");
+}
+
+/// The real version 1 → 2 change: a snapshot of version 1 (sealed, unversioned,
+/// or from a peer of the previous build) opens with an empty exactly-once
+/// section and everything else as it was.
+mod layout_v2 {
+    use sluice_positions::{RecordSet, UnitRecords};
+
+    use super::*;
+    use crate::exactly_once::Progress;
+    use crate::raft::layout_v1;
+    use crate::raft::state_machine::decode_peer_snapshot;
+    use crate::state::State;
+
+    /// A version-1 snapshot with some state in it, as version 1 encoded it.
+    fn v1_snapshot() -> (Applied, Vec<u8>) {
+        let mut state = State { next_job_id: 5007, ..State::default() };
+        state.jobs_by_name.insert("train".into(), 5003);
+        let applied = Applied { state, ..applied() };
+        let old = layout_v1::Applied {
+            last_applied: applied.last_applied,
+            membership: applied.membership.clone(),
+            // Version 2 only appends: version 1's state is a prefix of its bytes.
+            state: decode::<layout_v1::State>(&encode(&applied.state).unwrap()).unwrap(),
+        };
+        (applied, encode(&old).unwrap())
+    }
+
+    #[test]
+    fn a_version_1_snapshot_migrates_with_an_empty_section() {
+        let (want, plain) = v1_snapshot();
+        let mut sealed = header(Kind::Snapshot, 1).to_vec();
+        sealed.extend_from_slice(&plain);
+        for bytes in [&sealed, &plain] {
+            let got: Applied = unseal(bytes, LOC).unwrap();
+            assert_eq!(got.state, want.state);
+            assert!(got.state.exactly_once.jobs.is_empty());
+            assert_eq!(got.last_applied, want.last_applied);
+        }
+        // A version-1 body does not decode as version 2 (it is shorter).
+        assert!(decode::<Applied>(&plain).is_err());
+        // From a peer of the previous build (no header): tried as v2, then v1.
+        assert_eq!(decode_peer_snapshot(&plain).unwrap().state, want.state);
+    }
+
+    #[test]
+    fn a_version_2_snapshot_keeps_the_section_and_a_version_1_peer_reads_the_rest() {
+        let (mut applied, _) = v1_snapshot();
+        let mut consumed = RecordSet::below(3);
+        consumed.insert(sluice_positions::Run::record(5, 0));
+        applied.state.exactly_once.jobs.insert(5003, UnitRecords::Counted);
+        applied
+            .state
+            .exactly_once
+            .iterations
+            .insert(2001, Progress::new(UnitRecords::Counted, consumed));
+        let sealed = seal(&applied).unwrap();
+        assert_eq!(sealed[4..6], 2u16.to_le_bytes());
+        let back: Applied = unseal(&sealed, LOC).unwrap();
+        assert_eq!(back.state, applied.state);
+        let body = encode(&applied).unwrap();
+        assert_eq!(decode_peer_snapshot(&body).unwrap().state, applied.state);
+        // What a version-1 node makes of it: everything but the section.
+        let old: layout_v1::Applied = decode(&body).unwrap();
+        let mut without = applied.state.clone();
+        without.exactly_once = Default::default();
+        assert_eq!(State::from(old.state), without);
+    }
+
+    #[test]
+    fn version_1_log_entries_decode_as_the_current_command() {
+        let plain = encode(&entry(2, 4)).unwrap();
+        let mut sealed = header(Kind::Entry, 1).to_vec();
+        sealed.extend_from_slice(&plain);
+        let got: Entry<TypeConfig> = unseal(&sealed, LOC).unwrap();
+        assert_eq!(encode(&got).unwrap(), plain);
+    }
 }

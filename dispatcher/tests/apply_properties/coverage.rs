@@ -19,7 +19,7 @@ pub struct Coverage {
 /// a batch answers for each of its commands.
 const NEVER_REFUSED: [&str; 3] = ["WorkerLost", "Batch", "ForgetIteration"];
 
-const KINDS: [&str; 13] = [
+const KINDS: [&str; 16] = [
     "RegisterDataset",
     "GetOrCreateJob",
     "GetOrCreateIteration",
@@ -33,9 +33,12 @@ const KINDS: [&str; 13] = [
     "CoordinatedPromoteTasks",
     "CoordinatedRemoveTask",
     "ForgetIteration",
+    "GetOrCreateExactlyOnceJob",
+    "ReportConsumed",
+    "RestoreIteration",
 ];
 
-const EVENTS: [&str; 15] = [
+const EVENTS: [&str; 19] = [
     "split granted",
     "split retried",
     "end of splits",
@@ -51,6 +54,10 @@ const EVENTS: [&str; 15] = [
     "refused at a cap",
     "iteration forgotten",
     "job forgotten",
+    "exactly-once job",
+    "split wait",
+    "grant with skip runs",
+    "orphans made",
 ];
 
 impl Coverage {
@@ -73,9 +80,18 @@ impl Coverage {
                     Some("split retried")
                 } else if *a == SplitAnswer::EndOfSplits {
                     Some("end of splits")
+                } else if *a == SplitAnswer::Wait {
+                    Some("split wait")
                 } else {
                     Some("split granted")
                 }
+            }
+            (_, Response::SplitSkipping { .. }) => Some("grant with skip runs"),
+            (_, Response::Job { exactly_once: true, .. }) => Some("exactly-once job"),
+            (_, Response::WorkerLost { changed: true })
+                if pre.exactly_once.iterations.values().any(|p| !p.granted.is_empty()) =>
+            {
+                Some("orphans made")
             }
             (Command::GetOrCreateJob { num_consumers: Some(_), .. }, _) => Some("coordinated job"),
             (Command::GetOrCreateJob { mode, .. }, _) if mode.static_policy().is_some() => {

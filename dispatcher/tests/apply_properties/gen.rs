@@ -48,7 +48,7 @@ fn def(i: usize) -> DatasetDef {
 }
 
 pub struct Gen {
-    rng: ChaCha8Rng,
+    pub(crate) rng: ChaCha8Rng,
 }
 
 impl Gen {
@@ -60,7 +60,7 @@ impl Gen {
         self.rng.gen_range(0..n)
     }
 
-    fn chance(&mut self, p: f64) -> bool {
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
         self.rng.gen_bool(p)
     }
 
@@ -136,6 +136,9 @@ impl Gen {
     /// mostly something that builds instead (and otherwise an unknown id), so a
     /// sequence does not spend its length on "not found".
     fn single(&mut self, state: &State) -> Command {
+        if self.chance(0.15) {
+            return crate::eo::command(self, state);
+        }
         let aimed = match self.below(100) {
             0..=44 => return self.building(state),
             45..=69 => self.split(state, dynamic_tasks(state)),

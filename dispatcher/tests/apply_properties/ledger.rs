@@ -61,7 +61,13 @@ impl Ledger {
         else {
             return Ok(());
         };
-        let Response::Split(SplitAnswer::Split { begin, end }) = *answer else { return Ok(()) };
+        let (begin, end) = match answer {
+            Response::Split(SplitAnswer::Split { begin, end })
+            | Response::SplitSkipping { answer: SplitAnswer::Split { begin, end }, .. } => {
+                (*begin, *end)
+            }
+            _ => return Ok(()),
+        };
         let Some(task) = pre.tasks.get(task_id) else {
             return Err(format!("(c) a split for unknown task {task_id}"));
         };
@@ -75,9 +81,12 @@ impl Ledger {
             }
         }
         let granted = self.by_source.entry(source).or_default();
+        let exactly_once = pre.exactly_once.iterations.contains_key(&task.iteration_id);
         for (other, other_key) in granted.iter() {
+            // Exactly-once: a lost task's units are handed out again.
+            let orphaned = pre.tasks.get(&other_key.0).is_some_and(|t| t.lost);
             check!(
-                end <= other.begin || other.end <= begin,
+                end <= other.begin || other.end <= begin || (exactly_once && orphaned),
                 "(c) iteration {} epoch {repetition}: {begin}..{end} granted to {key:?} overlaps \
                  {}..{} granted to {other_key:?}",
                 source.0,

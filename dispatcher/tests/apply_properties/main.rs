@@ -16,12 +16,17 @@
 //! - A batch answers and changes what its commands applied one by one do, and
 //!   refuses a nested batch.
 //!
+//! Exactly-once commands (`eo.rs`) take part in all of these; for (c), an
+//! exactly-once iteration may grant a unit again only after the task it was
+//! granted to was lost (an orphan handed out again).
+//!
 //! A failure names the seed, the step and the command; `SLUICE_APPLY_SEED=n`
 //! runs that seed alone. The run also asserts that the sequences reached the
 //! cases worth reaching (coverage), so a generator that stopped exercising
 //! something fails rather than passing vacuously.
 
 mod coverage;
+mod eo;
 mod gen;
 mod ledger;
 

@@ -145,3 +145,4 @@ pub fn finish(s: &mut State, address: &str, task_ids: Vec<u64>) -> Vec<u64> {
         r => panic!("{r:?}"),
     }
 }
+pub mod eo;

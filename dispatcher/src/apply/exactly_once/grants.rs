@@ -1,0 +1,144 @@
+//! `GetSplit` of an exactly-once iteration (provider 0; such an iteration has
+//! one source):
+//!
+//! 1. an orphan no consumer waits for is handed out first (its units that are
+//!    not whole, at most one grant's worth);
+//! 2. otherwise the cursor's next range, as for any DYNAMIC iteration;
+//! 3. past the end, while orphans still wait for acknowledgements, `Wait`
+//!    instead of end-of-splits (the cursor does not close the epoch).
+//!
+//! Every grant carries the consumed runs of its units as `skip_runs` (orphans'
+//! records consumed before the loss; a restored position's records), cut at a
+//! unit boundary to at most `MAX_SKIP_RUNS`. What a task was granted is kept
+//! until it is below the watermark (what its loss orphans), and the skips of its
+//! last grant are kept so that a replayed request gets the same answer. A
+//! `Wait` grants nothing, so a worker may ask again after it with the same
+//! sequence or the next (`splits.rs`).
+
+use sluice_positions::Run;
+
+use crate::command::Response;
+use crate::error::StateError;
+use crate::exactly_once::LastSkips;
+use crate::state::{IterationId, SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
+
+/// What one request asks, as `splits.rs` resolved it.
+pub(in crate::apply) struct Ask {
+    pub task_id: TaskId,
+    pub iteration_id: IterationId,
+    pub worker_uid: u64,
+    pub sequence: u64,
+    pub repetition: u64,
+    pub cursor: SplitCursor,
+    pub cardinality: u64,
+    /// Units per grant.
+    pub step: u64,
+}
+
+pub(in crate::apply) fn is_exactly_once(state: &State, iteration_id: IterationId) -> bool {
+    state.exactly_once.iterations.contains_key(&iteration_id)
+}
+
+/// The answer of a replayed request (same task, uid and sequence).
+pub(in crate::apply) fn replay(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
+    let skips = state
+        .tasks
+        .get(&task_id)
+        .and_then(|t| state.exactly_once.iterations.get(&t.iteration_id))
+        .and_then(|p| p.last_skips.get(&task_id))
+        .filter(|s| s.worker_uid == last.worker_uid && s.sequence == last.sequence);
+    match skips {
+        Some(s) => Response::SplitSkipping { answer: last.answer, skip_runs: s.runs.clone() },
+        None => Response::Split(last.answer),
+    }
+}
+
+/// An exactly-once iteration reads its source once: a `repeat` stage is refused
+/// at job creation, so its workers ask for repetition 0 only. A later epoch
+/// would hand every unit out again.
+pub(in crate::apply) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
+    if ask.repetition > 0 {
+        return Err(StateError::InvalidArgument(format!(
+            "task {}: split request for repetition {} of an exactly-once iteration, which \
+             reads its source once (repetition 0); epochs are the reader's repetition",
+            ask.task_id, ask.repetition
+        )));
+    }
+    Ok(())
+}
+
+pub(in crate::apply) fn grant(state: &mut State, ask: Ask) -> Response {
+    let Some(p) = state.exactly_once.iterations.get_mut(&ask.iteration_id) else {
+        return Response::Split(SplitAnswer::EndOfSplits);
+    };
+    let mut new_cursor = ask.cursor;
+    let mut range = None;
+    // 1. Ready orphans, dropping those whose units all became whole meanwhile.
+    while let Some(i) = p.ready_orphan() {
+        let o = &p.orphans[i];
+        let (begin, end) = (o.begin, o.end);
+        match p.unfinished_ranges(begin, end).first() {
+            None => {
+                p.orphans.remove(i);
+            }
+            Some(&(b, e)) => {
+                let e = e.min(b.saturating_add(ask.step.max(1)));
+                let (e, skips) = p.skips_within(b, e);
+                // What is left of the orphan stays (still ready).
+                if e >= end {
+                    p.orphans.remove(i);
+                } else {
+                    p.orphans[i].begin = e;
+                }
+                range = Some((b, e, skips));
+                break;
+            }
+        }
+    }
+    if range.is_none() {
+        let (answer, next) =
+            crate::apply::next_split(ask.cursor, ask.repetition, ask.cardinality, ask.step);
+        match answer {
+            SplitAnswer::Split { begin, end } => {
+                let (end, skips) = p.skips_within(begin, end);
+                new_cursor = SplitCursor { next: end, ..next };
+                range = Some((begin, end, skips));
+            }
+            _ if !p.orphans.is_empty() => return record(state, &ask, SplitAnswer::Wait, vec![]),
+            other => {
+                new_cursor = next;
+                let r = record(state, &ask, other, vec![]);
+                set_cursor(state, ask.iteration_id, new_cursor);
+                return r;
+            }
+        }
+    }
+    let Some((begin, end, skips)) = range else { unreachable!("a range was chosen above") };
+    p.granted.entry(ask.task_id).or_default().insert(begin, end);
+    set_cursor(state, ask.iteration_id, new_cursor);
+    record(state, &ask, SplitAnswer::Split { begin, end }, skips)
+}
+
+fn set_cursor(state: &mut State, iteration_id: IterationId, cursor: SplitCursor) {
+    if let Some(c) = state.iterations.get_mut(&iteration_id).and_then(|it| it.cursors.first_mut()) {
+        *c = cursor;
+    }
+}
+
+/// Keeps the answer for a replay and answers it.
+fn record(state: &mut State, ask: &Ask, answer: SplitAnswer, skips: Vec<Run>) -> Response {
+    let (worker_uid, sequence) = (ask.worker_uid, ask.sequence);
+    if let Some(task) = state.tasks.get_mut(&ask.task_id) {
+        task.last_split = Some(SplitRecord { worker_uid, sequence, answer });
+    }
+    let Some(p) = state.exactly_once.iterations.get_mut(&ask.iteration_id) else {
+        return Response::Split(answer);
+    };
+    if skips.is_empty() {
+        p.last_skips.remove(&ask.task_id);
+        return Response::Split(answer);
+    }
+    let last = LastSkips { worker_uid, sequence, runs: skips.clone() };
+    p.last_skips.insert(ask.task_id, last);
+    Response::SplitSkipping { answer, skip_runs: skips }
+}

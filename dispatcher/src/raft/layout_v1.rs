@@ -1,0 +1,74 @@
+//! Persisted layout version 1 of the state, frozen (`versioned.rs`, "How a layout
+//! change is handled"): `State` as it was before version 2 added the trailing
+//! `exactly_once` section, and the snapshot around it. Its sub-types (`Dataset`,
+//! `Job`, `Iteration`, `Task`, `Worker`, ...) did not change, so they are the
+//! current ones; a change to one of them would freeze it here too.
+//!
+//! Never edit these types: they describe bytes already on disk.
+
+use std::collections::BTreeMap;
+
+use openraft::{BasicNode, LogId, StoredMembership};
+use serde::{Deserialize, Serialize};
+
+use super::NodeId;
+use crate::exactly_once::ExactlyOnceState;
+use crate::state::{
+    ClientId, Dataset, DatasetId, Iteration, IterationId, Job, JobId, Task, TaskId, Worker,
+};
+
+/// `crate::state::State` of layout version 1.
+#[derive(Serialize, Deserialize)]
+pub struct State {
+    pub datasets: BTreeMap<DatasetId, Dataset>,
+    pub jobs: BTreeMap<JobId, Job>,
+    pub jobs_by_name: BTreeMap<String, JobId>,
+    pub iterations: BTreeMap<IterationId, Iteration>,
+    pub tasks: BTreeMap<TaskId, Task>,
+    pub workers: BTreeMap<String, Worker>,
+    pub clients: BTreeMap<ClientId, IterationId>,
+    pub next_dataset_id: u64,
+    pub next_job_id: JobId,
+    pub next_iteration_id: IterationId,
+    pub next_task_id: TaskId,
+    pub next_client_id: ClientId,
+}
+
+/// `state_machine::Applied` of layout version 1.
+#[derive(Serialize, Deserialize)]
+pub struct Applied {
+    pub last_applied: Option<LogId<NodeId>>,
+    pub membership: StoredMembership<NodeId, BasicNode>,
+    pub state: State,
+}
+
+/// Version 1 → 2: every job and iteration was at-most-once, so the section is empty.
+impl From<State> for crate::state::State {
+    fn from(s: State) -> Self {
+        crate::state::State {
+            datasets: s.datasets,
+            jobs: s.jobs,
+            jobs_by_name: s.jobs_by_name,
+            iterations: s.iterations,
+            tasks: s.tasks,
+            workers: s.workers,
+            clients: s.clients,
+            next_dataset_id: s.next_dataset_id,
+            next_job_id: s.next_job_id,
+            next_iteration_id: s.next_iteration_id,
+            next_task_id: s.next_task_id,
+            next_client_id: s.next_client_id,
+            exactly_once: ExactlyOnceState::default(),
+        }
+    }
+}
+
+impl From<Applied> for super::state_machine::Applied {
+    fn from(a: Applied) -> Self {
+        super::state_machine::Applied {
+            last_applied: a.last_applied,
+            membership: a.membership,
+            state: a.state.into(),
+        }
+    }
+}
