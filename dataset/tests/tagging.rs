@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use sluice_dataset::{
-    Arg, DatasetDef, DatasetError, FunctionRegistry, SplitProvider, SplitRange, TaggedIter,
+    Arg, DatasetDef, DatasetError, FunctionRegistry, SplitProvider, SplitRange, Stage, TaggedIter,
 };
 use sluice_positions::{Origin, Run};
 
@@ -164,12 +164,21 @@ fn an_expansion_numbers_the_records_it_makes_of_each_unit() {
     registry.register_filter("not_last", 0, |e, _| {
         Ok(!String::from_utf8_lossy(&e.components[0].items().expect("name")[0]).ends_with("2.txt"))
     });
-    let def = DatasetDef::from_strings(files)
-        .filter("not_last")
-        .interleave("text_lines", 2, 1)
-        .batch(2, false);
+    for threads in [1, 3] {
+        let mut def = DatasetDef::from_strings(files.clone())
+            .filter("not_last")
+            .interleave("text_lines", 2, 1)
+            .batch(2, false);
+        if let Stage::Interleave { num_parallel_calls, .. } = &mut def.stages[2] {
+            *num_parallel_calls = threads;
+        }
+        expansion_run(&def, &registry);
+    }
+}
+
+fn expansion_run(def: &DatasetDef, registry: &FunctionRegistry) {
     let splits = Splits(vec![(0, 3, vec![Run::record(1, 1)])], vec![]);
-    let run = drain(def.iter_tagged(&registry, Some(Box::new(splits))).expect("starts"), |e| {
+    let run = drain(def.iter_tagged(registry, Some(Box::new(splits))).expect("starts"), |e| {
         e.components[0]
             .items()
             .expect("strings")
