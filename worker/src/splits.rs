@@ -34,6 +34,8 @@ use crate::buffer::StopReason;
 /// until every consumer acknowledged the loss); it doubles up to the max.
 const WAIT_BACKOFF_MIN: Duration = Duration::from_millis(20);
 const WAIT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The most skip runs one grant carries (docs/exactly-once.md, "Bounds").
+const MAX_SKIP_RUNS: usize = 65_536;
 
 pub(crate) struct RemoteSplitProvider {
     dispatcher: DispatcherClient,
@@ -124,10 +126,9 @@ impl RemoteSplitProvider {
             Err(_) => Err(DatasetError::Split("the worker's runtime has shut down".into())),
         }
     }
-}
 
-impl RemoteSplitProvider {
-    /// The split's skip runs, refused unless well formed and within the split.
+    /// The split's skip runs, refused unless well formed, within the split and
+    /// within the bound of one grant.
     fn skip_runs_of(&self, split: &pb::Split) -> Result<Vec<Run>, DatasetError> {
         let bad = |why: String| {
             DatasetError::Split(format!(
@@ -137,6 +138,12 @@ impl RemoteSplitProvider {
                 self.task_id, split.begin, split.end
             ))
         };
+        if split.skip_runs.len() / 3 > MAX_SKIP_RUNS {
+            return Err(bad(format!(
+                "{} runs, above the {MAX_SKIP_RUNS} of one grant",
+                split.skip_runs.len() / 3
+            )));
+        }
         let runs = runs_from_flat(&split.skip_runs).map_err(|e| bad(e.to_string()))?;
         if let Some(r) = runs.iter().find(|r| r.unit < split.begin || r.unit >= split.end) {
             return Err(bad(format!("run {r:?} is outside the split")));

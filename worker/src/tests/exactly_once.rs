@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use sluice_dataset::{Arg, DatasetDef, Element};
 use sluice_positions::wire::split_positions;
 use sluice_positions::Origin;
+use sluice_proto::compression::decompress;
 use sluice_proto::v1 as pb;
 use tonic::{Status, Streaming};
 
@@ -47,10 +48,14 @@ fn values(element: pb::Element) -> Vec<i64> {
 fn decode(batches: Vec<pb::ElementBatch>) -> (Vec<(Vec<i64>, Origin)>, Vec<Origin>) {
     let (mut elements, mut messages) = (Vec::new(), Vec::new());
     for batch in batches {
+        let received = match &batch.compressed {
+            Some(frame) => decompress(frame, 64 << 20).expect("a valid frame"),
+            None => batch.elements,
+        };
         let positions = batch.positions.as_ref().expect("every message carries positions");
         let (per_element, message) =
-            split_positions(positions, batch.elements.len()).expect("well-formed positions");
-        for (e, origin) in batch.elements.into_iter().zip(per_element) {
+            split_positions(positions, received.len()).expect("well-formed positions");
+        for (e, origin) in received.into_iter().zip(per_element) {
             assert!(e.origin.is_none(), "origins travel in positions, not in the elements");
             elements.push((values(e), origin));
         }
@@ -112,6 +117,28 @@ async fn positions_cover_the_granted_records_once_and_skip_runs_are_not_produced
 }
 
 #[tokio::test]
+async fn positions_stay_outside_compressed_frames() {
+    let dispatcher =
+        MockDispatcher::start(vec![exactly_once_task(5, &DatasetDef::range(3000))]).await;
+    dispatcher.set_splits(vec![(0, 3000)]);
+    let worker = start_worker(&dispatcher).await;
+    let mut client = connect(&worker).await;
+    let req =
+        pb::GetElementsRequest { compression: pb::Compression::Zstd as i32, ..request(5, 0, 0) };
+    let (batches, error) = read_batches(open_stream(&mut client, req).await.expect("opens")).await;
+    assert!(error.is_none(), "{error:?}");
+    assert!(batches.iter().any(|b| b.compressed.is_some()), "some messages were compressed");
+    let (elements, _) = decode(batches);
+    assert_eq!(elements.len(), 3000);
+    for (vals, origin) in &elements {
+        assert_eq!(origin.runs.len(), 1);
+        assert_eq!(vals, &[origin.runs[0].unit as i64], "positions match the frame's elements");
+    }
+    worker.shutdown().await.expect("worker stops");
+    dispatcher.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_task_that_is_not_exactly_once_sends_no_positions() {
     let def = DatasetDef::range(10);
     let dispatcher = MockDispatcher::start(vec![task_def(2, &def, DYNAMIC)]).await;
@@ -151,8 +178,12 @@ async fn a_wait_answer_is_followed_by_asking_again_with_the_next_sequence() {
 
 #[tokio::test]
 async fn malformed_skip_runs_fail_the_task_with_a_clear_error() {
-    for (flat, says) in [(vec![1, 0], "not a multiple of 3"), (vec![12, 0, 1], "outside the split")]
-    {
+    let too_many: Vec<u64> = (0..65_537).flat_map(|_| [0, 0, 1]).collect();
+    for (flat, says) in [
+        (vec![1, 0], "not a multiple of 3"),
+        (vec![12, 0, 1], "outside the split"),
+        (too_many, "above the 65536 of one grant"),
+    ] {
         let dispatcher =
             MockDispatcher::start(vec![exactly_once_task(4, &DatasetDef::range(10))]).await;
         dispatcher.set_splits(vec![(0, 5)]);
