@@ -28,6 +28,7 @@ use sluice_client::DispatcherClient;
 use sluice_dataset::{
     DatasetDef, DatasetError, DroppedSink, Element, FunctionRegistry, StaticPolicy,
 };
+use sluice_positions::UnitRecords;
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
@@ -151,6 +152,9 @@ impl Pipeline {
                 })?,
             None => dataset,
         };
+        if exactly_once {
+            check_replayable(&dataset, def.counted_units)?;
+        }
         Ok(Pipeline { def: dataset, mode, exactly_once })
     }
 
@@ -222,6 +226,25 @@ impl Pipeline {
         // Dropping `tx` tells the consumers: end of sequence.
         tracing::info!("pipeline reached end of sequence");
     }
+}
+
+/// An exactly-once task's pipeline must be replayable, with the units the
+/// dispatcher counts (`TaskDef.counted_units`): otherwise the records this
+/// worker names would not be the ones the dispatcher waits for.
+fn check_replayable(def: &DatasetDef, counted_units: bool) -> Result<(), String> {
+    let units = def.exactly_once().map_err(|reason| {
+        format!("the task is exactly-once but its pipeline is not replayable: {reason}")
+    })?;
+    let counted = units == UnitRecords::Counted;
+    if counted != counted_units {
+        return Err(format!(
+            "the dispatcher counts this exactly-once task's units as {}, this worker as {}; \
+             run the dispatcher and the workers at the same version",
+            if counted_units { "counted" } else { "one record each" },
+            if counted { "counted" } else { "one record each" },
+        ));
+    }
+    Ok(())
 }
 
 /// An element of a tagged pipeline with what the pipeline dropped before it

@@ -201,3 +201,26 @@ async fn malformed_skip_runs_fail_the_task_with_a_clear_error() {
         dispatcher.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn a_task_whose_pipeline_is_not_replayable_fails_naming_the_stage() {
+    let repeated = exactly_once_task(6, &DatasetDef::range(10).repeat(2));
+    let text = pb::TaskDef {
+        counted_units: false,
+        ..exactly_once_task(7, &DatasetDef::text_lines(vec!["a.txt"]))
+    };
+    let dispatcher = MockDispatcher::start(vec![repeated, text]).await;
+    let worker = start_worker(&dispatcher).await;
+    let mut client = connect(&worker).await;
+    for (task, says) in
+        [(6, "stages[1].repeat"), (7, "counts this exactly-once task's units as one record each")]
+    {
+        let (batches, error) =
+            read_batches(open_stream(&mut client, request(task, 0, 0)).await.expect("opens")).await;
+        assert!(batches.is_empty());
+        let error = error.expect("the task failed");
+        assert!(error.message().contains(says), "{error:?}");
+    }
+    worker.shutdown().await.expect("worker stops");
+    dispatcher.shutdown().await;
+}
