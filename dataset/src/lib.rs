@@ -6,6 +6,8 @@
 //! - [`def`] — [`DatasetDef`], a list of [`Stage`]s with a builder API; plain data.
 //! - `slices` — the values of `from_tensor_slices` ([`SliceValues`]): the simple
 //!   lists and the general `tensors` form, their JSON (base64 payloads) and checks.
+//! - `replay` — `DatasetDef::exactly_once`: whether a pipeline is replayable (an
+//!   exactly-once job's condition, docs/exactly-once.md) and its units' records.
 //! - [`cardinality`] — [`Cardinality`]: finite, infinite or unknown, from the stages.
 //! - `wire`: conversions to and from the protobuf types of `sluice-proto`.
 //! - `json`: the JSON form (`DatasetDef::from_json` / `to_json`) with errors that
@@ -55,6 +57,7 @@ pub mod io;
 mod json;
 pub mod python;
 pub mod registry;
+mod replay;
 pub mod sample;
 pub mod sharding;
 mod slices;
@@ -67,7 +70,7 @@ pub use def::{
     MAX_NESTING, MAX_STAGES, SHARD_HINT,
 };
 pub use error::DatasetError;
-pub use exec::{ElementIter, SplitProvider, SplitRange};
+pub use exec::{DroppedSink, ElementIter, SplitProvider, SplitRange, TaggedIter};
 pub use python::{
     Phase, Pickled, PyCall, PyFailure, PyFunction, PyOp, PyOutcome, PyReply, PyResponse,
     PythonExecutor, PythonNeeds, PythonStage, SharedPythonExecutor, UserFunctionFailure,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
+use sluice_positions::Origin;
 
 use crate::error::DatasetError;
 
@@ -346,15 +347,19 @@ pub struct Element {
     /// One name per component (e.g. the features of a parsed `tf.train.Example`),
     /// shared between the elements of one stage; `None` for a plain tuple.
     pub names: Option<Arc<[String]>>,
+    /// Exactly-once pipelines only (`DatasetDef::iter_tagged`): the source records
+    /// this element stands for (docs/exactly-once.md). `None` in every other
+    /// pipeline, so an untagged element pays one pointer for it.
+    pub origin: Option<Box<Origin>>,
 }
 
 impl Element {
     pub fn new(components: Vec<Tensor>) -> Self {
-        Element { components, names: None }
+        Element { components, names: None, origin: None }
     }
     /// A one-component element.
     pub fn single(t: Tensor) -> Self {
-        Element { components: vec![t], names: None }
+        Element { components: vec![t], names: None, origin: None }
     }
     /// An element with named components; `names` and `components` must have the
     /// same length.
@@ -370,7 +375,7 @@ impl Element {
                 components.len()
             )));
         }
-        Ok(Element { components, names: Some(names) })
+        Ok(Element { components, names: Some(names), origin: None })
     }
     /// The index of the component called `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {

@@ -59,7 +59,7 @@ impl From<Element> for pb::Element {
         pb::Element {
             components: e.components.into_iter().map(Into::into).collect(),
             names,
-            origin: None,
+            origin: e.origin.map(|o| o.to_pb()),
         }
     }
 }

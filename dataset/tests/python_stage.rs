@@ -237,3 +237,34 @@ fn the_spec_round_trips_and_bad_stages_are_refused_naming_the_field() {
         assert!(e.contains(field) && e.contains("stages[1]"), "{stage}: {e}");
     }
 }
+
+/// Tagged (exactly-once): outputs keep their inputs' origins whatever order the
+/// answers come in, and a filtered or failed (then ignored) element's record goes
+/// to the sink; together every record once.
+#[test]
+fn tagged_python_stages_keep_origins_and_sink_what_they_drop() {
+    let stand = Stand::new();
+    let r = with(&stand);
+    let mut map = stage(PyOp::Map, "t:times10");
+    (map.num_parallel_calls, map.deterministic) = (3, false);
+    let mut filter = stage(PyOp::Filter, "t:even");
+    filter.num_parallel_calls = 2;
+    for (def, unit_of) in [
+        (DatasetDef::range(300).python(map).ignore_errors(), (|v| v / 10) as fn(i64) -> i64),
+        (DatasetDef::range(300).python(filter), |v| v),
+    ] {
+        let tagged = def.iter_tagged(&r, None).unwrap();
+        let mut seen = BTreeMap::new();
+        for item in tagged.elements {
+            let e = item.unwrap();
+            let origin = e.origin.clone().expect("an origin");
+            assert_eq!(origin.runs.len(), 1);
+            assert_eq!(origin.runs[0].unit as i64, unit_of(int(&e)), "{def:?}");
+            *seen.entry(origin.runs[0].unit).or_insert(0) += 1;
+        }
+        for run in tagged.dropped.take().runs {
+            *seen.entry(run.unit).or_insert(0) += run.count;
+        }
+        assert_eq!(seen, (0..300).map(|u| (u, 1)).collect::<BTreeMap<u64, u64>>(), "{def:?}");
+    }
+}

@@ -190,7 +190,7 @@ impl ElementReader {
                 .map_err(|e| FrameError::Malformed(format!("a tensor: {e}")))?;
             components.push(t);
         }
-        Ok(Element { components, names })
+        Ok(Element { components, names, origin: None })
     }
 }
 

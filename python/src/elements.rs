@@ -70,7 +70,7 @@ impl TensorData {
 
 /// The Python value of an element.
 pub fn to_python(py: Python<'_>, element: Element) -> PyResult<Py<PyAny>> {
-    let Element { components, names } = element;
+    let Element { components, names, .. } = element;
     if let Some(names) = names {
         let dict = PyDict::new(py);
         for (name, t) in names.iter().zip(components) {

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use prost::Message;
 use sluice_dataset::{DatasetError, Element};
+use sluice_positions::Origin;
 use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tokio::sync::{mpsc, watch, Mutex};
@@ -41,8 +42,9 @@ pub(crate) fn channel(task_id: u64, worker: Arc<str>, capacity: usize) -> (Buffe
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let occupancy = Arc::new(Occupancy::default());
     let inner = Inner { rx, carry: None, state: State::Open };
-    let tx = BufferTx { tx, occupancy: occupancy.clone() };
-    (tx, TaskBuffer { task_id, worker, inner: Mutex::new(inner), occupancy })
+    let end_origin = EndOrigin::default();
+    let tx = BufferTx { tx, occupancy: occupancy.clone(), end_origin: end_origin.clone() };
+    (tx, TaskBuffer { task_id, worker, inner: Mutex::new(inner), occupancy, end_origin })
 }
 
 /// Elements (and their payload bytes) in a task's buffer: sent by the pipeline and
@@ -81,13 +83,27 @@ impl Occupancy {
 pub(crate) struct BufferTx {
     tx: mpsc::Sender<Item>,
     occupancy: Arc<Occupancy>,
+    end_origin: EndOrigin,
 }
+
+/// Exactly-once tasks: what the pipeline dropped after its last element (and the
+/// unit ends it reported then), set by the pipeline thread before it ends the
+/// sequence, read by the streams' end_of_sequence messages. A std `Mutex`: held
+/// only to store or clone it, never across an await.
+#[derive(Clone, Default)]
+struct EndOrigin(Arc<std::sync::Mutex<Origin>>);
 
 impl BufferTx {
     /// Sends `item`, waiting while the buffer is full; `Err` once no consumer end
     /// is left (the task was dropped).
     pub(crate) fn blocking_send(&self, item: Item) -> Result<(), mpsc::error::SendError<Item>> {
         self.counted(item, |item| self.tx.blocking_send(item))
+    }
+
+    /// Exactly-once: the origin of the end of the sequence (records dropped after
+    /// the last element); set before the sender is dropped.
+    pub(crate) fn set_end_origin(&self, origin: Origin) {
+        *self.end_origin.0.lock().unwrap_or_else(|p| p.into_inner()) = origin;
     }
 
     /// `blocking_send` without waiting, for tests that fill the buffer from a runtime.
@@ -110,7 +126,7 @@ impl BufferTx {
 impl From<mpsc::Sender<Item>> for BufferTx {
     /// A sender counting into an occupancy of its own (tests of the pipeline).
     fn from(tx: mpsc::Sender<Item>) -> Self {
-        BufferTx { tx, occupancy: Arc::default() }
+        BufferTx { tx, occupancy: Arc::default(), end_origin: EndOrigin::default() }
     }
 }
 
@@ -228,6 +244,7 @@ pub(crate) struct TaskBuffer {
     worker: Arc<str>,
     inner: Mutex<Inner>,
     occupancy: Arc<Occupancy>,
+    end_origin: EndOrigin,
 }
 
 struct Inner {
@@ -252,6 +269,13 @@ impl TaskBuffer {
 
     pub(crate) fn occupancy(&self) -> &Occupancy {
         &self.occupancy
+    }
+
+    /// Exactly-once: what the pipeline dropped after its last element, for an
+    /// end_of_sequence message (every such message carries it: consuming the
+    /// same records twice is harmless, missing them would keep their units open).
+    pub(crate) fn end_origin(&self) -> Origin {
+        self.end_origin.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// An element taken from the channel, as the wire carries it.

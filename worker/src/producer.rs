@@ -6,11 +6,18 @@
 //! stops when the client goes away (the channel's receiver is dropped), the task is
 //! stopped, or the sequence ends. The channel carries messages, not bytes: the HTTP
 //! layer (`route`) encodes them, so there is one producer whatever the encoding.
+//!
+//! An exactly-once task's messages carry their elements' origins in `positions`
+//! (moved out of the elements before compression, so they stay readable without
+//! decompressing), and the end_of_sequence message the records dropped after
+//! the last element.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
+use sluice_positions::wire::join_positions;
+use sluice_positions::Origin;
 use sluice_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -55,6 +62,21 @@ async fn next_batch(task: &Task, trainer: Option<&str>, limits: Limits) -> Resul
     }
 }
 
+/// Moves the origins of `elements` (exactly-once tasks) into the message's
+/// `positions`, outside what compression packs; `message` is the message's own
+/// origin (records dropped after its last element, at the end of the sequence).
+pub(crate) fn take_positions(elements: &mut [pb::Element], message: Origin) -> pb::Positions {
+    let origins = elements.iter_mut().map(|e| match e.origin.take() {
+        // Made by `Origin::to_pb` in this process: well formed.
+        Some(o) => Origin::from_pb(&o).unwrap_or_else(|err| {
+            tracing::error!(%err, "an element's origin does not decode; this is a bug");
+            Origin::default()
+        }),
+        None => Origin::default(),
+    });
+    join_positions(origins, message)
+}
+
 pub(crate) async fn produce(
     worker: Arc<Worker>,
     task: Arc<Task>,
@@ -96,12 +118,16 @@ pub(crate) async fn produce(
                     worker.finish(&task);
                 }
                 let elements = batch.elements.len();
-                let message = pb::ElementBatch {
+                let mut message = pb::ElementBatch {
                     elements: batch.elements,
                     end_of_sequence: end,
                     compressed: None,
                     positions: None,
                 };
+                if task.exactly_once {
+                    let end_origin = if end { task.buffer.end_origin() } else { Origin::default() };
+                    message.positions = Some(take_positions(&mut message.elements, end_origin));
+                }
                 // With a channel slot reserved and no lock held (a large message on
                 // the blocking pool): the HTTP layer then only writes the bytes.
                 let Some((codec, message)) = compression.apply_off_runtime(message).await else {

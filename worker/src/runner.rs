@@ -15,12 +15,20 @@
 //! its sender. A DYNAMIC source blocked on a split is released by the task's
 //! [`StopReason`] signal or, once the worker drains, takes no new split.
 //!
+//! An exactly-once task (`TaskDef.exactly_once`, DYNAMIC) runs its pipeline
+//! tagged (`DatasetDef::iter_tagged`): each element leaves with its origin plus
+//! whatever the pipeline dropped since the previous one, and what it dropped
+//! after the last one is left in the buffer for the end_of_sequence message.
+//!
 //! Soft state: the pipeline's position exists only in this thread. A restarted
 //! worker runs its tasks from the beginning (OFF, and its whole shard again in a
 //! static mode, as tf.data) or on new splits (DYNAMIC).
 
 use sluice_client::DispatcherClient;
-use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, StaticPolicy};
+use sluice_dataset::{
+    DatasetDef, DatasetError, DroppedSink, Element, FunctionRegistry, StaticPolicy,
+};
+use sluice_positions::UnitRecords;
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
@@ -109,6 +117,8 @@ struct Pipeline {
     /// For a static mode, already this worker's shard.
     def: DatasetDef,
     mode: pb::ProcessingMode,
+    /// A DYNAMIC exactly-once task: the pipeline runs tagged (origins on).
+    exactly_once: bool,
 }
 
 impl Pipeline {
@@ -124,6 +134,7 @@ impl Pipeline {
                 def.num_split_providers
             ));
         }
+        let exactly_once = def.exactly_once && mode == pb::ProcessingMode::Dynamic;
         let wire = def.dataset.ok_or("the task definition has no dataset")?;
         let dataset = DatasetDef::try_from(wire).map_err(|e| e.to_string())?;
         let dataset = match static_policy(mode) {
@@ -141,7 +152,10 @@ impl Pipeline {
                 })?,
             None => dataset,
         };
-        Ok(Pipeline { def: dataset, mode })
+        if exactly_once {
+            check_replayable(&dataset, def.counted_units)?;
+        }
+        Ok(Pipeline { def: dataset, mode, exactly_once })
     }
 
     /// Splits to ask for per GetSplit. A split of a file source is a whole file:
@@ -175,11 +189,17 @@ impl Pipeline {
                     self.splits_per_request(ctx.splits_per_request),
                 )
                 .draining(ctx.draining.clone());
-                self.def.iter_with_splits(&ctx.registry, Box::new(splits))
+                if self.exactly_once {
+                    self.def
+                        .iter_tagged(&ctx.registry, Some(Box::new(splits)))
+                        .map(|t| (t.elements, Some(t.dropped)))
+                } else {
+                    self.def.iter_with_splits(&ctx.registry, Box::new(splits)).map(|i| (i, None))
+                }
             }
-            _ => self.def.iter_local(&ctx.registry),
+            _ => self.def.iter_local(&ctx.registry).map(|i| (i, None)),
         };
-        let iter = match iter {
+        let (iter, dropped) = match iter {
             Ok(iter) => iter,
             Err(e) => {
                 let _ = tx.blocking_send(Err(e));
@@ -187,6 +207,10 @@ impl Pipeline {
             }
         };
         for item in iter {
+            let item = match (&dropped, item) {
+                (Some(dropped), Ok(e)) => Ok(with_dropped(e, dropped)),
+                (_, item) => item,
+            };
             let failed = item.is_err();
             if tx.blocking_send(item).is_err() {
                 tracing::info!("pipeline stopped: the task was dropped");
@@ -196,9 +220,41 @@ impl Pipeline {
                 return;
             }
         }
+        if let Some(dropped) = dropped {
+            tx.set_end_origin(dropped.take());
+        }
         // Dropping `tx` tells the consumers: end of sequence.
         tracing::info!("pipeline reached end of sequence");
     }
+}
+
+/// An exactly-once task's pipeline must be replayable, with the units the
+/// dispatcher counts (`TaskDef.counted_units`): otherwise the records this
+/// worker names would not be the ones the dispatcher waits for.
+fn check_replayable(def: &DatasetDef, counted_units: bool) -> Result<(), String> {
+    let units = def.exactly_once().map_err(|reason| {
+        format!("the task is exactly-once but its pipeline is not replayable: {reason}")
+    })?;
+    let counted = units == UnitRecords::Counted;
+    if counted != counted_units {
+        return Err(format!(
+            "the dispatcher counts this exactly-once task's units as {}, this worker as {}; \
+             run the dispatcher and the workers at the same version",
+            if counted_units { "counted" } else { "one record each" },
+            if counted { "counted" } else { "one record each" },
+        ));
+    }
+    Ok(())
+}
+
+/// An element of a tagged pipeline with what the pipeline dropped before it
+/// joined to its origin: those records are consumed with it.
+fn with_dropped(mut element: Element, dropped: &DroppedSink) -> Element {
+    let before = dropped.take();
+    if !before.is_empty() {
+        element.origin.get_or_insert_with(Default::default).append(before);
+    }
+    element
 }
 
 #[cfg(test)]

@@ -32,11 +32,13 @@ pub(crate) use sluice_proto::contract::element_route::MESSAGE_PREFIX_BYTES as GR
 const BATCH_ELEMENTS: u32 = 1;
 const BATCH_END_OF_SEQUENCE: u32 = 2;
 const BATCH_COMPRESSED: u32 = 3;
+const BATCH_POSITIONS: u32 = 4;
 const COMPRESSED_CODEC: u32 = 1;
 const COMPRESSED_RAW_BYTES: u32 = 2;
 const COMPRESSED_DATA: u32 = 3;
 const ELEMENT_COMPONENTS: u32 = 1;
 const ELEMENT_NAMES: u32 = 2;
+const ELEMENT_ORIGIN: u32 = 20;
 const TENSOR_DTYPE: u32 = 1;
 const TENSOR_SHAPE: u32 = 2;
 const TENSOR_DATA: u32 = 3;
@@ -84,6 +86,10 @@ pub(crate) fn encode(
         encode_varint(frame.encoded_len() as u64, &mut out.prefix);
         out.compressed(frame);
     }
+    // Exactly-once tasks: small packed columns, encoded whole.
+    if let Some(positions) = &batch.positions {
+        encoding::message::encode(BATCH_POSITIONS, positions, &mut out.prefix);
+    }
     Ok(out.finish())
 }
 
@@ -106,6 +112,10 @@ impl Scatter {
             self.tensor(tensor);
         }
         encoding::string::encode_repeated(ELEMENT_NAMES, &element.names, &mut self.prefix);
+        // Cleared by the producer before sending; encoded for a faithful copy anyway.
+        if let Some(origin) = &element.origin {
+            encoding::message::encode(ELEMENT_ORIGIN, origin, &mut self.prefix);
+        }
     }
 
     /// As prost does: default values (dtype 0, empty shape, empty data) are left out.

@@ -6,19 +6,36 @@
 //! second one, so `sequence` advances only after an answer arrived. Retries of one
 //! call happen inside `DispatcherClient` with the same request, hence the same key.
 //!
+//! Exactly-once jobs (docs/exactly-once.md): a split's `skip_runs` (consumed
+//! records of a re-granted unit) go to the tagged source through
+//! `take_skip_runs`, and a `wait` answer (lost records not handed out yet) is
+//! followed, after a pause of 20 ms doubling to 1 s, by a request with the next
+//! sequence: a `wait` is an answer like any other.
+//!
 //! Soft state: `sequence` and `repetition` live only in this process. A restarted
 //! worker has a new `worker_uid`, so its keys start again at 0 without colliding
 //! with the old process's; splits the old process took but never delivered are lost
 //! (the at-most-once side of dynamic sharding).
 
+use std::time::Duration;
+
 use sluice_client::DispatcherClient;
 use sluice_dataset::{DatasetError, SplitProvider, SplitRange};
+use sluice_positions::wire::runs_from_flat;
+use sluice_positions::Run;
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 use crate::buffer::StopReason;
+
+/// The first pause after a `wait` answer (exactly-once jobs: lost records wait
+/// until every consumer acknowledged the loss); it doubles up to the max.
+const WAIT_BACKOFF_MIN: Duration = Duration::from_millis(20);
+const WAIT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The most skip runs one grant carries (docs/exactly-once.md, "Bounds").
+const MAX_SKIP_RUNS: usize = 65_536;
 
 pub(crate) struct RemoteSplitProvider {
     dispatcher: DispatcherClient,
@@ -39,6 +56,9 @@ pub(crate) struct RemoteSplitProvider {
     max_splits: u32,
     /// End of splits was answered once because of draining.
     drained: bool,
+    /// Exactly-once: the skip runs of the split returned last, until the source
+    /// takes them.
+    skip_runs: Vec<Run>,
 }
 
 impl RemoteSplitProvider {
@@ -63,6 +83,7 @@ impl RemoteSplitProvider {
             repetition: 0,
             max_splits,
             drained: false,
+            skip_runs: Vec::new(),
         }
     }
 
@@ -105,6 +126,49 @@ impl RemoteSplitProvider {
             Err(_) => Err(DatasetError::Split("the worker's runtime has shut down".into())),
         }
     }
+
+    /// The split's skip runs, refused unless well formed, within the split and
+    /// within the bound of one grant.
+    fn skip_runs_of(&self, split: &pb::Split) -> Result<Vec<Run>, DatasetError> {
+        let bad = |why: String| {
+            DatasetError::Split(format!(
+                "dispatcher answered GetSplit for task {} with malformed skip_runs for split \
+                 [{}, {}): {why}; the dispatcher and this worker disagree on the exactly-once \
+                 protocol (upgrade both to the same version)",
+                self.task_id, split.begin, split.end
+            ))
+        };
+        if split.skip_runs.len() / 3 > MAX_SKIP_RUNS {
+            return Err(bad(format!(
+                "{} runs, above the {MAX_SKIP_RUNS} of one grant",
+                split.skip_runs.len() / 3
+            )));
+        }
+        let runs = runs_from_flat(&split.skip_runs).map_err(|e| bad(e.to_string()))?;
+        if let Some(r) = runs.iter().find(|r| r.unit < split.begin || r.unit >= split.end) {
+            return Err(bad(format!("run {r:?} is outside the split")));
+        }
+        Ok(runs)
+    }
+
+    /// Sleeps `pause` on the runtime (a `wait` answer), released early when the
+    /// task stops (then `Err`: the pipeline ends with the task).
+    fn pause(&self, pause: Duration) -> Result<(), DatasetError> {
+        let mut stop = self.stop.clone();
+        let (tx, rx) = oneshot::channel();
+        self.runtime.spawn(async move {
+            let stopped = tokio::select! {
+                _ = tokio::time::sleep(pause) => false,
+                _ = stop.wait_for(Option::is_some) => true,
+            };
+            let _ = tx.send(stopped);
+        });
+        match rx.blocking_recv() {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(DatasetError::Split("the task was stopped".into())),
+            Err(_) => Err(DatasetError::Split("the worker's runtime has shut down".into())),
+        }
+    }
 }
 
 impl SplitProvider for RemoteSplitProvider {
@@ -126,24 +190,47 @@ impl SplitProvider for RemoteSplitProvider {
             let _ = rx.blocking_recv();
             return Err(DatasetError::Split("the worker drained and stopped the task".into()));
         }
-        let req = self.request();
-        let resp = self.call(req)?;
-        // The dispatcher has answered this key; the next call must take a new split.
-        self.sequence += 1;
-        if resp.end_of_splits {
-            tracing::debug!(repetition = self.repetition, "end of splits");
-            return Ok(None);
-        }
-        match resp.split {
-            Some(s) if s.begin <= s.end => {
-                tracing::debug!(begin = s.begin, end = s.end, "got split");
-                Ok(Some(SplitRange { begin: s.begin, end: s.end }))
+        let mut backoff = WAIT_BACKOFF_MIN;
+        loop {
+            let req = self.request();
+            let resp = self.call(req)?;
+            // The dispatcher has answered this key; the next call must take a new split.
+            self.sequence += 1;
+            if resp.end_of_splits {
+                tracing::debug!(repetition = self.repetition, "end of splits");
+                return Ok(None);
             }
-            other => Err(DatasetError::Split(format!(
-                "dispatcher answered GetSplit for task {} with an invalid split {other:?}",
-                self.task_id
-            ))),
+            if resp.wait {
+                // Exactly-once: lost records wait for the consumers' acknowledgements.
+                tracing::debug!(?backoff, "GetSplit answered wait");
+                self.pause(backoff)?;
+                backoff = (backoff * 2).min(WAIT_BACKOFF_MAX);
+                if *self.draining.borrow() {
+                    return self.next_split();
+                }
+                continue;
+            }
+            return match resp.split {
+                Some(s) if s.begin <= s.end => {
+                    self.skip_runs = self.skip_runs_of(&s)?;
+                    tracing::debug!(
+                        begin = s.begin,
+                        end = s.end,
+                        skips = self.skip_runs.len(),
+                        "got split"
+                    );
+                    Ok(Some(SplitRange { begin: s.begin, end: s.end }))
+                }
+                other => Err(DatasetError::Split(format!(
+                    "dispatcher answered GetSplit for task {} with an invalid split {other:?}",
+                    self.task_id
+                ))),
+            };
         }
+    }
+
+    fn take_skip_runs(&mut self) -> Vec<Run> {
+        std::mem::take(&mut self.skip_runs)
     }
 
     fn reset(&mut self) -> Result<(), DatasetError> {

@@ -62,6 +62,8 @@ pub(crate) struct Task {
     /// A DYNAMIC task: what it holds was handed to this worker alone (its splits),
     /// so a draining worker keeps serving it until it has delivered them (`drain.rs`).
     pub dynamic: bool,
+    /// A DYNAMIC exactly-once task: its streams carry the elements' positions.
+    pub exactly_once: bool,
 }
 
 impl Task {
@@ -92,6 +94,7 @@ impl Task {
             .then(|| CrossTrainerCache::new(task_id, ctx.cross_trainer_cache_bytes));
         let rounds = def.num_consumers.map(Rounds::new);
         let dynamic = def.mode == pb::ProcessingMode::Dynamic as i32;
+        let exactly_once = dynamic && def.exactly_once;
         let pipeline_done = match crate::runner::spawn(def, &ctx.runner, span, stop.subscribe(), tx)
         {
             Ok(done) => Some(done),
@@ -112,6 +115,7 @@ impl Task {
             open_streams: AtomicUsize::new(0),
             rounds,
             dynamic,
+            exactly_once,
         })
     }
 

@@ -6,11 +6,13 @@
 //! `[n] + shape`; no value is decoded.
 
 use bytes::BytesMut;
+use sluice_positions::Origin;
 
 use crate::error::DatasetError;
 use crate::tensor::{Element, Tensor};
 
 use super::stream::ElementIter;
+use super::tagging::Dropped;
 
 /// Largest number of element slots reserved up front; a bigger batch grows its
 /// buffer as elements arrive (it is still bounded by `size`).
@@ -18,6 +20,9 @@ const MAX_RESERVE: usize = 1024;
 
 pub(super) struct Batch {
     input: ElementIter,
+    /// A tagged pipeline's sink: the batch joins its inputs' origins, and a
+    /// dropped remainder's go there.
+    dropped: Option<Dropped>,
     size: usize,
     drop_remainder: bool,
     done: bool,
@@ -28,9 +33,14 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    pub(super) fn new(input: ElementIter, size: u64, drop_remainder: bool) -> Self {
+    pub(super) fn new(
+        input: ElementIter,
+        size: u64,
+        drop_remainder: bool,
+        dropped: Option<Dropped>,
+    ) -> Self {
         let size = usize::try_from(size).unwrap_or(usize::MAX);
-        Batch { input, size, drop_remainder, done: false, elements: Vec::new() }
+        Batch { input, dropped, size, drop_remainder, done: false, elements: Vec::new() }
     }
 }
 
@@ -54,11 +64,27 @@ impl Iterator for Batch {
                 }
             }
         }
-        let elements = std::mem::take(&mut self.elements);
+        let mut elements = std::mem::take(&mut self.elements);
+        let Some(dropped) = &self.dropped else {
+            if elements.is_empty() || (elements.len() < self.size && self.drop_remainder) {
+                return None;
+            }
+            return Some(stack(&elements));
+        };
+        let mut origin = Origin::default();
+        for e in &mut elements {
+            if let Some(o) = e.origin.take() {
+                origin.append(*o);
+            }
+        }
         if elements.is_empty() || (elements.len() < self.size && self.drop_remainder) {
+            dropped.drop_origin(Some(Box::new(origin)));
             return None;
         }
-        Some(stack(&elements))
+        Some(stack(&elements).map(|mut batch| {
+            batch.origin = Some(Box::new(origin));
+            batch
+        }))
     }
 }
 
@@ -103,5 +129,5 @@ pub(crate) fn stack(elements: &[Element]) -> Result<Element, DatasetError> {
         components.push(Tensor::new(proto.dtype(), shape, data.freeze())?);
     }
     // Named components (e.g. parsed Example features) stay named in the batch.
-    Ok(Element { components, names: first.names.clone() })
+    Ok(Element { components, names: first.names.clone(), origin: None })
 }

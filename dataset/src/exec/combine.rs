@@ -113,7 +113,7 @@ impl Iterator for Zip {
                 Err(e) => return Some(Err(e)),
             }
         }
-        Some(Ok(Element { components, names: self.names.combine(names) }))
+        Some(Ok(Element { components, names: self.names.combine(names), origin: None }))
     }
 }
 
@@ -194,7 +194,7 @@ impl Iterator for Enumerate {
         let mut components = Vec::with_capacity(element.components.len() + 1);
         components.push(Tensor::scalar_i64(index));
         components.extend(element.components);
-        Some(Ok(Element { components, names }))
+        Some(Ok(Element { components, names, origin: None }))
     }
 }
 

@@ -52,6 +52,13 @@ impl Iterator for ParseExample {
     type Item = Result<Element, DatasetError>;
     fn next(&mut self) -> Option<Self::Item> {
         let item = self.input.next()?;
-        Some(item.and_then(|e| self.parse(e)))
+        // A 1:1 stage: the output stands for the input's records.
+        Some(item.and_then(|mut e| {
+            let origin = e.origin.take();
+            self.parse(e).map(|mut out| {
+                out.origin = origin;
+                out
+            })
+        }))
     }
 }

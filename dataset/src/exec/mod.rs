@@ -27,7 +27,8 @@
 //! `build`; one module per stage (`source`, with `slices` for the rows of a `tensors`
 //! source, `ops` for map/filter/take/skip and the fuse,
 //! `parallel_map`, `batch`, `shuffle`, `repeat`, `prefetch`, `interleave` for
-//! flat_map/interleave, `combine` for zip/concatenate/enumerate/shard, `example`), and
+//! flat_map/interleave, `combine` for zip/concatenate/enumerate/shard, `example`),
+//! `tagging` (origins of an exactly-once pipeline: [`DatasetDef::iter_tagged`]), and
 //! `files`, the readers of file sources that `builtins`' dataset functions use too.
 
 mod batch;
@@ -45,21 +46,25 @@ mod shuffle;
 mod slices;
 mod source;
 pub(crate) mod stream;
+mod tagging;
 
 use std::sync::{Arc, Mutex};
 
-use crate::def::DatasetDef;
+use crate::def::{DatasetDef, Stage};
 use crate::error::DatasetError;
 use crate::registry::FunctionRegistry;
 use plan::Plan;
+use stream::SharedSplits;
+use tagging::Tags;
 
 pub use prefetch::MAX_PREFETCH;
 pub use stream::{ElementIter, SplitProvider, SplitRange};
+pub use tagging::{DroppedSink, TaggedIter};
 
 impl DatasetDef {
     /// Runs the whole pipeline in this process: the oracle for tests and local runs.
     pub fn iter_local(&self, registry: &FunctionRegistry) -> Result<ElementIter, DatasetError> {
-        Plan::start(self, registry, None)
+        Plan::start(self, registry, None, None)
     }
 
     /// Like [`Self::iter_local`], but the source produces only the elements of the
@@ -70,6 +75,27 @@ impl DatasetDef {
         registry: &FunctionRegistry,
         splits: Box<dyn SplitProvider>,
     ) -> Result<ElementIter, DatasetError> {
-        Plan::start(self, registry, Some(Arc::new(Mutex::new(splits))))
+        Plan::start(self, registry, Some(Arc::new(Mutex::new(splits))), None)
+    }
+
+    /// Runs the pipeline with origins (an exactly-once task, docs/exactly-once.md):
+    /// every element carries the source records it stands for, and what the
+    /// pipeline drops goes to the returned sink. With `splits`, the source reads
+    /// their ranges and skips their skip runs; without, all of it. Meant for
+    /// pipelines [`DatasetDef::exactly_once`] accepts.
+    pub fn iter_tagged(
+        &self,
+        registry: &FunctionRegistry,
+        splits: Option<Box<dyn SplitProvider>>,
+    ) -> Result<TaggedIter, DatasetError> {
+        let expansion = self
+            .stages
+            .iter()
+            .position(|s| matches!(s, Stage::FlatMap(_) | Stage::Interleave { .. }));
+        let tags = Tags::new(expansion);
+        let dropped = tags.sink.clone();
+        let splits = splits.map(|s| Arc::new(Mutex::new(s)) as SharedSplits);
+        let elements = Plan::start(self, registry, splits, Some(tags))?;
+        Ok(TaggedIter { elements, dropped })
     }
 }

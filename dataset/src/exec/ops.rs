@@ -13,6 +13,7 @@ use crate::registry::{FilterFn, MapFn};
 use crate::tensor::Element;
 
 use super::stream::ElementIter;
+use super::tagging::Dropped;
 
 type Item = Result<Element, DatasetError>;
 
@@ -72,6 +73,21 @@ pub(super) fn call<T>(
     }
 }
 
+/// Calls a map function on `element`; the output stands for the input's records
+/// (its origin, in a tagged pipeline). A failed call is fatal (not an element
+/// error), so the origin of its input needs no sink.
+pub(super) fn map_keeping_origin(
+    name: &str,
+    mut element: Element,
+    f: impl FnOnce(Element) -> Result<Element, String>,
+) -> Item {
+    let origin = element.origin.take();
+    call(name, || f(element)).map(|mut out| {
+        out.origin = origin;
+        out
+    })
+}
+
 pub(super) struct Map {
     input: ElementIter,
     name: String,
@@ -94,7 +110,7 @@ impl Iterator for Map {
             Err(e) => return Some(Err(e)),
         };
         let (f, args) = (&self.f, &self.args);
-        Some(call(&self.name, || f(element, args)))
+        Some(map_keeping_origin(&self.name, element, |e| f(e, args)))
     }
 }
 
@@ -103,11 +119,18 @@ pub(super) struct Filter {
     name: String,
     args: Vec<Arg>,
     f: FilterFn,
+    /// A tagged pipeline's sink for what the filter drops.
+    dropped: Option<Dropped>,
 }
 
 impl Filter {
-    pub(super) fn new(input: ElementIter, call: FnCall, f: FilterFn) -> Self {
-        Filter { input, name: call.name, args: call.args, f }
+    pub(super) fn new(
+        input: ElementIter,
+        call: FnCall,
+        f: FilterFn,
+        dropped: Option<Dropped>,
+    ) -> Self {
+        Filter { input, name: call.name, args: call.args, f, dropped }
     }
 }
 
@@ -123,7 +146,11 @@ impl Iterator for Filter {
             let (f, args) = (&self.f, &self.args);
             match call(&self.name, || f(&element, args)) {
                 Ok(true) => return Some(Ok(element)),
-                Ok(false) => {}
+                Ok(false) => {
+                    if let Some(dropped) = &self.dropped {
+                        dropped.drop_origin(element.origin);
+                    }
+                }
                 Err(e) => return Some(Err(e)),
             }
         }

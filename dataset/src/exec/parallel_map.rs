@@ -41,7 +41,7 @@ use crate::error::DatasetError;
 use crate::registry::MapFn;
 use crate::tensor::Element;
 
-use super::ops::{call, Map};
+use super::ops::{map_keeping_origin, Map};
 use super::stream::{lock, ElementIter};
 
 type Item = Result<Element, DatasetError>;
@@ -167,7 +167,7 @@ impl Worker {
                 return;
             }
             let (f, args) = (&self.f, &self.args[..]);
-            let item = call(&self.name, || f(element, args));
+            let item = map_keeping_origin(&self.name, element, |e| f(e, args));
             if self.results.send((seq, item)).is_err() {
                 return;
             }

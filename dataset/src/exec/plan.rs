@@ -19,13 +19,14 @@ use rand_chacha::ChaCha8Rng;
 
 use super::slices::Slicer;
 use super::stream::{lock, Deferred, ElementIter, SharedSplits};
+use super::tagging::{Dropped, Tags};
 use super::{
     batch, combine, example, interleave, ops, parallel_map, prefetch, python, repeat, shuffle,
     source,
 };
 use crate::def::{DatasetDef, FnCall, FnKind, ShardArg, SliceValues, Stage};
 use crate::error::DatasetError;
-use crate::registry::FunctionRegistry;
+use crate::registry::{DatasetFn, FunctionRegistry};
 
 /// Everything an instantiation of a stage needs, shared by all of them.
 pub(super) struct Plan {
@@ -41,6 +42,8 @@ pub(super) struct Plan {
     /// The rows of a `from_tensor_slices` source of `tensors`, likewise sliced out
     /// of the payloads rather than copied.
     pub(super) tensor_slices: Option<Slicer>,
+    /// A tagged pipeline's sink and skips (`tagging`); `None` untagged.
+    pub(super) tags: Option<Arc<Tags>>,
 }
 
 impl Plan {
@@ -48,6 +51,7 @@ impl Plan {
         def: &DatasetDef,
         registry: &FunctionRegistry,
         splits: Option<SharedSplits>,
+        tags: Option<Tags>,
     ) -> Result<ElementIter, DatasetError> {
         registry.check(def)?;
         // A local run lists its own files; a worker's copy must arrive resolved (the
@@ -98,6 +102,7 @@ impl Plan {
             rngs,
             byte_slices,
             tensor_slices,
+            tags: tags.map(Arc::new),
         });
         Ok(plan.build(plan.stages.len()))
     }
@@ -151,11 +156,13 @@ impl Plan {
                 }
             }
             Stage::Filter(call) => match self.registry.filter_fn(&call.name) {
-                Some(f) => Box::new(ops::Filter::new(input(), call.clone(), f.clone())),
+                Some(f) => {
+                    Box::new(ops::Filter::new(input(), call.clone(), f.clone(), self.dropped(end)))
+                }
                 None => Box::new(std::iter::once(Err(self.unknown(FnKind::Filter, &call.name)))),
             },
             Stage::Batch { size, drop_remainder } => {
-                Box::new(batch::Batch::new(input(), *size, *drop_remainder))
+                Box::new(batch::Batch::new(input(), *size, *drop_remainder, self.dropped(end)))
             }
             Stage::Shuffle { buffer_size, seed } => {
                 let rng = self
@@ -176,7 +183,7 @@ impl Plan {
                 Some(f) => Box::new(interleave::Interleave::new(
                     input(),
                     call.clone(),
-                    f,
+                    self.expansion_fn(f, end),
                     interleave::Shape { cycle_length: 1, block_length: 1, parallelism: 1 },
                 )),
                 None => Box::new(std::iter::once(Err(self.unknown(FnKind::Dataset, &call.name)))),
@@ -186,7 +193,7 @@ impl Plan {
                     Some(f) => Box::new(interleave::Interleave::new(
                         input(),
                         FnCall::new(name.clone(), args.clone()),
-                        f,
+                        self.expansion_fn(f, end),
                         interleave::Shape {
                             cycle_length: *cycle_length as usize,
                             block_length: *block_length as usize,
@@ -222,6 +229,7 @@ impl Plan {
                 self.registry.python().cloned(),
                 stage.clone(),
                 format!("stages[{}]", end - 1),
+                self.dropped(end),
             )),
             Stage::IgnoreErrors {} => {
                 Box::new(ops::IgnoreErrors::new(input(), self.registry.errors_ignored().clone()))
@@ -234,7 +242,21 @@ impl Plan {
     /// plan's registry and no split provider: nested sources are not split.
     fn deferred(&self, def: DatasetDef) -> Deferred {
         let registry = self.registry.clone();
-        Box::new(move || Plan::start(&def, &registry, None))
+        Box::new(move || Plan::start(&def, &registry, None, None))
+    }
+
+    /// How the stage `stages[end - 1]` reports what it drops, when tagged.
+    fn dropped(&self, end: usize) -> Option<Dropped> {
+        self.tags.as_ref().map(|t| t.dropped_at(end - 1))
+    }
+
+    /// The dataset function of the expansion `stages[end - 1]`, numbering its
+    /// records when tagged.
+    fn expansion_fn(&self, f: DatasetFn, end: usize) -> DatasetFn {
+        match &self.tags {
+            Some(tags) => tags.expansion_fn(f, end - 1),
+            None => f,
+        }
     }
 
     /// Unreachable after `registry.check`; kept as an error rather than a panic.

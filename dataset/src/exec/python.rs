@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
+use sluice_positions::Origin;
+
 use crate::error::DatasetError;
 use crate::python::{
     Phase, PyCall, PyFailure, PyFunction, PyOp, PyOutcome, PyReply, PyResponse, PythonStage,
@@ -26,6 +28,7 @@ use crate::tensor::Element;
 use super::batch::stack;
 use super::slices::Slicer;
 use super::stream::ElementIter;
+use super::tagging::Dropped;
 
 type Item = Result<Element, DatasetError>;
 
@@ -62,6 +65,12 @@ pub(super) struct PythonMap {
     filtered: BTreeMap<u64, Vec<Element>>,
     /// Items of an answered call, still to yield.
     out: VecDeque<Item>,
+    /// A tagged pipeline's sink for the records of dropped elements (filtered
+    /// out, or failed: `ignore_errors` may skip them).
+    dropped: Option<Dropped>,
+    /// Tagged: each call's inputs' origins, kept here while the inputs cross to
+    /// Python, put back on the outputs (a map's, a filter's kept inputs).
+    origins: BTreeMap<u64, Vec<Option<Box<Origin>>>>,
     reply_tx: Sender<PyReply>,
     reply_rx: Receiver<PyReply>,
 }
@@ -72,6 +81,7 @@ impl PythonMap {
         executor: Option<SharedPythonExecutor>,
         stage: PythonStage,
         path: String,
+        dropped: Option<Dropped>,
     ) -> Self {
         let parallelism = match stage.num_parallel_calls {
             0 => executor.as_ref().map_or(1, |e| e.processes().max(1)),
@@ -94,6 +104,8 @@ impl PythonMap {
             answers: BTreeMap::new(),
             filtered: BTreeMap::new(),
             out: VecDeque::new(),
+            dropped,
+            origins: BTreeMap::new(),
             reply_tx,
             reply_rx,
         }
@@ -178,6 +190,8 @@ impl PythonMap {
     }
 
     fn submit(&mut self, mut inputs: Vec<Element>) {
+        let origins: Option<Vec<_>> =
+            self.dropped.as_ref().map(|_| inputs.iter_mut().map(|e| e.origin.take()).collect());
         if self.stage.op == PyOp::MapBatches {
             match stack(&inputs) {
                 Ok(batch) => inputs = vec![batch],
@@ -201,6 +215,9 @@ impl PythonMap {
         executor.submit(call, ticket, self.reply_tx.clone());
         self.in_flight += 1;
         self.slots.push_back(Slot::Call { ticket });
+        if let Some(origins) = origins {
+            self.origins.insert(ticket, origins);
+        }
         if let Some(kept) = kept {
             self.filtered.insert(ticket, kept);
         }
@@ -226,6 +243,8 @@ impl PythonMap {
     fn expand(&mut self, ticket: u64, response: PyResponse) {
         self.in_flight -= 1;
         let inputs = self.filtered.remove(&ticket);
+        let mut origins = self.origins.remove(&ticket).unwrap_or_default();
+        let mut origin = |i: usize| origins.get_mut(i).and_then(Option::take);
         let outcomes = match response {
             Ok(outcomes) => outcomes,
             Err(f) => {
@@ -254,15 +273,36 @@ impl PythonMap {
                         self.out.push_back(Err(self.failure(Phase::Call, f)));
                     }
                 },
-                PyOutcome::Element(e) => self.out.push_back(Ok(e)),
-                PyOutcome::Keep(keep) => {
-                    if let (true, Some(e)) = (keep, inputs.as_ref().and_then(|v| v.get(i))) {
-                        self.out.push_back(Ok(e.clone()));
-                    }
+                PyOutcome::Element(mut e) => {
+                    e.origin = origin(i);
+                    self.out.push_back(Ok(e))
                 }
+                PyOutcome::Keep(keep) => match (keep, inputs.as_ref().and_then(|v| v.get(i))) {
+                    (true, Some(e)) => {
+                        let mut e = e.clone();
+                        e.origin = origin(i);
+                        self.out.push_back(Ok(e));
+                    }
+                    _ => self.drop_origin(origin(i)),
+                },
                 PyOutcome::Elements(v) => self.out.extend(v.into_iter().map(Ok)),
-                PyOutcome::Failed(f) => self.out.push_back(Err(self.failure(Phase::Call, f))),
+                PyOutcome::Failed(f) => {
+                    self.drop_origin(origin(i));
+                    self.out.push_back(Err(self.failure(Phase::Call, f)))
+                }
             }
+        }
+        // Inputs with no output of their own (a flat_map's or map_batches', which
+        // a tagged pipeline does not have: `DatasetDef::exactly_once`) are
+        // consumed with the next element rather than never.
+        for o in origins {
+            self.drop_origin(o);
+        }
+    }
+
+    fn drop_origin(&self, origin: Option<Box<Origin>>) {
+        if let Some(dropped) = &self.dropped {
+            dropped.drop_origin(origin);
         }
     }
 }

@@ -69,7 +69,7 @@ impl Slicer {
             };
             components.push(Tensor::new(c.dtype, c.row_shape.clone(), c.data.slice(range))?);
         }
-        Ok(Element { components, names: self.names.clone() })
+        Ok(Element { components, names: self.names.clone(), origin: None })
     }
 }
 

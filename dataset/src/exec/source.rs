@@ -11,9 +11,12 @@
 
 use std::sync::Arc;
 
+use sluice_positions::Origin;
+
 use super::files::{self, FileFormat};
 use super::plan::Plan;
 use super::stream::{lock, ElementIter, SplitRange};
+use super::tagging::{skipped, Tags};
 use crate::def::{range_len, SliceValues, Stage};
 use crate::error::DatasetError;
 use crate::tensor::{Element, Tensor};
@@ -94,6 +97,22 @@ fn file_unit(plan: &Plan, stage: &Stage, i: u64) -> Option<Result<ElementIter, D
     })
 }
 
+/// Tagged: unit `i` as one element, `None` if its record was consumed. Before an
+/// expansion the origin names the unit, and the expansion numbers its records.
+fn tag_unit(
+    tags: &Tags,
+    i: u64,
+    element: Result<Element, DatasetError>,
+) -> Option<Result<Element, DatasetError>> {
+    if tags.expansion.is_none() && skipped(&tags.skips, i, 0) {
+        return None;
+    }
+    Some(element.map(|mut e| {
+        e.origin = Some(Box::new(Origin::record(i, 0)));
+        e
+    }))
+}
+
 /// Produces source elements: all of `[0, cardinality)` locally, or the ranges
 /// handed out by the plan's split provider.
 pub(super) struct Source {
@@ -105,13 +124,49 @@ pub(super) struct Source {
     exhausted: bool,
     /// The file being read (file sources only).
     current: Option<ElementIter>,
+    /// Tagged: (unit, records read so far) of `current`.
+    records: (u64, u64),
+    tags: Option<Arc<Tags>>,
 }
 
 impl Source {
     pub(super) fn new(plan: Arc<Plan>) -> Self {
         let cardinality = plan.source_cardinality();
         let end = if plan.splits.is_some() { 0 } else { cardinality };
-        Source { plan, cardinality, next: 0, end, exhausted: false, current: None }
+        let tags = plan.tags.clone();
+        Source {
+            plan,
+            cardinality,
+            next: 0,
+            end,
+            exhausted: false,
+            current: None,
+            records: (0, 0),
+            tags,
+        }
+    }
+
+    /// Tagged: the next record of the file being read, skipping consumed ones;
+    /// `None` at the end of the file, whose record count goes to the sink.
+    fn next_record(&mut self, tags: &Tags) -> Option<Result<Element, DatasetError>> {
+        let file = self.current.as_mut()?;
+        loop {
+            let (unit, record) = self.records;
+            let Some(item) = file.next() else {
+                tags.dropped_at(0).end(unit, record);
+                self.current = None;
+                return None;
+            };
+            self.records.1 += 1;
+            match item {
+                Ok(_) if skipped(&tags.skips, unit, record) => {}
+                Ok(mut e) => {
+                    e.origin = Some(Box::new(Origin::record(unit, record)));
+                    return Some(Ok(e));
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
     }
 
     /// Fetches the next split; `Ok(false)` at the end of the epoch.
@@ -119,7 +174,16 @@ impl Source {
         let Some(splits) = &self.plan.splits else {
             return Ok(false);
         };
-        match lock(splits).next_split()? {
+        let (split, skips) = {
+            let mut provider = lock(splits);
+            let split = provider.next_split()?;
+            let skips = match (&self.tags, split) {
+                (Some(_), Some(_)) => provider.take_skip_runs(),
+                _ => Vec::new(),
+            };
+            (split, skips)
+        };
+        match split {
             None => Ok(false),
             Some(SplitRange { begin, end }) if begin > end || end > self.cardinality => {
                 Err(DatasetError::Split(format!(
@@ -129,6 +193,9 @@ impl Source {
             }
             Some(SplitRange { begin, end }) => {
                 tracing::trace!(begin, end, "source split");
+                if let Some(tags) = &self.tags {
+                    tags.skip(skips);
+                }
                 self.next = begin;
                 self.end = end;
                 Ok(true)
@@ -142,10 +209,17 @@ impl Iterator for Source {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(file) = &mut self.current {
-                match file.next() {
-                    Some(item) => return Some(item),
-                    None => self.current = None,
+            if self.current.is_some() {
+                match self.tags.clone() {
+                    Some(tags) => {
+                        if let Some(item) = self.next_record(&tags) {
+                            return Some(item);
+                        }
+                    }
+                    None => match self.current.as_mut().and_then(Iterator::next) {
+                        Some(item) => return Some(item),
+                        None => self.current = None,
+                    },
                 }
             }
             while self.next >= self.end {
@@ -165,8 +239,21 @@ impl Iterator for Source {
             self.next += 1;
             let stage = self.plan.stages.first()?;
             match file_unit(&self.plan, stage, i) {
-                None => return Some(element_at(&self.plan, stage, i)),
-                Some(Ok(file)) => self.current = Some(file),
+                None => {
+                    let element = element_at(&self.plan, stage, i);
+                    match &self.tags {
+                        None => return Some(element),
+                        Some(tags) => {
+                            if let Some(item) = tag_unit(tags, i, element) {
+                                return Some(item);
+                            }
+                        }
+                    }
+                }
+                Some(Ok(file)) => {
+                    self.current = Some(file);
+                    self.records = (i, 0);
+                }
                 Some(Err(e)) => return Some(Err(e)),
             }
         }

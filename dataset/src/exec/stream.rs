@@ -10,6 +10,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use sluice_positions::Run;
+
 use crate::error::DatasetError;
 use crate::tensor::Element;
 
@@ -31,6 +33,13 @@ pub trait SplitProvider: Send {
     fn next_split(&mut self) -> Result<Option<SplitRange>, DatasetError>;
     /// Move to the next epoch (called when a `repeat` restarts its input).
     fn reset(&mut self) -> Result<(), DatasetError>;
+    /// Exactly-once jobs: the consumed records of the units of the split
+    /// `next_split` returned last, which a tagged source does not produce again
+    /// (`GetSplitResponse.split.skip_runs`). Called once per split, right after
+    /// `next_split`; providers without skips keep this default.
+    fn take_skip_runs(&mut self) -> Vec<Run> {
+        Vec::new()
+    }
 }
 
 /// One provider shared by every instantiation of the source (a `repeat` rebuilds

@@ -54,6 +54,10 @@ struct State {
     to_delete: BTreeSet<u64>,
     /// (sequence, repetition) of every GetSplit attempt.
     split_requests: Vec<(u64, u64)>,
+    /// Exactly-once: split index → its `skip_runs`.
+    skip_runs: HashMap<usize, Vec<u64>>,
+    /// Exactly-once: GetSplit requests still to answer `wait` before any split.
+    waits: u32,
 }
 
 struct Shared {
@@ -108,6 +112,16 @@ impl MockDispatcher {
 
     pub(crate) fn set_splits(&self, splits: Vec<(u64, u64)>) {
         self.shared.state().splits = splits;
+    }
+
+    /// Exactly-once: split `index` of `set_splits` comes with these skip runs.
+    pub(crate) fn set_skip_runs(&self, index: usize, flat: Vec<u64>) {
+        self.shared.state().skip_runs.insert(index, flat);
+    }
+
+    /// Exactly-once: the next `n` GetSplit requests are answered `wait`.
+    pub(crate) fn answer_wait(&self, n: u32) {
+        self.shared.state().waits = n;
     }
 
     pub(crate) fn fail_get_split_times(&self, n: u32) {
@@ -313,11 +327,18 @@ impl Dispatcher for Service {
         if let Some(resp) = state.answered.get(&key) {
             return Ok(Response::new(resp.clone()));
         }
+        if state.waits > 0 {
+            state.waits -= 1;
+            let resp = pb::GetSplitResponse { wait: true, ..Default::default() };
+            state.answered.insert(key, resp.clone());
+            return Ok(Response::new(resp));
+        }
         let resp = match state.splits.get(state.next_split).copied() {
             Some((begin, end)) if req.repetition == 0 => {
+                let skip_runs = state.skip_runs.get(&state.next_split).cloned().unwrap_or_default();
                 state.next_split += 1;
                 pb::GetSplitResponse {
-                    split: Some(pb::Split { begin, end, ..Default::default() }),
+                    split: Some(pb::Split { begin, end, skip_runs }),
                     end_of_splits: false,
                     wait: false,
                 }

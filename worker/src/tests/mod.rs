@@ -6,6 +6,7 @@
 
 mod buffer;
 mod cache;
+mod exactly_once;
 mod fixtures;
 mod lifecycle;
 mod mock_dispatcher;

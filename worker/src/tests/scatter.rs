@@ -154,6 +154,34 @@ fn batches() -> Vec<(&'static str, pb::ElementBatch)> {
             ),
         ),
         (
+            "an exactly-once message: positions, and an element that kept its origin",
+            pb::ElementBatch {
+                elements: vec![pb::Element {
+                    origin: Some(pb::Origin { runs: vec![3, 0, 1], unit_ends: vec![3, 1] }),
+                    ..scalar(D::Int64, &5i64.to_le_bytes())
+                }],
+                end_of_sequence: true,
+                positions: Some(pb::Positions {
+                    runs_per_element: vec![1, 1],
+                    runs: vec![3, 0, 1, 4, 0, 2],
+                    unit_ends: vec![4, 2],
+                }),
+                ..Default::default()
+            },
+        ),
+        (
+            "positions outside a compressed frame",
+            pb::ElementBatch {
+                compressed: Some(pb::CompressedElements {
+                    codec: pb::Compression::Zstd as i32,
+                    raw_bytes: 10,
+                    data: data(100, 10),
+                }),
+                positions: Some(pb::Positions { runs_per_element: vec![0], ..Default::default() }),
+                ..Default::default()
+            },
+        ),
+        (
             "a compressed frame around the threshold, with end_of_sequence",
             pb::ElementBatch {
                 elements: vec![],
