@@ -70,6 +70,7 @@ fn report(check: &str) -> Report {
         files: skipped(),
         python: skipped(),
         compression: skipped(),
+        exactly_once: skipped(),
     }
 }
 
