@@ -139,7 +139,9 @@ async fn a_reader_restored_from_its_position_gets_exactly_what_it_had_not_consum
     let c = client(&d);
     wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
         .await;
-    let mut first = c.distribute(&pipeline(N), opts("restore")).await.unwrap();
+    // One dataset for both reads: a position restores a read of its own dataset.
+    let id = c.register_dataset(&pipeline(N), None).await.unwrap();
+    let mut first = c.from_dataset_id(&id, opts("restore")).await.unwrap();
     let before = take(&mut first, 100).await;
     let bytes = first.position().expect("a position").encode();
     // Consumed after the checkpoint, then the trainer dies: a restored trainer's
@@ -149,7 +151,7 @@ async fn a_reader_restored_from_its_position_gets_exactly_what_it_had_not_consum
 
     let position = Position::decode(&bytes).unwrap();
     assert!(bytes.len() < 4096, "{} bytes for a position of one reader", bytes.len());
-    let mut second = c.distribute(&pipeline(N), opts("restore").restore(position)).await.unwrap();
+    let mut second = c.from_dataset_id(&id, opts("restore").restore(position)).await.unwrap();
     let rest = rest(&mut second).await;
     for v in &after {
         assert!(rest.contains(v), "{v}, consumed after the position, is delivered again");
@@ -167,8 +169,9 @@ async fn two_readers_positions_merged_restore_the_job_on_one_reader() {
     let c = client(&d);
     wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
         .await;
-    let mut a = c.distribute(&pipeline(N), opts("elastic")).await.unwrap();
-    let mut b = c.distribute(&pipeline(N), opts("elastic")).await.unwrap();
+    let id = c.register_dataset(&pipeline(N), None).await.unwrap();
+    let mut a = c.from_dataset_id(&id, opts("elastic")).await.unwrap();
+    let mut b = c.from_dataset_id(&id, opts("elastic")).await.unwrap();
     let mut consumed = take(&mut a, 50).await;
     consumed.extend(take(&mut b, 50).await);
     // One checkpoint: both readers take their position (generation 0).
@@ -181,7 +184,7 @@ async fn two_readers_positions_merged_restore_the_job_on_one_reader() {
 
     let merged = Position::merge([&pa, &pb]).unwrap();
     assert_eq!(merged.merged_consumers, 2);
-    let mut one = c.distribute(&pipeline(N), opts("elastic").restore(merged)).await.unwrap();
+    let mut one = c.from_dataset_id(&id, opts("elastic").restore(merged)).await.unwrap();
     consumed.extend(rest(&mut one).await);
     assert_exactly_once(&consumed, N);
 }
