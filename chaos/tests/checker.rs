@@ -21,6 +21,7 @@ fn start(mode: &str, dataset_len: u64, workers: u32, consumers: u32, epochs: u32
         consumers,
         epochs,
         work_dir_kind: "local disk".into(),
+        exactly_once: false,
     }
 }
 
@@ -70,7 +71,9 @@ fn time(e: &Event) -> Millis {
         | Event::EpochEnd { t_ms, .. }
         | Event::FaultStart { t_ms, .. }
         | Event::FaultEnd { t_ms, .. }
-        | Event::Registry { t_ms, .. } => *t_ms,
+        | Event::Registry { t_ms, .. }
+        | Event::Checkpoint { t_ms, .. }
+        | Event::Restore { t_ms, .. } => *t_ms,
         Event::Start { .. } => 0,
     }
 }
