@@ -172,7 +172,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             exactly_once: true,
-            dataset_len: by_build(3_000),
+            dataset_len: by_build(6_000),
             epochs: 2,
             first: &[KillWorker, RestartTrainers, KillLeader],
             kinds: &[KillWorker, RestartTrainers, KillLeader, KillWorker, RestartTrainers],
