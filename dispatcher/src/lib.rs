@@ -61,7 +61,7 @@
 //!   (stamped into commands, enforced by `apply`).
 //! - [`exactly_once`]: the replicated state of exactly-once delivery (the
 //!   trailing section of `State`); `apply/exactly_once/` changes it.
-//!   `replay_check`: a stand-in for the dataset crate's replayability check;
+//!   The replayability check is the dataset crate's (`DatasetDef::exactly_once`);
 //!   `eo_wire`: the exactly-once requests as commands, and delivery answers.
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 //! - `fuzzing` (feature `fuzzing`): the Raft codec's entry point for the fuzz target in
@@ -94,7 +94,6 @@ mod metrics;
 mod python_check;
 pub mod raft;
 mod read_barrier;
-mod replay_check;
 pub mod server;
 mod service;
 pub mod state;

@@ -26,7 +26,6 @@ use crate::core::Core;
 use crate::eo_wire::*;
 use crate::error::StateError;
 use crate::liveness::Liveness;
-use crate::replay_check::exactly_once;
 use crate::state::{DatasetId, SplitAnswer, State};
 use crate::worker_identity::WorkerIdentities;
 use crate::worker_reports::WorkerReports;
@@ -246,7 +245,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         // read on the leader with the dataset's definition.
         let replay = self
             .core
-            .read_leader(|s| s.datasets.get(&req.dataset_id).map(|d| exactly_once(&d.def)))
+            .read_leader(|s| s.datasets.get(&req.dataset_id).map(|d| d.def.exactly_once()))
             .await?
             .unwrap_or_else(|| Err("the dataset is not registered".into()));
         let limits = self.config.limits;
