@@ -23,24 +23,25 @@ use crate::exactly_once::{LastSkips, Progress};
 use crate::state::{IterationId, SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
 
 /// What one request asks, as `splits.rs` resolved it.
-pub(in crate::apply) struct Ask {
+pub(crate) struct Ask {
     pub task_id: TaskId,
     pub iteration_id: IterationId,
     pub worker_uid: u64,
     pub sequence: u64,
     pub repetition: u64,
     pub cursor: SplitCursor,
-    pub cardinality: u64,
+    /// What the cursor would answer (`splits::next_split`) and its cursor after.
+    pub fresh: (SplitAnswer, SplitCursor),
     /// Units per grant.
     pub step: u64,
 }
 
-pub(in crate::apply) fn is_exactly_once(state: &State, iteration_id: IterationId) -> bool {
+pub(crate) fn is_exactly_once(state: &State, iteration_id: IterationId) -> bool {
     state.exactly_once.iterations.contains_key(&iteration_id)
 }
 
 /// The answer of a replayed request (same task, uid and sequence).
-pub(in crate::apply) fn replay(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
+pub(crate) fn replay(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
     let skips = state
         .tasks
         .get(&task_id)
@@ -56,7 +57,7 @@ pub(in crate::apply) fn replay(state: &State, task_id: TaskId, last: SplitRecord
 /// An exactly-once iteration reads its source once: a `repeat` stage is refused
 /// at job creation, so its workers ask for repetition 0 only. A later epoch
 /// would hand every unit out again.
-pub(in crate::apply) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
+pub(crate) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
     if ask.repetition > 0 {
         return Err(StateError::InvalidArgument(format!(
             "task {}: split request for repetition {} of an exactly-once iteration, which \
@@ -67,15 +68,14 @@ pub(in crate::apply) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
     Ok(())
 }
 
-pub(in crate::apply) fn grant(state: &mut State, ask: Ask) -> Response {
+pub(crate) fn grant(state: &mut State, ask: Ask) -> Response {
     let Some(p) = state.exactly_once.iterations.get_mut(&ask.iteration_id) else {
         return Response::Split(SplitAnswer::EndOfSplits);
     };
     let (begin, end, skips, cursor) = match take_ready_orphan(p, ask.step) {
         Some((begin, end, skips)) => (begin, end, skips, ask.cursor),
         None => {
-            let (answer, next) =
-                crate::apply::next_split(ask.cursor, ask.repetition, ask.cardinality, ask.step);
+            let (answer, next) = ask.fresh;
             match answer {
                 SplitAnswer::Split { begin, end } => {
                     let (end, skips) = p.skips_within(begin, end);
