@@ -26,7 +26,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use sluice_positions::{RecordSet, Run, UnitRecords};
 
-use crate::state::{ClientId, IterationId, JobId, TaskId};
+// The state's id types (`crate::state` holds this section, so it is not named here).
+type ClientId = u64;
+type IterationId = u64;
+type JobId = u64;
+type TaskId = u64;
 
 /// The most runs one `ReportConsumed` may carry (a client sends the rest later).
 pub const MAX_REPORT_RUNS: usize = 65_536;

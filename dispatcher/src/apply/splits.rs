@@ -90,7 +90,7 @@ pub(super) fn get_split(
             sequence,
             repetition,
             cursor,
-            cardinality,
+            fresh: next_split(cursor, repetition, cardinality, step),
             step,
         };
         grants::check_repetition(&ask)?;

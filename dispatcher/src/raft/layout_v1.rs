@@ -62,13 +62,3 @@ impl From<State> for crate::state::State {
         }
     }
 }
-
-impl From<Applied> for super::state_machine::Applied {
-    fn from(a: Applied) -> Self {
-        super::state_machine::Applied {
-            last_applied: a.last_applied,
-            membership: a.membership,
-            state: a.state.into(),
-        }
-    }
-}

@@ -51,6 +51,13 @@ impl Versioned for Applied {
     }
 }
 
+/// Version 1 → 2 (`layout_v1.rs`): the state gains an empty exactly-once section.
+impl From<layout_v1::Applied> for Applied {
+    fn from(a: layout_v1::Applied) -> Self {
+        Applied { last_applied: a.last_applied, membership: a.membership, state: a.state.into() }
+    }
+}
+
 /// A snapshot body from a peer (InstallSnapshot carries no header): the current
 /// layout, or, failing that, version 1's (a peer of the previous build), migrated.
 /// A version-1 body never decodes as version 2: version 2 only appends.

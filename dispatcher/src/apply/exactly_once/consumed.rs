@@ -18,7 +18,7 @@ use crate::error::StateError;
 use crate::exactly_once::MAX_REPORT_RUNS;
 use crate::state::{ClientId, State, TaskId};
 
-pub(in crate::apply) fn report(
+pub(crate) fn report(
     state: &mut State,
     client_id: ClientId,
     generation: u64,

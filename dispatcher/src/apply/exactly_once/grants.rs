@@ -19,28 +19,29 @@ use sluice_positions::Run;
 
 use crate::command::Response;
 use crate::error::StateError;
-use crate::exactly_once::LastSkips;
+use crate::exactly_once::{LastSkips, Progress};
 use crate::state::{IterationId, SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
 
 /// What one request asks, as `splits.rs` resolved it.
-pub(in crate::apply) struct Ask {
+pub(crate) struct Ask {
     pub task_id: TaskId,
     pub iteration_id: IterationId,
     pub worker_uid: u64,
     pub sequence: u64,
     pub repetition: u64,
     pub cursor: SplitCursor,
-    pub cardinality: u64,
+    /// What the cursor would answer (`splits::next_split`) and its cursor after.
+    pub fresh: (SplitAnswer, SplitCursor),
     /// Units per grant.
     pub step: u64,
 }
 
-pub(in crate::apply) fn is_exactly_once(state: &State, iteration_id: IterationId) -> bool {
+pub(crate) fn is_exactly_once(state: &State, iteration_id: IterationId) -> bool {
     state.exactly_once.iterations.contains_key(&iteration_id)
 }
 
 /// The answer of a replayed request (same task, uid and sequence).
-pub(in crate::apply) fn replay(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
+pub(crate) fn replay(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
     let skips = state
         .tasks
         .get(&task_id)
@@ -56,7 +57,7 @@ pub(in crate::apply) fn replay(state: &State, task_id: TaskId, last: SplitRecord
 /// An exactly-once iteration reads its source once: a `repeat` stage is refused
 /// at job creation, so its workers ask for repetition 0 only. A later epoch
 /// would hand every unit out again.
-pub(in crate::apply) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
+pub(crate) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
     if ask.repetition > 0 {
         return Err(StateError::InvalidArgument(format!(
             "task {}: split request for repetition {} of an exactly-once iteration, which \
@@ -67,56 +68,54 @@ pub(in crate::apply) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
     Ok(())
 }
 
-pub(in crate::apply) fn grant(state: &mut State, ask: Ask) -> Response {
+pub(crate) fn grant(state: &mut State, ask: Ask) -> Response {
     let Some(p) = state.exactly_once.iterations.get_mut(&ask.iteration_id) else {
         return Response::Split(SplitAnswer::EndOfSplits);
     };
-    let mut new_cursor = ask.cursor;
-    let mut range = None;
-    // 1. Ready orphans, dropping those whose units all became whole meanwhile.
-    while let Some(i) = p.ready_orphan() {
-        let o = &p.orphans[i];
-        let (begin, end) = (o.begin, o.end);
-        match p.unfinished_ranges(begin, end).first() {
-            None => {
-                p.orphans.remove(i);
-            }
-            Some(&(b, e)) => {
-                let e = e.min(b.saturating_add(ask.step.max(1)));
-                let (e, skips) = p.skips_within(b, e);
-                // What is left of the orphan stays (still ready).
-                if e >= end {
-                    p.orphans.remove(i);
-                } else {
-                    p.orphans[i].begin = e;
+    let (begin, end, skips, cursor) = match take_ready_orphan(p, ask.step) {
+        Some((begin, end, skips)) => (begin, end, skips, ask.cursor),
+        None => {
+            let (answer, next) = ask.fresh;
+            match answer {
+                SplitAnswer::Split { begin, end } => {
+                    let (end, skips) = p.skips_within(begin, end);
+                    (begin, end, skips, SplitCursor { next: end, ..next })
                 }
-                range = Some((b, e, skips));
-                break;
+                // Past the end: the epoch is not over while lost units wait.
+                _ if !p.orphans.is_empty() => {
+                    return record(state, &ask, SplitAnswer::Wait, vec![])
+                }
+                other => {
+                    set_cursor(state, ask.iteration_id, next);
+                    return record(state, &ask, other, vec![]);
+                }
             }
         }
-    }
-    if range.is_none() {
-        let (answer, next) =
-            crate::apply::next_split(ask.cursor, ask.repetition, ask.cardinality, ask.step);
-        match answer {
-            SplitAnswer::Split { begin, end } => {
-                let (end, skips) = p.skips_within(begin, end);
-                new_cursor = SplitCursor { next: end, ..next };
-                range = Some((begin, end, skips));
-            }
-            _ if !p.orphans.is_empty() => return record(state, &ask, SplitAnswer::Wait, vec![]),
-            other => {
-                new_cursor = next;
-                let r = record(state, &ask, other, vec![]);
-                set_cursor(state, ask.iteration_id, new_cursor);
-                return r;
-            }
-        }
-    }
-    let Some((begin, end, skips)) = range else { unreachable!("a range was chosen above") };
+    };
     p.granted.entry(ask.task_id).or_default().insert(begin, end);
-    set_cursor(state, ask.iteration_id, new_cursor);
+    set_cursor(state, ask.iteration_id, cursor);
     record(state, &ask, SplitAnswer::Split { begin, end }, skips)
+}
+
+/// The first ready orphan's first units that are not whole, at most `step` of
+/// them (what is left of it stays, still ready); orphans whose units all became
+/// whole meanwhile are dropped.
+fn take_ready_orphan(p: &mut Progress, step: u64) -> Option<(u64, u64, Vec<Run>)> {
+    while let Some(i) = p.ready_orphan() {
+        let (begin, end) = (p.orphans[i].begin, p.orphans[i].end);
+        let Some(&(b, e)) = p.unfinished_ranges(begin, end).first() else {
+            p.orphans.remove(i);
+            continue;
+        };
+        let (e, skips) = p.skips_within(b, e.min(b.saturating_add(step.max(1))));
+        if e >= end {
+            p.orphans.remove(i);
+        } else {
+            p.orphans[i].begin = e;
+        }
+        return Some((b, e, skips));
+    }
+    None
 }
 
 fn set_cursor(state: &mut State, iteration_id: IterationId, cursor: SplitCursor) {

@@ -14,7 +14,7 @@ use crate::error::StateError;
 use crate::limits::Limits;
 use crate::state::{Mode, State};
 
-pub(in crate::apply) fn get_or_create(
+pub(crate) fn get_or_create(
     state: &mut State,
     job: NewJob,
     static_workers: Vec<String>,

@@ -17,7 +17,7 @@ use crate::exactly_once::Orphan;
 use crate::state::{IterationId, SplitAnswer, State, TaskId};
 
 /// Turns `task_id`'s granted units that are not whole into orphans.
-pub(in crate::apply) fn orphan_task(state: &mut State, iteration_id: IterationId, task_id: TaskId) {
+pub(crate) fn orphan_task(state: &mut State, iteration_id: IterationId, task_id: TaskId) {
     let clients = match state.iterations.get(&iteration_id) {
         Some(it) => it.clients.clone(),
         None => return,
@@ -36,7 +36,7 @@ pub(in crate::apply) fn orphan_task(state: &mut State, iteration_id: IterationId
 /// new process (the new process does not have its pipeline): like a lost
 /// worker's task, so its units become orphans and its worker gets a fresh task.
 /// Does nothing to a task of an at-most-once iteration.
-pub(in crate::apply) fn end_restarted_task(state: &mut State, task_id: TaskId) {
+pub(crate) fn end_restarted_task(state: &mut State, task_id: TaskId) {
     let Some(task) = state.tasks.get(&task_id) else { return };
     let iteration_id = task.iteration_id;
     if !state.exactly_once.iterations.contains_key(&iteration_id) || task.finished {
@@ -62,10 +62,7 @@ pub(in crate::apply) fn end_restarted_task(state: &mut State, task_id: TaskId) {
 /// have held produced elements no consumer took. Those with granted units that
 /// are not whole end as lost too (consumers acknowledge them like any lost
 /// task), and their units become orphans. Returns the iterations touched.
-pub(in crate::apply) fn orphan_finished_tasks(
-    state: &mut State,
-    address: &str,
-) -> Vec<IterationId> {
+pub(crate) fn orphan_finished_tasks(state: &mut State, address: &str) -> Vec<IterationId> {
     let ended: Vec<(TaskId, IterationId)> = state
         .tasks
         .values()
@@ -105,7 +102,7 @@ fn can_read(state: &State, task_id: TaskId) -> bool {
 /// gives one live worker that takes part a new task in it (the worker with the
 /// fewest unfinished tasks, then by address). Without such a worker, the next
 /// worker to register gets one (`RegisterWorker` calls this again).
-pub(in crate::apply) fn ensure_reader(state: &mut State, iteration_id: IterationId) {
+pub(crate) fn ensure_reader(state: &mut State, iteration_id: IterationId) {
     let Some(it) = state.iterations.get(&iteration_id) else { return };
     if !it.is_live() || !state.exactly_once.has_orphans(iteration_id) {
         return;
@@ -129,7 +126,7 @@ pub(in crate::apply) fn ensure_reader(state: &mut State, iteration_id: Iteration
 }
 
 /// [`ensure_reader`] for every exactly-once iteration (a worker registered).
-pub(in crate::apply) fn ensure_readers(state: &mut State) {
+pub(crate) fn ensure_readers(state: &mut State) {
     let ids: Vec<IterationId> = state.exactly_once.iterations.keys().copied().collect();
     for id in ids {
         ensure_reader(state, id);

@@ -8,7 +8,7 @@ use crate::state::{ClientId, IterationId, State};
 
 /// A new iteration of an exactly-once job gets an empty progress record
 /// (`RestoreIteration` replaces it with the position's).
-pub(in crate::apply) fn iteration_created(state: &mut State, iteration_id: IterationId) {
+pub(crate) fn iteration_created(state: &mut State, iteration_id: IterationId) {
     let Some(job_id) = state.iterations.get(&iteration_id).map(|it| it.job_id) else { return };
     if let Some(rule) = state.exactly_once.jobs.get(&job_id).copied() {
         state.exactly_once.iterations.insert(iteration_id, Progress::new(rule, RecordSet::new()));
@@ -16,7 +16,7 @@ pub(in crate::apply) fn iteration_created(state: &mut State, iteration_id: Itera
 }
 
 /// A consumer joined at `generation` (0, or a restored position's).
-pub(in crate::apply) fn client_joined(
+pub(crate) fn client_joined(
     state: &mut State,
     iteration_id: IterationId,
     client_id: ClientId,
@@ -29,11 +29,7 @@ pub(in crate::apply) fn client_joined(
 
 /// A consumer left (released, or timed out): it acknowledges nothing more, so
 /// no orphan waits for it, and no generation is kept for it.
-pub(in crate::apply) fn client_left(
-    state: &mut State,
-    iteration_id: IterationId,
-    client_id: ClientId,
-) {
+pub(crate) fn client_left(state: &mut State, iteration_id: IterationId, client_id: ClientId) {
     if let Some(p) = state.exactly_once.iterations.get_mut(&iteration_id) {
         p.client_generations.remove(&client_id);
         for o in &mut p.orphans {
@@ -45,7 +41,7 @@ pub(in crate::apply) fn client_left(
 
 /// The iteration was forgotten (`ForgetIteration`), and its job with it if
 /// `job_forgotten`.
-pub(in crate::apply) fn iteration_forgotten(
+pub(crate) fn iteration_forgotten(
     state: &mut State,
     iteration_id: IterationId,
     job_forgotten: Option<crate::state::JobId>,

@@ -19,7 +19,7 @@ use crate::exactly_once::Progress;
 use crate::limits::Limits;
 use crate::state::{IterationId, JobId, State};
 
-pub(in crate::apply) fn restore(
+pub(crate) fn restore(
     state: &mut State,
     job_id: JobId,
     repetition: u64,
