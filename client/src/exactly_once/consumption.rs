@@ -19,9 +19,12 @@ use tokio::sync::Notify;
 /// the next one (docs/exactly-once.md, "Bounds").
 pub const MAX_REPORT_RUNS: usize = 65_536;
 
-/// Runs appended to the position log before they are folded into the own set
-/// (inserting into a `RecordSet` costs more than appending to a vector).
-const FOLD_EVERY: usize = 4096;
+/// Runs (and unit ends) the position log holds before they are folded into
+/// the own set. Appending to a vector is cheap and inserting into a
+/// `RecordSet` is not (a map per unit), so the log is folded when a position
+/// is taken, and pruned below the watermark as answers arrive; this bound only
+/// matters when no watermark comes.
+const FOLD_EVERY: usize = 1 << 20;
 
 /// Watermarks answered for generations the reader has not reached yet are kept
 /// up to this many (the smallest first dropped: a watermark is a lower bound).
@@ -58,7 +61,7 @@ struct State {
     /// Records consumed here (and the restored position's): what positions claim
     /// above the watermark.
     own: RecordSet,
-    /// Consumed since the last fold into `own`.
+    /// Consumed since the last fold into `own` (above the watermark).
     unfolded: Origin,
     /// The highest checkpoint watermark answered for a generation <= `generation`.
     watermark: u64,
@@ -238,11 +241,11 @@ impl Consumption {
         self.lock().generation
     }
 
+    /// Runs held for positions (the own set's and the log's).
     #[cfg(test)]
     pub(crate) fn own_run_count(&self) -> usize {
-        let mut s = self.lock();
-        s.fold();
-        s.own.run_count()
+        let s = self.lock();
+        s.own.run_count() + s.unfolded.runs.len()
     }
 }
 
@@ -317,6 +320,8 @@ impl State {
                 self.watermark = watermark;
                 // Every later position claims the units below it anyway.
                 self.own.raise_watermark(watermark);
+                self.unfolded.runs.retain(|r| r.unit >= watermark);
+                self.unfolded.unit_ends.retain(|(u, _)| *u >= watermark);
             }
             return;
         }
