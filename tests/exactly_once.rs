@@ -274,3 +274,31 @@ async fn a_sigkilled_sluice_read_started_again_on_its_checkpoint_file_misses_and
         out.lines().filter(|l| !l.starts_with('#')).map(|l| l.parse().unwrap()).collect();
     assert_exactly_once(&[kept, second].concat(), N);
 }
+
+/// The merged positions of two readers restore the job on two new readers,
+/// which read the rest side by side: together, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_merged_position_restores_the_job_on_two_readers_reading_together() {
+    const N: i64 = 2000;
+    let d = dispatcher();
+    let d = d.address().to_string();
+    let _w1 = worker(&d);
+    let _w2 = worker(&d);
+    let c = client(&d);
+    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
+        .await;
+    let id = c.register_dataset(&pipeline(N), None).await.unwrap();
+    let mut a = c.from_dataset_id(&id, opts("elastic-two")).await.unwrap();
+    let mut b = c.from_dataset_id(&id, opts("elastic-two")).await.unwrap();
+    let mut consumed = take(&mut a, 24).await;
+    consumed.extend(take(&mut b, 16).await);
+    let merged = Position::merge([&a.position().unwrap(), &b.position().unwrap()]).unwrap();
+    drop(a);
+    drop(b);
+    let mut x = c.from_dataset_id(&id, opts("elastic-two").restore(merged.clone())).await.unwrap();
+    let mut y = c.from_dataset_id(&id, opts("elastic-two").restore(merged)).await.unwrap();
+    let (rx, ry) = tokio::join!(rest(&mut x), rest(&mut y));
+    consumed.extend(rx);
+    consumed.extend(ry);
+    assert_exactly_once(&consumed, N);
+}
