@@ -65,16 +65,27 @@ async fn next_batch(task: &Task, trainer: Option<&str>, limits: Limits) -> Resul
 /// Moves the origins of `elements` (exactly-once tasks) into the message's
 /// `positions`, outside what compression packs; `message` is the message's own
 /// origin (records dropped after its last element, at the end of the sequence).
+///
+/// The elements' origins are already packed (`Origin::to_pb`, made in this
+/// process, so well formed): their columns are moved as they are, which is
+/// `join_positions` without decoding each origin again.
 pub(crate) fn take_positions(elements: &mut [pb::Element], message: Origin) -> pb::Positions {
-    let origins = elements.iter_mut().map(|e| match e.origin.take() {
-        // Made by `Origin::to_pb` in this process: well formed.
-        Some(o) => Origin::from_pb(&o).unwrap_or_else(|err| {
-            tracing::error!(%err, "an element's origin does not decode; this is a bug");
-            Origin::default()
-        }),
-        None => Origin::default(),
-    });
-    join_positions(origins, message)
+    let mut p = pb::Positions {
+        runs_per_element: Vec::with_capacity(elements.len() + 1),
+        runs: Vec::with_capacity(elements.len() * 3),
+        unit_ends: Vec::new(),
+    };
+    for e in elements {
+        let o = e.origin.take().unwrap_or_default();
+        p.runs_per_element.push((o.runs.len() / 3) as u32);
+        p.runs.extend_from_slice(&o.runs);
+        p.unit_ends.extend_from_slice(&o.unit_ends);
+    }
+    let message = join_positions([], message);
+    p.runs_per_element.extend(message.runs_per_element);
+    p.runs.extend(message.runs);
+    p.unit_ends.extend(message.unit_ends);
+    p
 }
 
 pub(crate) async fn produce(

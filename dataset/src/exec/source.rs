@@ -16,7 +16,7 @@ use sluice_positions::Origin;
 use super::files::{self, FileFormat};
 use super::plan::Plan;
 use super::stream::{lock, ElementIter, SplitRange};
-use super::tagging::{skipped, Tags};
+use super::tagging::Tags;
 use crate::def::{range_len, SliceValues, Stage};
 use crate::error::DatasetError;
 use crate::tensor::{Element, Tensor};
@@ -104,7 +104,7 @@ fn tag_unit(
     i: u64,
     element: Result<Element, DatasetError>,
 ) -> Option<Result<Element, DatasetError>> {
-    if tags.expansion.is_none() && skipped(&tags.skips, i, 0) {
+    if tags.expansion.is_none() && tags.skips.contains(i, 0) {
         return None;
     }
     Some(element.map(|mut e| {
@@ -159,7 +159,7 @@ impl Source {
             };
             self.records.1 += 1;
             match item {
-                Ok(_) if skipped(&tags.skips, unit, record) => {}
+                Ok(_) if tags.skips.contains(unit, record) => {}
                 Ok(mut e) => {
                     e.origin = Some(Box::new(Origin::record(unit, record)));
                     return Some(Ok(e));

@@ -22,6 +22,7 @@
 //! in one set the source fills and the expansion reads, so the stage that
 //! numbers the records skips them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sluice_positions::{Origin, RecordSet, Run};
@@ -88,7 +89,7 @@ impl Dropped {
 pub(super) struct Tags {
     pub(super) sink: DroppedSink,
     /// Consumed records of the granted units: never produced again.
-    pub(super) skips: Arc<Mutex<RecordSet>>,
+    pub(super) skips: Arc<Skips>,
     /// Index of the `flat_map` / `interleave` stage, if any.
     pub(super) expansion: Option<usize>,
 }
@@ -111,10 +112,11 @@ impl Tags {
         if runs.is_empty() {
             return;
         }
-        let mut skips = lock(&self.skips);
+        let mut skips = lock(&self.skips.set);
         for run in runs {
             skips.insert(run);
         }
+        self.skips.any.store(true, Ordering::Release);
     }
 
     /// The expansion's dataset function, numbering the records it makes of unit
@@ -141,10 +143,19 @@ impl Tags {
     }
 }
 
-/// Whether `(unit, record)` was consumed already.
-pub(super) fn skipped(skips: &Mutex<RecordSet>, unit: u64, record: u64) -> bool {
-    let skips = lock(skips);
-    skips.run_count() > 0 && skips.contains(unit, record)
+/// The consumed records of the granted units. Most grants have none: then a
+/// record costs one atomic load, not a lock.
+#[derive(Default)]
+pub(super) struct Skips {
+    any: AtomicBool,
+    set: Mutex<RecordSet>,
+}
+
+impl Skips {
+    /// Whether `(unit, record)` was consumed already.
+    pub(super) fn contains(&self, unit: u64, record: u64) -> bool {
+        self.any.load(Ordering::Acquire) && lock(&self.set).contains(unit, record)
+    }
 }
 
 /// The records of one unit as an expansion makes them.
@@ -152,7 +163,7 @@ struct Records {
     inner: ElementIter,
     unit: u64,
     next: u64,
-    skips: Arc<Mutex<RecordSet>>,
+    skips: Arc<Skips>,
     dropped: Dropped,
     ended: bool,
 }
@@ -176,7 +187,7 @@ impl Iterator for Records {
             let record = self.next;
             self.next += 1;
             match item {
-                Ok(_) if skipped(&self.skips, self.unit, record) => {}
+                Ok(_) if self.skips.contains(self.unit, record) => {}
                 Ok(mut e) => {
                     e.origin = Some(Box::new(Origin::record(self.unit, record)));
                     return Some(Ok(e));

@@ -65,3 +65,24 @@ async fn stopping_the_task_releases_a_waiting_split_request() {
     );
     dispatcher.shutdown().await;
 }
+
+#[tokio::test]
+async fn stopping_the_task_ends_the_pause_after_a_wait_answer() {
+    let dispatcher = MockDispatcher::start(vec![]).await;
+    // Exactly-once: `wait` for longer than the test waits; only the stop ends it.
+    dispatcher.answer_wait(u32::MAX);
+    let (mut splits, stop) = provider(&dispatcher, RetryPolicy::for_tests());
+
+    let waiting = tokio::task::spawn_blocking(move || splits.next_split());
+    tracing::info!("--- two wait answers: the provider asks again after each pause");
+    dispatcher.wait_split_requests(2).await;
+    stop.send_replace(Some(StopReason::Deleted));
+    let result = tokio::time::timeout(WAIT, waiting).await.expect("released").expect("thread");
+    assert!(
+        matches!(&result, Err(sluice_dataset::DatasetError::Split(m)) if m.contains("stopped")),
+        "{result:?}"
+    );
+    let sequences = dispatcher.split_sequences();
+    assert_eq!(sequences[..2], [0, 1], "each wait answer used its sequence");
+    dispatcher.shutdown().await;
+}
