@@ -168,6 +168,9 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
                 progress: progress.clone(),
                 quiesce: quiesce.clone(),
                 worker_policy: worker_policy(),
+                elements_per_message: ELEMENTS_PER_MESSAGE,
+                outstanding: OUTSTANDING_MESSAGES,
+                epoch_deadline: EPOCH_DEADLINE,
             };
             consumers.spawn(group.run(rx));
         }

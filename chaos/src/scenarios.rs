@@ -189,7 +189,8 @@ pub fn all() -> Vec<Scenario> {
             epochs: 3,
             first: &[KillWorker, RestartTrainers],
             kinds: &[KillWorker, RestartTrainers, KillWorker, RestartTrainers, KillLeader],
-            faults: crate::faults::MAX_FAULTS,
+            // The most a schedule holds (`faults::MAX_FAULTS`).
+            faults: 16,
             ..base(
                 "exactly-once-long",
                 "the soak's exactly-once run: 16 faults, mostly worker kills and trainer \

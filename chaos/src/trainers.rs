@@ -31,13 +31,13 @@ use futures::StreamExt;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::DatasetDef;
 use sluice_positions::{Position, RecordSet};
-use tokio::sync::{mpsc, oneshot, watch, Mutex};
+use tokio::sync::{mpsc, watch, Mutex};
 use tokio::task::JoinSet;
 
 use crate::faults::execute::Quiesce;
+pub use crate::faults::execute::RestartRequest;
 use crate::history::Event;
 use crate::recorder::Recorder;
-use crate::runner::{ELEMENTS_PER_MESSAGE, EPOCH_DEADLINE, OUTSTANDING_MESSAGES};
 
 /// Time between two checkpoint rounds.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(300);
@@ -53,13 +53,6 @@ pub fn dataset(n: u64) -> DatasetDef {
     .expect("a valid pipeline")
 }
 
-/// From the fault executor: stop every trainer and restore `consumers` of them.
-pub struct RestartRequest {
-    pub consumers: u32,
-    /// Answered once the new trainers started (or the run is over).
-    pub done: oneshot::Sender<()>,
-}
-
 pub struct TrainerGroup {
     pub client: Client,
     pub dataset_id: String,
@@ -69,6 +62,11 @@ pub struct TrainerGroup {
     pub progress: Arc<AtomicU64>,
     pub quiesce: Quiesce,
     pub worker_policy: RetryPolicy,
+    /// The runner's read settings: elements per message, messages buffered per
+    /// reader, and how long one epoch may take.
+    pub elements_per_message: u32,
+    pub outstanding: usize,
+    pub epoch_deadline: Duration,
 }
 
 /// Every position each trainer of an incarnation took: trainer → generation → it.
@@ -79,7 +77,7 @@ impl TrainerGroup {
         let mut next_id = 0u32;
         let mut restarts_closed = false;
         for epoch in 0..self.epochs {
-            let deadline = tokio::time::Instant::now() + EPOCH_DEADLINE;
+            let deadline = tokio::time::Instant::now() + self.epoch_deadline;
             let mut count = self.consumers;
             let mut restore: Option<Position> = None;
             loop {
@@ -101,6 +99,8 @@ impl TrainerGroup {
                         positions: positions.clone(),
                         rounds: round_rx.clone(),
                         worker_policy: self.worker_policy.clone(),
+                        elements_per_message: self.elements_per_message,
+                        outstanding: self.outstanding,
                     };
                     trainers.spawn(async move { (t.id, t.read().await) });
                 }
@@ -128,7 +128,7 @@ impl TrainerGroup {
                             trainers.abort_all();
                             for &id in &ids {
                                 let t_ms = self.recorder.now();
-                                let outcome = format!("no end after {EPOCH_DEADLINE:?} (the harness's deadline)");
+                                let outcome = format!("no end after {:?} (the harness's deadline)", self.epoch_deadline);
                                 self.recorder.record(Event::EpochEnd { t_ms, consumer: id, epoch, outcome }).await;
                             }
                             break None;
@@ -204,6 +204,8 @@ struct Trainer {
     positions: Positions,
     rounds: watch::Receiver<u64>,
     worker_policy: RetryPolicy,
+    elements_per_message: u32,
+    outstanding: usize,
 }
 
 impl Trainer {
@@ -211,10 +213,10 @@ impl Trainer {
     async fn read(mut self) -> String {
         let mut opts = ReadOptions::new(ProcessingMode::Dynamic)
             .job_name(JOB)
-            .max_outstanding_requests(OUTSTANDING_MESSAGES)
+            .max_outstanding_requests(self.outstanding)
             .worker_retry(self.worker_policy.clone())
             .exactly_once(true);
-        opts.max_elements_per_message = ELEMENTS_PER_MESSAGE;
+        opts.max_elements_per_message = self.elements_per_message;
         opts.repetition = u64::from(self.epoch);
         if let Some(p) = self.restore.take() {
             opts = opts.restore(p);

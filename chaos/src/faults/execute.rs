@@ -61,7 +61,15 @@ pub struct Context {
     pub quiesce: Quiesce,
     /// Exactly-once runs: asks the trainer group to restart its trainers with
     /// this many consumers; the group answers once the new ones started.
-    pub trainers: Option<tokio::sync::mpsc::Sender<crate::trainers::RestartRequest>>,
+    pub trainers: Option<tokio::sync::mpsc::Sender<RestartRequest>>,
+}
+
+/// To the trainer group of an exactly-once run (`trainers.rs`): stop every
+/// trainer and restore `consumers` of them from the last checkpoint.
+pub struct RestartRequest {
+    pub consumers: u32,
+    /// Answered once the new trainers started (or the run is over).
+    pub done: tokio::sync::oneshot::Sender<()>,
 }
 
 /// What happened, beyond the history.
@@ -248,7 +256,7 @@ async fn apply(
             };
             start(ctx, id, Fault::RestartTrainers { consumers }).await;
             let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-            let request = crate::trainers::RestartRequest { consumers, done: done_tx };
+            let request = RestartRequest { consumers, done: done_tx };
             // The group may have finished its last epoch: then nothing restarts.
             if trainers.send(request).await.is_ok() {
                 let _ = tokio::time::timeout(RECOVERY_BOUND, done_rx).await;
