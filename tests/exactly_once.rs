@@ -50,6 +50,26 @@ fn client(d: &str) -> Client {
     Client::new(&[d.to_string()], RetryPolicy::for_tests()).unwrap()
 }
 
+/// A dispatcher and two workers (the processes, killed on drop), and a client
+/// once both workers registered.
+struct Cluster {
+    address: String,
+    workers: Vec<Proc>,
+    client: Client,
+    _dispatcher: Proc,
+}
+
+async fn cluster() -> Cluster {
+    let dispatcher = dispatcher();
+    let address = dispatcher.address().to_string();
+    let workers = vec![worker(&address), worker(&address)];
+    let client = client(&address);
+    let c = &client;
+    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
+        .await;
+    Cluster { address, workers, client, _dispatcher: dispatcher }
+}
+
 /// range(n) → shuffle across units → batch(5): a pipeline whose elements mix
 /// units, so positions must name records, not output offsets.
 fn pipeline(n: i64) -> DatasetDef {
@@ -114,16 +134,11 @@ fn assert_exactly_once(got: &[i64], n: i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sigkilled_worker_loses_and_repeats_nothing() {
     const N: i64 = 4000;
-    let d = dispatcher();
-    let d = d.address().to_string();
-    let mut w1 = worker(&d);
-    let _w2 = worker(&d);
-    let c = client(&d);
-    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
-        .await;
+    let mut cl = cluster().await;
+    let c = &cl.client;
     let mut stream = c.distribute(&pipeline(N), opts("kill-a-worker")).await.unwrap();
     let mut got = take(&mut stream, 60).await;
-    w1.kill();
+    cl.workers[0].kill();
     got.extend(rest(&mut stream).await);
     assert!(stream.loss_report().is_none(), "exactly-once: a lost worker is no loss");
     assert_exactly_once(&got, N);
@@ -132,13 +147,8 @@ async fn a_sigkilled_worker_loses_and_repeats_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reader_restored_from_its_position_gets_exactly_what_it_had_not_consumed() {
     const N: i64 = 3000;
-    let d = dispatcher();
-    let d = d.address().to_string();
-    let _w1 = worker(&d);
-    let _w2 = worker(&d);
-    let c = client(&d);
-    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
-        .await;
+    let cl = cluster().await;
+    let c = &cl.client;
     // One dataset for both reads: a position restores a read of its own dataset.
     let id = c.register_dataset(&pipeline(N), None).await.unwrap();
     let mut first = c.from_dataset_id(&id, opts("restore")).await.unwrap();
@@ -162,13 +172,8 @@ async fn a_reader_restored_from_its_position_gets_exactly_what_it_had_not_consum
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_readers_positions_merged_restore_the_job_on_one_reader() {
     const N: i64 = 3000;
-    let d = dispatcher();
-    let d = d.address().to_string();
-    let _w1 = worker(&d);
-    let _w2 = worker(&d);
-    let c = client(&d);
-    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
-        .await;
+    let cl = cluster().await;
+    let c = &cl.client;
     let id = c.register_dataset(&pipeline(N), None).await.unwrap();
     let mut a = c.from_dataset_id(&id, opts("elastic")).await.unwrap();
     let mut b = c.from_dataset_id(&id, opts("elastic")).await.unwrap();
@@ -211,17 +216,12 @@ async fn a_pipeline_that_cannot_be_replayed_is_refused_when_exactly_once_is_requ
 async fn a_sigkilled_sluice_read_started_again_on_its_checkpoint_file_misses_and_repeats_nothing() {
     use std::io::BufRead;
     const N: i64 = 3000;
-    let d = dispatcher();
-    let d = d.address().to_string();
-    let _w1 = worker(&d);
-    let _w2 = worker(&d);
-    let c = client(&d);
-    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
-        .await;
+    let cl = cluster().await;
+    let d = cl.address.as_str();
     let spec = format!(
         r#"{{"stages": [{{"range": {{"stop": {N}}}}}, {{"shuffle": {{"buffer_size": 16, "seed": 5}}}}]}}"#
     );
-    let (ok, id, err) = common::run_sluice(&["register", "--dispatcher", &d, "-"], Some(&spec));
+    let (ok, id, err) = common::run_sluice(&["register", "--dispatcher", d, "-"], Some(&spec));
     assert!(ok, "{err}");
     let id = id.trim().to_string();
     let dir = tempfile::tempdir().unwrap();
@@ -230,7 +230,7 @@ async fn a_sigkilled_sluice_read_started_again_on_its_checkpoint_file_misses_and
     let read = [
         "read",
         "--dispatcher",
-        &d,
+        d,
         "--dataset-id",
         &id,
         "--job-name",
@@ -280,13 +280,8 @@ async fn a_sigkilled_sluice_read_started_again_on_its_checkpoint_file_misses_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_merged_position_restores_the_job_on_two_readers_reading_together() {
     const N: i64 = 2000;
-    let d = dispatcher();
-    let d = d.address().to_string();
-    let _w1 = worker(&d);
-    let _w2 = worker(&d);
-    let c = client(&d);
-    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
-        .await;
+    let cl = cluster().await;
+    let c = &cl.client;
     let id = c.register_dataset(&pipeline(N), None).await.unwrap();
     let mut a = c.from_dataset_id(&id, opts("elastic-two")).await.unwrap();
     let mut b = c.from_dataset_id(&id, opts("elastic-two")).await.unwrap();
