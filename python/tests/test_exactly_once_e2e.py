@@ -77,18 +77,6 @@ def test_a_position_restores_everything_not_consumed_once(cluster):
     _once(got)
 
 
-def test_two_consumers_positions_merge_into_one_restore(cluster):
-    d, _ = cluster
-    a, b = _eo(d, "merge-two").read(), _eo(d, "merge-two").read()
-    got = [int(a.next(timeout=60)) for _ in range(200)]
-    got += [int(b.next(timeout=60)) for _ in range(150)]
-    merged = sluice.merge_positions([a.position(), b.position()])
-    a.close()
-    b.close()
-    got.extend(int(x) for x in _eo(d, "merge-two").read(restore_from=merged))
-    _once(got)
-
-
 def test_the_jax_iterator_state_restores_the_epoch_once(cluster):
     d, _ = cluster
     it = JaxIterator(_eo(d, "jax-eo"))
