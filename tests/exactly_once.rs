@@ -249,7 +249,8 @@ async fn a_sigkilled_sluice_read_started_again_on_its_checkpoint_file_misses_and
     // Lines up to the third checkpoint and a few past it, then SIGKILL.
     let mut lines = vec![];
     let mut markers = 0;
-    for line in out.lines() {
+    let mut out = out.lines();
+    for line in out.by_ref() {
         let line = line.unwrap();
         if line.starts_with("# checkpoint") {
             markers += 1;
@@ -260,6 +261,10 @@ async fn a_sigkilled_sluice_read_started_again_on_its_checkpoint_file_misses_and
         }
     }
     first.kill();
+    // What it printed before it died, still in the pipe: the marker of the
+    // generation in the file is printed (and flushed) before the file is replaced,
+    // so it is among these lines even if the file changed after the loop stopped.
+    lines.extend(out.map_while(Result::ok));
     let saved = Position::decode(&std::fs::read(&file).unwrap()).unwrap();
     let marker = format!("# checkpoint {}", saved.generation);
     let upto = lines.iter().position(|l| *l == marker).expect("the file's marker was printed");
