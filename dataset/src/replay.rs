@@ -121,6 +121,41 @@ impl DatasetDef {
         }
         Ok(units)
     }
+
+    /// Whether an exactly-once job over this pipeline can be read in a
+    /// deterministic order (docs/exactly-once.md, "Deterministic order"): its
+    /// elements must leave the worker in source order, so that a split's
+    /// elements come out together and in the same order on every run. `Err`
+    /// names the first stage that mixes splits or reorders elements, and what
+    /// to change. Checked on top of [`DatasetDef::exactly_once`].
+    pub fn deterministic_order(&self) -> Result<(), String> {
+        for (i, stage) in self.stages.iter().enumerate().skip(1) {
+            let at = format!("stages[{i}].{}", stage.op_name());
+            let why = match stage {
+                Stage::Batch { .. } | Stage::Shuffle { .. } => {
+                    "mixes the elements of several splits; batch or shuffle in the training \
+                     loop instead (the order is already seeded)"
+                }
+                Stage::Map { num_parallel_calls, deterministic: false, .. }
+                    if *num_parallel_calls != 1 =>
+                {
+                    "a parallel map with deterministic=false hands out elements as they are \
+                     ready; make it deterministic"
+                }
+                Stage::Python(p) if p.num_parallel_calls != 1 && !p.deterministic => {
+                    "a parallel Python stage with deterministic=false hands out elements as \
+                     they are ready; make it deterministic"
+                }
+                Stage::Interleave { cycle_length, .. } if *cycle_length > 1 => {
+                    "an interleave with cycle_length > 1 mixes inputs of several splits; use \
+                     cycle_length 1 (or flat_map)"
+                }
+                _ => continue,
+            };
+            return Err(format!("{at}: {why}"));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

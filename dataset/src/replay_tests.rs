@@ -98,3 +98,19 @@ fn python_stages_that_change_the_element_count_are_refused() {
         "map_batches",
     );
 }
+
+#[test]
+fn deterministic_order_refuses_stages_that_mix_splits_or_reorder() {
+    let ok = DatasetDef::range(10).map("square").filter("is_even").prefetch(2);
+    assert_eq!(ok.deterministic_order(), Ok(()));
+    assert_eq!(files().flat_map("text_lines", vec![]).deterministic_order(), Ok(()));
+    let cases = [
+        (DatasetDef::range(10).shuffle(8, 1), "stages[1].shuffle", "mixes"),
+        (DatasetDef::range(10).map("square").batch(2, false), "stages[2].batch", "mixes"),
+        (files().interleave("tfrecord", 4, 2), "stages[1].interleave", "cycle_length"),
+    ];
+    for (def, at, says) in cases {
+        let err = def.deterministic_order().expect_err("refused");
+        assert!(err.starts_with(at) && err.contains(says), "`{err}` should name {at}");
+    }
+}

@@ -12,6 +12,7 @@ use sluice_positions::{RecordSet, Run, UnitRecords};
 
 use crate::error::StateError;
 use crate::limits::Limits;
+use crate::order::{Order, Place};
 use crate::state::{
     ClientId, DatasetId, IterationId, JobId, Mode, SplitAnswer, TargetWorkers, TaskId,
 };
@@ -159,6 +160,23 @@ pub enum Command {
         position: RestorePoint,
         limits: Limits,
     },
+    /// `GetOrCreateJob` with `require_exactly_once` and a deterministic order
+    /// (`crate::order`): as `GetOrCreateExactlyOnceJob`, and refused unless the
+    /// handler found the pipeline's order deterministic (`ordered`). Persisted
+    /// layout version 3.
+    GetOrCreateOrderedJob {
+        dataset_id: DatasetId,
+        mode: Mode,
+        job_name: Option<String>,
+        target_workers: TargetWorkers,
+        static_workers: Vec<String>,
+        cross_trainer_cache: bool,
+        num_consumers: Option<u32>,
+        replay: Result<UnitRecords, String>,
+        limits: Limits,
+        order: Order,
+        ordered: Result<(), String>,
+    },
 }
 
 /// A decoded `Position` as `RestoreIteration` needs it.
@@ -214,6 +232,7 @@ impl Command {
             Command::GetOrCreateExactlyOnceJob { .. } => "GetOrCreateExactlyOnceJob",
             Command::ReportConsumed { .. } => "ReportConsumed",
             Command::RestoreIteration { .. } => "RestoreIteration",
+            Command::GetOrCreateOrderedJob { .. } => "GetOrCreateOrderedJob",
         }
     }
 }
@@ -270,5 +289,12 @@ pub enum Response {
     SplitSkipping {
         answer: SplitAnswer,
         skip_runs: Vec<Run>,
+    },
+    /// A grant of a deterministic-order iteration: its place in the order and
+    /// its split's whole range (`crate::order`).
+    OrderedSplit {
+        answer: SplitAnswer,
+        skip_runs: Vec<Run>,
+        place: Place,
     },
 }

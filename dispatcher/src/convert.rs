@@ -89,16 +89,25 @@ pub fn target_workers_from_wire(v: i32) -> Result<TargetWorkers, Status> {
 
 /// A GetSplit answer; `skip_runs`: the consumed records of an exactly-once
 /// grant's units, which the worker's source skips.
-pub fn split_to_wire(a: SplitAnswer, skip_runs: Vec<Run>) -> pb::GetSplitResponse {
+pub fn split_to_wire(
+    a: SplitAnswer,
+    skip_runs: Vec<Run>,
+    place: Option<crate::order::Place>,
+) -> pb::GetSplitResponse {
     match a {
         SplitAnswer::Split { begin, end } => {
             let mut flat = Vec::with_capacity(skip_runs.len() * 3);
             sluice_positions::wire::runs_to_flat(skip_runs, &mut flat);
-            pb::GetSplitResponse {
-                split: Some(pb::Split { begin, end, skip_runs: flat }),
-                end_of_splits: false,
-                wait: false,
-            }
+            let split = pb::Split {
+                begin,
+                end,
+                skip_runs: flat,
+                order_index: place.map(|p| p.index),
+                order_begin: place.map_or(0, |p| p.begin),
+                order_end: place.map_or(0, |p| p.end),
+                order_floor: place.map_or(0, |p| p.floor),
+            };
+            pb::GetSplitResponse { split: Some(split), end_of_splits: false, wait: false }
         }
         SplitAnswer::EndOfSplits => {
             pb::GetSplitResponse { split: None, end_of_splits: true, wait: false }
@@ -134,6 +143,7 @@ pub fn task_def(state: &State, task: &Task) -> Option<pb::TaskDef> {
         job_name: job.name.clone(),
         exactly_once: rule.is_some(),
         counted_units: rule == Some(UnitRecords::Counted),
+        deterministic_consumers: state.exactly_once.order_of(job.id).map(|o| o.consumers),
     })
 }
 
@@ -178,7 +188,9 @@ mod tests {
             ..Default::default()
         };
         let replay = rule.ok_or_else(|| "not asked".to_string());
-        let cmd = job_command(&req, Mode::Dynamic, TargetWorkers::Auto, vec![], replay, limits);
+        let cmd =
+            job_command(&req, Mode::Dynamic, TargetWorkers::Auto, vec![], replay, Ok(()), limits)
+                .unwrap();
         crate::apply(&mut s, cmd).unwrap();
         let w = Command::RegisterWorker {
             address: "w:1".into(),
@@ -212,9 +224,9 @@ mod tests {
     #[test]
     fn grants_carry_their_skip_runs_and_wait_is_neither_a_split_nor_the_end() {
         let skips = vec![Run { unit: 2, first: 1, count: 3 }];
-        let r = split_to_wire(SplitAnswer::Split { begin: 2, end: 4 }, skips);
+        let r = split_to_wire(SplitAnswer::Split { begin: 2, end: 4 }, skips, None);
         assert_eq!(r.split.unwrap().skip_runs, vec![2, 1, 3]);
-        let r = split_to_wire(SplitAnswer::Wait, vec![]);
+        let r = split_to_wire(SplitAnswer::Wait, vec![], None);
         assert!(r.wait && !r.end_of_splits && r.split.is_none());
     }
 }

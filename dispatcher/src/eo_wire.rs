@@ -10,22 +10,40 @@ use tonic::Status;
 
 use crate::command::{Command, RestorePoint};
 use crate::limits::Limits;
+use crate::order::Order;
 use crate::state::{Mode, State, TargetWorkers};
 
 /// The job command of a `GetOrCreateJob`: with `require_exactly_once`, the
-/// exactly-once one carrying the handler's replayability check.
+/// exactly-once one carrying the handler's replayability check; with a
+/// deterministic order too, the ordered one carrying its order check.
 pub fn job_command(
     req: &pb::GetOrCreateJobRequest,
     mode: Mode,
     target_workers: TargetWorkers,
     static_workers: Vec<String>,
     replay: Result<UnitRecords, String>,
+    ordered: Result<(), String>,
     limits: Limits,
-) -> Command {
+) -> Result<Command, Status> {
+    check_deterministic(req)?;
     let dataset_id = req.dataset_id.clone();
     let job_name = Some(req.job_name.clone()).filter(|n| !n.is_empty());
     let (cross_trainer_cache, num_consumers) = (req.use_cross_trainer_cache, req.num_consumers);
-    if req.require_exactly_once {
+    Ok(if let (true, Some(d)) = (req.require_exactly_once, &req.deterministic) {
+        Command::GetOrCreateOrderedJob {
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            cross_trainer_cache,
+            num_consumers,
+            replay,
+            limits,
+            order: Order { seed: d.seed, consumers: d.num_consumers },
+            ordered,
+        }
+    } else if req.require_exactly_once {
         Command::GetOrCreateExactlyOnceJob {
             dataset_id,
             mode,
@@ -48,7 +66,27 @@ pub fn job_command(
             num_consumers,
             limits,
         }
+    })
+}
+
+/// A deterministic order asks for exactly-once delivery and at least one
+/// consumer (INVALID_ARGUMENT / FAILED_PRECONDITION, saying which option).
+fn check_deterministic(req: &pb::GetOrCreateJobRequest) -> Result<(), Status> {
+    let Some(d) = &req.deterministic else { return Ok(()) };
+    if !req.require_exactly_once {
+        return Err(Status::failed_precondition(
+            "a deterministic order needs exactly-once delivery: ask with \
+             require_exactly_once (ReadOptions::exactly_once, Python exactly_once=True, \
+             sluice read --exactly-once)",
+        ));
     }
+    if d.num_consumers == 0 {
+        return Err(Status::invalid_argument(
+            "deterministic.num_consumers is 0: give the number of consumers (>= 1) that \
+             read the job",
+        ));
+    }
+    Ok(())
 }
 
 /// The iteration command of a `GetOrCreateIteration`: a restore when it carries

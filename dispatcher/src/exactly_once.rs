@@ -26,6 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use sluice_positions::{RecordSet, Run, UnitRecords};
 
+use crate::order::Order;
+
 // The state's id types (`crate::state` holds this section, so it is not named here).
 type ClientId = u64;
 type IterationId = u64;
@@ -48,6 +50,10 @@ pub struct ExactlyOnceState {
     pub jobs: BTreeMap<JobId, UnitRecords>,
     /// The progress of every iteration of an exactly-once job.
     pub iterations: BTreeMap<IterationId, Progress>,
+    /// Exactly-once jobs read in a deterministic order (`crate::order`). Last,
+    /// and new in persisted layout version 3 (`raft/layout_v2.rs` is the
+    /// section without it).
+    pub orders: BTreeMap<JobId, Order>,
 }
 
 /// Units a lost task held: handed out again once no consumer waits.
@@ -96,6 +102,11 @@ pub struct Progress {
 impl ExactlyOnceState {
     pub fn is_exactly_once(&self, job_id: JobId) -> bool {
         self.jobs.contains_key(&job_id)
+    }
+
+    /// The deterministic order of an iteration's job, if it has one.
+    pub fn order_of(&self, job_id: JobId) -> Option<Order> {
+        self.orders.get(&job_id).copied()
     }
 
     /// Whether the iteration still has lost units to hand out again.

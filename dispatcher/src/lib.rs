@@ -63,6 +63,7 @@
 //!   trailing section of `State`); `apply/exactly_once/` changes it.
 //!   The replayability check is the dataset crate's (`DatasetDef::exactly_once`);
 //!   `eo_wire`: the exactly-once requests as commands, and delivery answers.
+//!   [`order`]: the seeded order of a deterministic-order job's splits (pure).
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 //! - `fuzzing` (feature `fuzzing`): the Raft codec's entry point for the fuzz target in
 //!   `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
@@ -91,6 +92,7 @@ pub mod limits;
 mod liveness;
 mod long_poll;
 mod metrics;
+pub mod order;
 mod python_check;
 pub mod raft;
 mod read_barrier;

@@ -243,13 +243,28 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let static_workers = self.config.worker_addresses.clone();
         // The replayability check, stamped into the command (apply stays pure);
         // read on the leader with the dataset's definition.
-        let replay = self
+        let checks = self
             .core
-            .read_leader(|s| s.datasets.get(&req.dataset_id).map(|d| d.def.exactly_once()))
-            .await?
-            .unwrap_or_else(|| Err("the dataset is not registered".into()));
+            .read_leader(|s| {
+                s.datasets
+                    .get(&req.dataset_id)
+                    .map(|d| (d.def.exactly_once(), d.def.deterministic_order()))
+            })
+            .await?;
+        let (replay, ordered) = checks.unwrap_or_else(|| {
+            let missing = || Err("the dataset is not registered".to_string());
+            (missing(), Ok(()))
+        });
         let limits = self.config.limits;
-        let cmd = job_command(&req, mode, target_workers, static_workers, replay.clone(), limits);
+        let cmd = job_command(
+            &req,
+            mode,
+            target_workers,
+            static_workers,
+            replay.clone(),
+            ordered,
+            limits,
+        )?;
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name, exactly_once } => {
                 let at_most_once_reason = if exactly_once {
@@ -466,13 +481,19 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                 if let SplitAnswer::Split { begin, end } = answer {
                     self.core.counters().split_granted(begin, end);
                 }
-                Ok(Response::new(split_to_wire(answer, vec![])))
+                Ok(Response::new(split_to_wire(answer, vec![], None)))
             }
             R::SplitSkipping { answer, skip_runs } => {
                 if let SplitAnswer::Split { begin, end } = answer {
                     self.core.counters().split_granted(begin, end);
                 }
-                Ok(Response::new(split_to_wire(answer, skip_runs)))
+                Ok(Response::new(split_to_wire(answer, skip_runs, None)))
+            }
+            R::OrderedSplit { answer, skip_runs, place } => {
+                if let SplitAnswer::Split { begin, end } = answer {
+                    self.core.counters().split_granted(begin, end);
+                }
+                Ok(Response::new(split_to_wire(answer, skip_runs, Some(place))))
             }
             r => Err(Self::unexpected("GetSplit", r)),
         }

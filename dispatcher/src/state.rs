@@ -256,7 +256,8 @@ pub struct State {
     pub next_client_id: ClientId,
     /// Exactly-once delivery (`exactly_once.rs`). Last, and new in persisted
     /// layout version 2: version 1 is `raft/layout_v1.rs`'s `State`, this
-    /// struct without it.
+    /// struct without it. Version 3 appended the section's `orders`
+    /// (`raft/layout_v2.rs`).
     pub exactly_once: ExactlyOnceState,
 }
 

@@ -147,6 +147,24 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
                 &limits,
             )
         }
+        Command::GetOrCreateOrderedJob {
+            dataset_id,
+            mode,
+            job_name,
+            target_workers,
+            static_workers,
+            cross_trainer_cache,
+            num_consumers,
+            replay,
+            limits,
+            order,
+            ordered,
+        } => {
+            let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
+            let eo =
+                exactly_once::jobs::ExactlyOnceJob { job, static_workers, num_consumers, replay };
+            exactly_once::jobs::get_or_create_ordered(state, eo, order, ordered, &limits)
+        }
         Command::ReportConsumed { client_id, generation, runs, unit_ends, lost_tasks_done } => {
             exactly_once::consumed::report(
                 state,

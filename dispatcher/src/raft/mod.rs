@@ -20,7 +20,8 @@
 //! - `versioned`: the format version in front of every record the dispatcher
 //!   persists, migrations of older ones, the refusal of newer ones
 //!   (`check_journal`, before a work_dir is opened for writing); `layout_v1`:
-//!   the state as layout version 1 persisted it, frozen, and its migration.
+//!   the state as layout version 1 persisted it, frozen, and its migration;
+//!   `layout_v2`: the same for version 2.
 //! - `log_store`: `RaftLogStorage` on the journal.
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
@@ -41,6 +42,7 @@ pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
 pub(crate) mod addresses;
 pub(crate) mod group_commit;
 pub(crate) mod layout_v1;
+pub(crate) mod layout_v2;
 pub mod log_store;
 pub mod membership;
 pub(crate) mod network;

@@ -21,6 +21,10 @@
 //!   migrated (an empty section); a version-1 log entry, vote, purge marker or
 //!   snapshot meta decodes as the current type unchanged (appended enum variants
 //!   keep the indices of the old ones).
+//! - **3**: the exactly-once section gains its trailing `orders` (deterministic
+//!   order, docs/exactly-once.md) and `Command` a variant at its end. A version-2
+//!   snapshot is decoded as the frozen `layout_v2::Applied` and migrated (no
+//!   orders); the other kinds decode unchanged, as for version 2.
 //!
 //! # Unversioned records (written before the header existed)
 //! A record that does not start with the header is read as version 1. That is
@@ -60,7 +64,7 @@ use sluice_journal::Journal;
 use super::codec::{decode, encode};
 
 /// The payload format this build writes, and the newest it reads.
-pub const CURRENT: u16 = 2;
+pub const CURRENT: u16 = 3;
 /// The oldest payload format this build reads.
 pub const OLDEST: u16 = 1;
 

@@ -248,7 +248,7 @@ mod layout_v2 {
             .iterations
             .insert(2001, Progress::new(UnitRecords::Counted, consumed));
         let sealed = seal(&applied).unwrap();
-        assert_eq!(sealed[4..6], 2u16.to_le_bytes());
+        assert_eq!(sealed[4..6], CURRENT.to_le_bytes());
         let back: Applied = unseal(&sealed, LOC).unwrap();
         assert_eq!(back.state, applied.state);
         let body = encode(&applied).unwrap();
@@ -257,6 +257,33 @@ mod layout_v2 {
         let old: layout_v1::Applied = decode(&body).unwrap();
         let mut without = applied.state.clone();
         without.exactly_once = Default::default();
+        assert_eq!(State::from(old.state), without);
+    }
+
+    /// Version 2 → 3: a version-2 snapshot (sealed or from a peer) opens with
+    /// no deterministic orders; a version-3 one keeps them, and a version-2
+    /// node reads everything but them.
+    #[test]
+    fn a_version_2_snapshot_migrates_with_no_orders_and_version_3_keeps_them() {
+        use crate::order::Order;
+        use crate::raft::layout_v2;
+        let (mut applied, _) = v1_snapshot();
+        applied.state.exactly_once.jobs.insert(5003, UnitRecords::One);
+        let v2 = decode::<layout_v2::Applied>(&encode(&applied).unwrap()).unwrap();
+        let plain = encode(&v2).unwrap();
+        assert!(decode::<Applied>(&plain).is_err(), "a version-2 body is shorter");
+        let mut sealed = header(Kind::Snapshot, 2).to_vec();
+        sealed.extend_from_slice(&plain);
+        let got: Applied = unseal(&sealed, LOC).unwrap();
+        assert_eq!(got.state, applied.state);
+        assert_eq!(decode_peer_snapshot(&plain).unwrap().state, applied.state);
+
+        applied.state.exactly_once.orders.insert(5003, Order { seed: 7, consumers: 2 });
+        let back: Applied = unseal(&seal(&applied).unwrap(), LOC).unwrap();
+        assert_eq!(back.state, applied.state);
+        let old: layout_v2::Applied = decode(&encode(&applied).unwrap()).unwrap();
+        let mut without = applied.state.clone();
+        without.exactly_once.orders.clear();
         assert_eq!(State::from(old.state), without);
     }
 

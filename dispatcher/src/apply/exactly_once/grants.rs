@@ -13,13 +13,16 @@
 //! until it is below the watermark (what its loss orphans), and the skips of its
 //! last grant are kept so that a replayed request gets the same answer. A
 //! `Wait` grants nothing, so a worker may ask again after it with the same
-//! sequence or the next (`splits.rs`).
+//! sequence or the next (`splits.rs`). A deterministic-order iteration's
+//! grants are `ordered.rs`'s.
 
 use sluice_positions::Run;
 
+use super::ordered::Shape;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::exactly_once::{LastSkips, Progress};
+use crate::order::Place;
 use crate::state::{IterationId, SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
 
 /// What one request asks, as `splits.rs` resolved it.
@@ -40,8 +43,30 @@ pub(crate) fn is_exactly_once(state: &State, iteration_id: IterationId) -> bool 
     state.exactly_once.iterations.contains_key(&iteration_id)
 }
 
-/// The answer of a replayed request (same task, uid and sequence).
+/// The answer of a replayed request (same task, uid and sequence); a grant of a
+/// deterministic-order iteration with its place again.
 pub(crate) fn replay(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
+    let shape = state.tasks.get(&task_id).and_then(|t| Shape::of(state, t.iteration_id));
+    let plain = replay_plain(state, task_id, last);
+    match (shape, last.answer) {
+        (Some(shape), SplitAnswer::Split { begin, .. }) => {
+            let skip_runs = match plain {
+                Response::SplitSkipping { skip_runs, .. } => skip_runs,
+                _ => vec![],
+            };
+            let watermark = state
+                .tasks
+                .get(&task_id)
+                .and_then(|t| state.exactly_once.iterations.get(&t.iteration_id))
+                .map_or(0, |p| p.consumed.watermark());
+            let place = shape.place(begin, watermark);
+            Response::OrderedSplit { answer: last.answer, skip_runs, place }
+        }
+        _ => plain,
+    }
+}
+
+fn replay_plain(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
     let skips = state
         .tasks
         .get(&task_id)
@@ -69,6 +94,9 @@ pub(crate) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
 }
 
 pub(crate) fn grant(state: &mut State, ask: Ask) -> Response {
+    if let Some(shape) = Shape::of(state, ask.iteration_id) {
+        return super::ordered::grant(state, ask, shape);
+    }
     let Some(p) = state.exactly_once.iterations.get_mut(&ask.iteration_id) else {
         return Response::Split(SplitAnswer::EndOfSplits);
     };
@@ -118,9 +146,29 @@ fn take_ready_orphan(p: &mut Progress, step: u64) -> Option<(u64, u64, Vec<Run>)
     None
 }
 
-fn set_cursor(state: &mut State, iteration_id: IterationId, cursor: SplitCursor) {
+pub(crate) fn set_cursor(state: &mut State, iteration_id: IterationId, cursor: SplitCursor) {
     if let Some(c) = state.iterations.get_mut(&iteration_id).and_then(|it| it.cursors.first_mut()) {
         *c = cursor;
+    }
+}
+
+/// [`record`] for a deterministic-order iteration: a grant answers with its
+/// place (`place` is `Some` exactly for a `Split`).
+pub(crate) fn record_ordered(
+    state: &mut State,
+    ask: &Ask,
+    answer: SplitAnswer,
+    skips: Vec<Run>,
+    place: Option<Place>,
+) -> Response {
+    match (record(state, ask, answer, skips), place) {
+        (Response::SplitSkipping { answer, skip_runs }, Some(place)) => {
+            Response::OrderedSplit { answer, skip_runs, place }
+        }
+        (Response::Split(answer), Some(place)) => {
+            Response::OrderedSplit { answer, skip_runs: vec![], place }
+        }
+        (other, _) => other,
     }
 }
 

@@ -12,6 +12,7 @@ use super::super::jobs::{self, NewJob};
 use crate::command::Response;
 use crate::error::StateError;
 use crate::limits::Limits;
+use crate::order::Order;
 use crate::state::{Mode, State};
 
 pub(crate) fn get_or_create(
@@ -62,6 +63,13 @@ pub(crate) fn get_or_create(
         if state.jobs.get(&job_id).is_some_and(|j| j.num_consumers.is_some()) {
             return Err(refused("the job exists with coordinated reads (num_consumers)".into()));
         }
+        if let Some(o) = state.exactly_once.order_of(job_id) {
+            return Err(refused(format!(
+                "the job is read in a deterministic order (seed {}, {} consumers); read it \
+                 with the same deterministic options and a consumer index",
+                o.seed, o.consumers
+            )));
+        }
         let name = job.job_name.clone().unwrap_or_default();
         // Joining: the same identity checks as any join (nothing changes).
         let joined = jobs::get_or_create_job(state, job, static_workers, limits)?;
@@ -83,4 +91,65 @@ pub(crate) fn get_or_create(
         }
         other => Ok(other),
     }
+}
+
+/// What `GetOrCreateExactlyOnceJob` carries, for the ordered variant.
+pub(crate) struct ExactlyOnceJob {
+    pub job: NewJob,
+    pub static_workers: Vec<String>,
+    pub num_consumers: Option<u32>,
+    pub replay: Result<UnitRecords, String>,
+}
+
+/// `GetOrCreateOrderedJob`: an exactly-once job read in `order`. Refused
+/// (FailedPrecondition) when the pipeline's order is not deterministic
+/// (`ordered`), and when a job of that name exists without this very order
+/// (the order is part of the job's identity: its consumers must agree).
+pub(crate) fn get_or_create_ordered(
+    state: &mut State,
+    eo: ExactlyOnceJob,
+    order: Order,
+    ordered: Result<(), String>,
+    limits: &Limits,
+) -> Result<Response, StateError> {
+    let name = eo.job.job_name.as_deref().map_or("(anonymous)".to_string(), |n| format!("`{n}`"));
+    if order.consumers == 0 {
+        return Err(StateError::InvalidArgument(format!(
+            "job {name}: a deterministic order needs num_consumers >= 1"
+        )));
+    }
+    if let Err(why) = ordered {
+        return Err(StateError::FailedPrecondition(format!(
+            "cannot read job {name} in a deterministic order: {why}"
+        )));
+    }
+    let existing = eo.job.job_name.as_deref().and_then(|n| state.jobs_by_name.get(n)).copied();
+    if let Some(job_id) = existing {
+        let had = state.exactly_once.order_of(job_id);
+        if had != Some(order) {
+            let has = had.map_or("no deterministic order".to_string(), |o| {
+                format!("seed {} and {} consumers", o.seed, o.consumers)
+            });
+            return Err(StateError::FailedPrecondition(format!(
+                "job {name} exists with {has}, and this reader asked for seed {} and {} \
+                 consumers; a job's order does not change: read it with its options, or use \
+                 another job name",
+                order.seed, order.consumers
+            )));
+        }
+        // Skip the plain join's refusal of an ordered job: this reader agrees.
+        let ExactlyOnceJob { job, static_workers, .. } = eo;
+        return jobs::get_or_create_job(state, job, static_workers, limits).map(|r| match r {
+            Response::Job { job_id, job_name, .. } => {
+                Response::Job { job_id, job_name, exactly_once: true }
+            }
+            other => other,
+        });
+    }
+    let response =
+        get_or_create(state, eo.job, eo.static_workers, eo.num_consumers, eo.replay, limits)?;
+    if let Response::Job { job_id, .. } = &response {
+        state.exactly_once.orders.insert(*job_id, order);
+    }
+    Ok(response)
 }

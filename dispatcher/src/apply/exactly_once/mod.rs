@@ -15,6 +15,8 @@
 //! - `grants`: `GetSplit` of an exactly-once iteration: orphans first, then the
 //!   cursor, with the consumed runs of the granted units as `skip_runs`; `Wait`
 //!   past the end while orphans wait.
+//! - `ordered`: `GetSplit` of a deterministic-order iteration (one split per
+//!   grant, in the seeded order, each with its place; orphans whole).
 //! - `restore`: `RestoreIteration`.
 //!
 //! ```text
@@ -25,6 +27,7 @@
 pub(super) mod consumed;
 pub(super) mod grants;
 pub(super) mod jobs;
+pub(super) mod ordered;
 pub(super) mod orphans;
 pub(super) mod progress;
 pub(super) mod restore;

@@ -103,8 +103,12 @@ pub(crate) fn restore(
     };
     let mut p = Progress::new(rule, point.consumed);
     p.restore_key = Some(point.key);
-    let start = p.consumed.watermark();
+    let mut start = p.consumed.watermark();
     state.exactly_once.iterations.insert(iteration_id, p);
+    // A deterministic-order cursor counts places: it starts at the floor.
+    if let Some(shape) = super::ordered::Shape::of(state, iteration_id) {
+        start = crate::order::floor(start, shape.units_per_split);
+    }
     if let Some(c) = state.iterations.get_mut(&iteration_id).and_then(|it| it.cursors.first_mut()) {
         c.next = start;
     }
