@@ -114,6 +114,7 @@ impl Client {
             std::sync::Arc::new(Consumption::new(name, id, opts.repetition, opts.restore.as_ref()))
         });
         let tracked = consumption.clone();
+        let order = opts.deterministic.map(|d| (d.consumer_index, d.num_consumers));
         let manage = move |tx, loss| async move {
             match coordinated {
                 Some(index) => coordinated::manage(d, client_id, index, opts, tx).await,
@@ -128,6 +129,7 @@ impl Client {
             client_id,
             delivery,
             consumption,
+            order,
         };
         Ok(ElementStream::start(info, capacity, span, manage))
     }
@@ -174,6 +176,10 @@ impl Client {
                 use_cross_trainer_cache: matches!(opts.kind, ReadKind::CrossTrainerCache { .. }),
                 num_consumers: opts.kind.num_consumers(),
                 require_exactly_once: opts.exactly_once,
+                deterministic: opts.deterministic.map(|d| pb::DeterministicOrder {
+                    seed: d.seed,
+                    num_consumers: d.num_consumers,
+                }),
             })
             .await?;
         let it = self

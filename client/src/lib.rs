@@ -95,7 +95,7 @@ pub use dispatcher::DispatcherClient;
 pub use error::ClientError;
 pub use exactly_once::Delivery;
 pub use loss::{LossReport, LostTask};
-pub use options::{ProcessingMode, ReadKind, ReadOptions, TargetWorkers};
+pub use options::{Deterministic, ProcessingMode, ReadKind, ReadOptions, TargetWorkers};
 pub use reader::ElementStream;
 pub use retry::RetryPolicy;
 pub use status::ServiceStatus;

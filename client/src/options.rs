@@ -233,6 +233,18 @@ pub struct ReadOptions {
     /// checkpoint's): needs `exactly_once` and the position's job name and
     /// repetition (see [`ReadOptions::restore`]).
     pub restore: Option<Position>,
+    /// Deterministic order (docs/exactly-once.md): this reader is consumer
+    /// `consumer_index` of `num_consumers` of a job whose splits are handed out
+    /// in the order `seed` draws; needs `exactly_once` and a job name.
+    pub deterministic: Option<Deterministic>,
+}
+
+/// The options of a deterministic-order read (see `ReadOptions::deterministic`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deterministic {
+    pub seed: u64,
+    pub num_consumers: u32,
+    pub consumer_index: u32,
 }
 
 impl ReadOptions {
@@ -252,12 +264,22 @@ impl ReadOptions {
             compression: Compression::Auto,
             exactly_once: false,
             restore: None,
+            deterministic: None,
         }
     }
 
     /// Asks for exactly-once delivery (see `exactly_once`).
     pub fn exactly_once(mut self, exactly_once: bool) -> Self {
         self.exactly_once = exactly_once;
+        self
+    }
+
+    /// Reads in a deterministic order: consumer `consumer_index` of
+    /// `num_consumers` sees a sequence that depends only on `seed`, the dataset
+    /// and `num_consumers` (needs `exactly_once(true)` and a job name; every
+    /// consumer index must be read).
+    pub fn deterministic(mut self, seed: u64, num_consumers: u32, consumer_index: u32) -> Self {
+        self.deterministic = Some(Deterministic { seed, num_consumers, consumer_index });
         self
     }
 
@@ -348,6 +370,29 @@ impl ReadOptions {
             return bad("exactly-once delivery cannot be combined with coordinated reads or the \
              cross-trainer cache; read the job plainly"
                 .into());
+        }
+        if let Some(d) = &self.deterministic {
+            if !self.exactly_once {
+                return bad("a deterministic order needs exactly-once delivery: set \
+                 ReadOptions::exactly_once(true) (Python: exactly_once=True, CLI: \
+                 --exactly-once)"
+                    .into());
+            }
+            if d.num_consumers == 0 {
+                return bad("num_consumers of a deterministic order must be at least 1".into());
+            }
+            if d.consumer_index >= d.num_consumers {
+                return bad(format!(
+                    "consumer_index={} must be less than num_consumers={} (consumers are \
+                     numbered from 0)",
+                    d.consumer_index, d.num_consumers
+                ));
+            }
+            if self.job_name.is_none() {
+                return bad("a deterministic order needs a job_name: its consumers find each \
+                 other by it"
+                    .into());
+            }
         }
         let Some(p) = &self.restore else { return Ok(()) };
         if !self.exactly_once {

@@ -34,7 +34,7 @@ use tracing::{debug, Instrument};
 
 use crate::dispatcher::DispatcherClient;
 use crate::error::ClientError;
-use crate::exactly_once::{self, Consumption, Delivery};
+use crate::exactly_once::{self, reorder, Consumption, Delivery};
 use crate::loss::{LossReport, LossSlot};
 use crate::metrics::ReadMetrics;
 
@@ -45,12 +45,14 @@ pub(crate) struct Received {
     pub elements: Vec<Element>,
     /// Exactly-once reads: one origin per element. Empty otherwise.
     pub origins: Vec<Origin>,
+    /// Deterministic order: the split the message belongs to.
+    pub split: Option<sluice_proto::v1::SplitNotice>,
 }
 
 impl Received {
     /// Elements without origins (at-most-once reads).
     pub(crate) fn plain(source: Arc<str>, task_id: u64, elements: Vec<Element>) -> Self {
-        Received { source, task_id, elements, origins: Vec::new() }
+        Received { source, task_id, elements, origins: Vec::new(), split: None }
     }
 }
 
@@ -67,6 +69,8 @@ pub(crate) struct StreamInfo {
     pub delivery: Delivery,
     /// Exactly-once reads: their consumption (shared with the manager).
     pub consumption: Option<Arc<Consumption>>,
+    /// Deterministic order: (consumer index, number of consumers).
+    pub order: Option<(u32, u32)>,
 }
 
 /// An element and the address of the worker that produced it.
@@ -94,6 +98,9 @@ pub struct ElementStream {
     /// Set by the manager when a read that accepted loss lost data.
     loss: LossSlot,
     metrics: ReadMetrics,
+    /// Deterministic order: the reorder buffer the stream hands out from, and
+    /// its pump (which reads the channel instead of `rx`).
+    ordered: Option<(Arc<reorder::Shared>, JoinHandle<()>)>,
 }
 
 impl ElementStream {
@@ -114,8 +121,17 @@ impl ElementStream {
         F: FnOnce(mpsc::Sender<Batch>, LossSlot) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let (tx, rx) = mpsc::channel(capacity);
+        let (tx, mut rx) = mpsc::channel(capacity);
         let loss = LossSlot::default();
+        let ordered = match (info.order, &info.consumption) {
+            (Some((i, n)), Some(c)) => {
+                let (closed_tx, closed_rx) = mpsc::channel(1);
+                drop(closed_tx);
+                let pump_rx = std::mem::replace(&mut rx, closed_rx);
+                Some(reorder::Shared::start(i, n, c.clone(), pump_rx))
+            }
+            _ => None,
+        };
         let consumption = info.consumption.map(|c| {
             let reporter =
                 exactly_once::report_loop(info.dispatcher.clone(), info.client_id, c.clone());
@@ -139,6 +155,7 @@ impl ElementStream {
             job_name: info.job_name,
             loss,
             metrics,
+            ordered,
         }
     }
 
@@ -191,6 +208,14 @@ impl ElementStream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<SourcedElement, ClientError>>> {
+        if let Some((shared, _)) = &self.ordered {
+            self.metrics.asked();
+            let next = shared.poll_next(cx);
+            if let Poll::Ready(Some(Ok((_, e)))) = &next {
+                self.metrics.delivered(e);
+            }
+            return next;
+        }
         loop {
             if let Some(e) = self.current.next() {
                 if let Some((consumption, _)) = &self.consumption {
@@ -241,6 +266,9 @@ impl ElementStream {
     /// that flushes its exported spans next includes the whole read.
     pub async fn close(mut self) {
         self.manager.abort();
+        if let Some((_, pump)) = &self.ordered {
+            pump.abort();
+        }
         let _ = (&mut self.manager).await;
         if let Some((consumption, reporter)) = self.consumption.take() {
             reporter.abort();
@@ -253,6 +281,9 @@ impl ElementStream {
 impl Drop for ElementStream {
     fn drop(&mut self) {
         self.manager.abort();
+        if let Some((_, pump)) = &self.ordered {
+            pump.abort();
+        }
         let (dispatcher, client_id) = (self.dispatcher.clone(), self.client_id);
         let consumption = self.consumption.take().map(|(c, reporter)| {
             reporter.abort();

@@ -216,6 +216,7 @@ async fn read_task(
         max_bytes_per_message: 0,
         trainer_id: opts.kind.trainer_id().unwrap_or_default().to_string(),
         compression: opts.compression.for_worker(&address) as i32,
+        consumer_index: opts.deterministic.map(|d| d.consumer_index),
     };
     let bearer = security.bearer();
     let (channel, req, tx, source, finished_ref) = (&channel, &req, &tx, &source, &finished);
@@ -269,10 +270,15 @@ async fn read_task(
                                     Err(e) => return Attempt::GiveUp(e),
                                 },
                             };
-                            let received =
-                                Received { source: source.clone(), task_id, elements, origins };
-                            if !received.elements.is_empty() && tx.send(Ok(received)).await.is_err()
-                            {
+                            let received = Received {
+                                source: source.clone(),
+                                task_id,
+                                elements,
+                                origins,
+                                split: batch.split,
+                            };
+                            let news = !received.elements.is_empty() || received.split.is_some();
+                            if news && tx.send(Ok(received)).await.is_err() {
                                 // The reader was dropped.
                                 return Attempt::Done(Ended::EndOfSequence);
                             }

@@ -222,9 +222,14 @@ impl StopSignal {
 }
 
 /// One message's worth of elements, first come first served.
+#[derive(Default)]
 pub(crate) struct Batch {
     pub elements: Vec<pb::Element>,
     pub end_of_sequence: bool,
+    /// Deterministic order (`ordered.rs`): the message's own origin (records of
+    /// its split dropped by the pipeline) and the split it belongs to.
+    pub own: Origin,
+    pub split: Option<pb::SplitNotice>,
 }
 
 /// What [`TaskBuffer::take_one`] found.
@@ -300,14 +305,14 @@ impl TaskBuffer {
         let first = match buf.carry.take() {
             Some(element) => element,
             None => match &buf.state {
-                State::Ended => return Ok(Batch { elements: Vec::new(), end_of_sequence: true }),
+                State::Ended => return Ok(Batch { end_of_sequence: true, ..Batch::default() }),
                 State::Failed(status) => return Err(status.clone()),
                 State::Open => match buf.rx.recv().await {
                     Some(Ok(element)) => self.took(element),
                     Some(Err(e)) => return Err(self.fail(&mut buf, e)),
                     None => {
                         buf.state = State::Ended;
-                        return Ok(Batch { elements: Vec::new(), end_of_sequence: true });
+                        return Ok(Batch { end_of_sequence: true, ..Batch::default() });
                     }
                 },
             },
@@ -334,11 +339,11 @@ impl TaskBuffer {
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => {
                     buf.state = State::Ended;
-                    return Ok(Batch { elements, end_of_sequence: true });
+                    return Ok(Batch { elements, end_of_sequence: true, ..Batch::default() });
                 }
             }
         }
-        Ok(Batch { elements, end_of_sequence: false })
+        Ok(Batch { elements, ..Batch::default() })
     }
 
     /// Once the pipeline thread returned: if every element it produced has been

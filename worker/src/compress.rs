@@ -125,6 +125,7 @@ mod tests {
             end_of_sequence: false,
             compressed: None,
             positions: None,
+            split: None,
         }
     }
 

@@ -81,6 +81,7 @@ pub mod fuzzing;
 mod health;
 mod heartbeat;
 mod metrics;
+mod ordered;
 mod producer;
 mod route;
 mod runner;

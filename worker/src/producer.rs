@@ -46,17 +46,39 @@ pub(crate) fn end_of_sequence() -> mpsc::Receiver<BatchResult> {
         end_of_sequence: true,
         compressed: None,
         positions: None,
+        split: None,
     }));
     rx
 }
 
+/// Who a stream reads for: a trainer of a cross-trainer cache, a consumer of a
+/// deterministic order, or anyone (first come first served).
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Reader {
+    #[default]
+    Any,
+    Trainer(String),
+    Consumer(u32),
+}
+
 /// The next message of a stream: from the task's cross-trainer cache at the
-/// trainer's cursor, or first come first served from its buffer.
-async fn next_batch(task: &Task, trainer: Option<&str>, limits: Limits) -> Result<Batch, Status> {
+/// trainer's cursor, from a deterministic order's queue of the consumer, or
+/// first come first served from its buffer.
+async fn next_batch(task: &Task, reader: &Reader, limits: Limits) -> Result<Batch, Status> {
+    let trainer = match reader {
+        Reader::Trainer(t) => Some(t.as_str()),
+        Reader::Consumer(i) => {
+            if let Some(ordered) = &task.ordered {
+                return ordered.next_batch(*i).await;
+            }
+            None
+        }
+        Reader::Any => None,
+    };
     match (&task.cache, trainer) {
         (Some(cache), Some(trainer)) => {
             let elements = cache.next_batch(&task.buffer, trainer, limits).await?;
-            Ok(Batch { elements, end_of_sequence: false })
+            Ok(Batch { elements, ..Batch::default() })
         }
         _ => task.buffer.next_batch(limits).await,
     }
@@ -91,7 +113,7 @@ pub(crate) fn take_positions(elements: &mut [pb::Element], message: Origin) -> p
 pub(crate) async fn produce(
     worker: Arc<Worker>,
     task: Arc<Task>,
-    trainer: Option<String>,
+    reader: Reader,
     limits: Limits,
     mut compression: StreamCompression,
     tx: mpsc::Sender<BatchResult>,
@@ -116,7 +138,7 @@ pub(crate) async fn produce(
             }
         };
         let batch = tokio::select! {
-            batch = next_batch(&task, trainer.as_deref(), limits) => batch,
+            batch = next_batch(&task, &reader, limits) => batch,
             reason = task.stopped() => Err(reason.status(task.task_id)),
             _ = tx.closed() => break,
         };
@@ -124,8 +146,10 @@ pub(crate) async fn produce(
             Ok(batch) => {
                 let end = batch.end_of_sequence;
                 sent += batch.elements.len() as u64;
-                if end {
-                    // The first stream to see the end finishes the task for everyone.
+                // The first stream to see the end finishes the task for everyone;
+                // in a deterministic order, the last consumer to see its end.
+                let last = task.ordered.as_ref().is_none_or(|o| o.end_taken());
+                if end && last {
                     worker.finish(&task);
                 }
                 let elements = batch.elements.len();
@@ -134,9 +158,15 @@ pub(crate) async fn produce(
                     end_of_sequence: end,
                     compressed: None,
                     positions: None,
+                    split: batch.split,
                 };
                 if task.exactly_once {
-                    let end_origin = if end { task.buffer.end_origin() } else { Origin::default() };
+                    // A deterministic order's router cut the end origin by split.
+                    let end_origin = if end && task.ordered.is_none() {
+                        task.buffer.end_origin()
+                    } else {
+                        batch.own
+                    };
                     message.positions = Some(take_positions(&mut message.elements, end_origin));
                 }
                 // With a channel slot reserved and no lock held (a large message on

@@ -33,7 +33,10 @@ use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 
+use std::sync::Arc;
+
 use crate::buffer::{BufferTx, StopReason};
+use crate::ordered::Grants;
 use crate::splits::RemoteSplitProvider;
 
 /// Everything a pipeline thread needs besides its task.
@@ -59,9 +62,17 @@ pub(crate) fn spawn(
     span: tracing::Span,
     stop: watch::Receiver<Option<StopReason>>,
     tx: BufferTx,
+    grants: Option<Arc<Grants>>,
 ) -> Result<oneshot::Receiver<()>, String> {
     let task_id = def.task_id;
-    let pipeline = Pipeline::from_def(def)?;
+    let counted = def.counted_units;
+    let mut pipeline = Pipeline::from_def(def)?;
+    if let Some(grants) = grants {
+        pipeline.def.deterministic_order().map_err(|why| {
+            format!("the task is read in a deterministic order, but its pipeline: {why}")
+        })?;
+        pipeline.grants = Some((grants, counted));
+    }
     let (done_tx, done_rx) = oneshot::channel();
     let ctx = ctx.clone();
     std::thread::Builder::new()
@@ -119,6 +130,9 @@ struct Pipeline {
     mode: pb::ProcessingMode,
     /// A DYNAMIC exactly-once task: the pipeline runs tagged (origins on).
     exactly_once: bool,
+    /// Deterministic order: where the split provider records its grants, and
+    /// whether units have counted records (`ordered.rs`).
+    grants: Option<(Arc<Grants>, bool)>,
 }
 
 impl Pipeline {
@@ -155,7 +169,7 @@ impl Pipeline {
         if exactly_once {
             check_replayable(&dataset, def.counted_units)?;
         }
-        Ok(Pipeline { def: dataset, mode, exactly_once })
+        Ok(Pipeline { def: dataset, mode, exactly_once, grants: None })
     }
 
     /// Splits to ask for per GetSplit. A split of a file source is a whole file:
@@ -188,7 +202,8 @@ impl Pipeline {
                     0,
                     self.splits_per_request(ctx.splits_per_request),
                 )
-                .draining(ctx.draining.clone());
+                .draining(ctx.draining.clone())
+                .ordered(self.grants.clone());
                 if self.exactly_once {
                     self.def
                         .iter_tagged(&ctx.registry, Some(Box::new(splits)))

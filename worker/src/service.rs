@@ -27,7 +27,7 @@ use tracing::Instrument;
 use crate::buffer::{Limits, StopReason};
 use crate::compress::StreamCompression;
 use crate::config::WorkerConfig;
-use crate::producer::{produce, BatchResult, RESPONSE_BUFFER};
+use crate::producer::{produce, BatchResult, Reader, RESPONSE_BUFFER};
 use crate::state::{Lookup, Worker};
 use crate::task::Task;
 
@@ -109,7 +109,7 @@ pub(crate) fn open_stream(
         )));
     }
     check_trainer(&task, &req.trainer_id)?;
-    let trainer = Some(req.trainer_id).filter(|t| !t.is_empty());
+    let reader = reader(&task, req.trainer_id, req.consumer_index)?;
     let limits =
         message_limits(&worker.config, req.max_elements_per_message, req.max_bytes_per_message);
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
@@ -121,7 +121,7 @@ pub(crate) fn open_stream(
         client_id = req.client_id,
     );
     let compression = StreamCompression::for_request(req.compression);
-    tokio::spawn(produce(worker.clone(), task, trainer, limits, compression, tx).instrument(span));
+    tokio::spawn(produce(worker.clone(), task, reader, limits, compression, tx).instrument(span));
     Ok(rx)
 }
 
@@ -157,6 +157,31 @@ fn not_yet_known(task_id: u64) -> Status {
 pub(crate) fn message_limits(config: &WorkerConfig, max_elements: u32, max_bytes: u64) -> Limits {
     let own = usize::try_from(config.max_elements_per_message).unwrap_or(usize::MAX);
     Limits::bounded(own, config.max_bytes_per_message).lowered_to(max_elements, max_bytes)
+}
+
+/// Who a checked request reads for: a deterministic-order task needs a
+/// consumer index below its number of consumers, and only such a task takes one.
+fn reader(task: &Task, trainer_id: String, consumer: Option<u32>) -> Result<Reader, Status> {
+    let id = task.task_id;
+    match (&task.ordered, consumer) {
+        (Some(o), Some(i)) if i < o.consumers() => Ok(Reader::Consumer(i)),
+        (Some(o), Some(i)) => Err(Status::invalid_argument(format!(
+            "task {id}: consumer_index {i} is not below the job's {} consumers \
+             (ReadOptions::deterministic: consumer_index < num_consumers)",
+            o.consumers()
+        ))),
+        (Some(o), None) => Err(Status::failed_precondition(format!(
+            "task {id} belongs to a job read in a deterministic order by {} consumers; \
+             requests need a consumer_index (ReadOptions::deterministic)",
+            o.consumers()
+        ))),
+        (None, Some(i)) => Err(Status::invalid_argument(format!(
+            "task {id} is not read in a deterministic order, but the request names \
+             consumer_index {i}; create the job with a deterministic order"
+        ))),
+        (None, None) if trainer_id.is_empty() => Ok(Reader::Any),
+        (None, None) => Ok(Reader::Trainer(trainer_id)),
+    }
 }
 
 /// Checks that a GetElements request matches its task's kind: a cache task needs a

@@ -17,6 +17,7 @@
 //! with the old process's; splits the old process took but never delivered are lost
 //! (the at-most-once side of dynamic sharding).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_client::DispatcherClient;
@@ -29,6 +30,7 @@ use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 use crate::buffer::StopReason;
+use crate::ordered::Grants;
 
 /// The first pause after a `wait` answer (exactly-once jobs: lost records wait
 /// until every consumer acknowledged the loss); it doubles up to the max.
@@ -59,6 +61,9 @@ pub(crate) struct RemoteSplitProvider {
     /// Exactly-once: the skip runs of the split returned last, until the source
     /// takes them.
     skip_runs: Vec<Run>,
+    /// Deterministic order: where each grant's place is recorded before the
+    /// source reads it, and whether units have counted records.
+    grants: Option<(Arc<Grants>, bool)>,
 }
 
 impl RemoteSplitProvider {
@@ -84,7 +89,36 @@ impl RemoteSplitProvider {
             max_splits,
             drained: false,
             skip_runs: Vec::new(),
+            grants: None,
         }
+    }
+
+    /// Records every grant's place in `grants` (deterministic order).
+    pub(crate) fn ordered(mut self, grants: Option<(Arc<Grants>, bool)>) -> Self {
+        self.grants = grants;
+        self
+    }
+
+    /// A deterministic-order grant's split, recorded before the source reads it;
+    /// a grant without a place is refused.
+    fn record_place(&self, split: &pb::Split) -> Result<(), DatasetError> {
+        let Some((grants, counted)) = &self.grants else { return Ok(()) };
+        let Some(order_index) = split.order_index else {
+            return Err(DatasetError::Split(format!(
+                "dispatcher answered GetSplit for deterministic-order task {} without the \
+                 split's place (order_index); run the dispatcher and the workers at the same \
+                 version",
+                self.task_id
+            )));
+        };
+        grants.granted(pb::SplitNotice {
+            order_index,
+            begin: split.order_begin,
+            end: split.order_end,
+            counted: *counted,
+            floor: split.order_floor,
+        });
+        Ok(())
     }
 
     /// Follows the worker's draining flag (see `drain.rs`).
@@ -213,6 +247,7 @@ impl SplitProvider for RemoteSplitProvider {
             return match resp.split {
                 Some(s) if s.begin <= s.end => {
                     self.skip_runs = self.skip_runs_of(&s)?;
+                    self.record_place(&s)?;
                     tracing::debug!(
                         begin = s.begin,
                         end = s.end,

@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 use crate::buffer::{StopReason, StopSignal, TaskBuffer};
 use crate::cache::CrossTrainerCache;
 use crate::coordinated::Rounds;
+use crate::ordered::Ordered;
 use crate::runner::RunnerContext;
 
 /// Everything starting a task needs.
@@ -64,6 +65,8 @@ pub(crate) struct Task {
     pub dynamic: bool,
     /// A DYNAMIC exactly-once task: its streams carry the elements' positions.
     pub exactly_once: bool,
+    /// Deterministic order: per-consumer queues of the task's splits (`ordered.rs`).
+    pub ordered: Option<Ordered>,
 }
 
 impl Task {
@@ -95,8 +98,10 @@ impl Task {
         let rounds = def.num_consumers.map(Rounds::new);
         let dynamic = def.mode == pb::ProcessingMode::Dynamic as i32;
         let exactly_once = dynamic && def.exactly_once;
-        let pipeline_done = match crate::runner::spawn(def, &ctx.runner, span, stop.subscribe(), tx)
-        {
+        let ordered = def.deterministic_consumers.filter(|_| exactly_once).map(Ordered::new);
+        let grants = ordered.as_ref().map(|o| o.grants.clone());
+        let spawned = crate::runner::spawn(def, &ctx.runner, span, stop.subscribe(), tx, grants);
+        let pipeline_done = match spawned {
             Ok(done) => Some(done),
             Err(message) => {
                 tracing::warn!(task_id, %message, "task failed to start");
@@ -104,7 +109,7 @@ impl Task {
                 None
             }
         };
-        Arc::new(Task {
+        let task = Arc::new(Task {
             task_id,
             iteration_id,
             job,
@@ -116,7 +121,10 @@ impl Task {
             rounds,
             dynamic,
             exactly_once,
-        })
+            ordered,
+        });
+        Ordered::start(&task, &ctx.runner.runtime);
+        task
     }
 
     /// Cuts the task's streams short and releases a pipeline thread waiting for a

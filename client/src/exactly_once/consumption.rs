@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use sluice_positions::wire::{ends_to_flat, runs_to_flat};
-use sluice_positions::{Origin, Position, RecordSet};
+use sluice_positions::{Origin, Position, RecordSet, UnitRecords};
 use sluice_proto::v1 as pb;
 use tokio::sync::Notify;
 
@@ -156,6 +156,16 @@ impl Consumption {
             drop(s);
             self.pending.notify_one();
         }
+    }
+
+    /// Whether every unit of `[begin, end)` is whole among the records this
+    /// reader consumed (and below the checkpoint watermark): a deterministic
+    /// order's split is then done (`reorder.rs`). Folds the position log first.
+    pub(crate) fn whole(&self, begin: u64, end: u64, counted: bool) -> bool {
+        let mut s = self.lock();
+        s.fold();
+        let rule = if counted { UnitRecords::Counted } else { UnitRecords::One };
+        (begin..end).all(|u| s.own.unit_complete(u, rule))
     }
 
     /// Whether `task` was marked lost.

@@ -32,6 +32,7 @@
 
 mod consumption;
 mod message;
+pub(crate) mod reorder;
 mod reporter;
 
 use sluice_proto::v1 as pb;

@@ -33,6 +33,7 @@ pub(crate) fn request(task_id: u64, max_elements: u32, max_bytes: u64) -> pb::Ge
         max_bytes_per_message: max_bytes,
         trainer_id: String::new(),
         compression: 0,
+        consumer_index: None,
     }
 }
 

@@ -338,7 +338,7 @@ impl Dispatcher for Service {
                 let skip_runs = state.skip_runs.get(&state.next_split).cloned().unwrap_or_default();
                 state.next_split += 1;
                 pb::GetSplitResponse {
-                    split: Some(pb::Split { begin, end, skip_runs }),
+                    split: Some(pb::Split { begin, end, skip_runs, ..Default::default() }),
                     end_of_splits: false,
                     wait: false,
                 }

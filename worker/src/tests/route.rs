@@ -37,6 +37,7 @@ fn image_batch(len: usize, end_of_sequence: bool) -> pb::ElementBatch {
         end_of_sequence,
         compressed: None,
         positions: None,
+        split: None,
     }
 }
 
