@@ -73,7 +73,14 @@ pub(crate) async fn manage(
     tx: mpsc::Sender<Batch>,
     loss: LossSlot,
 ) {
-    let permits = Arc::new(Semaphore::new(opts.max_outstanding_requests));
+    // A deterministic order reads every task at once: a worker serves all the
+    // consumers, so one whose streams wait would hold up the others' splits
+    // (docs/exactly-once.md, "Deterministic order"; its buffer is the bound).
+    let streams = match opts.deterministic {
+        Some(_) => Semaphore::MAX_PERMITS,
+        None => opts.max_outstanding_requests,
+    };
+    let permits = Arc::new(Semaphore::new(streams));
     let mut readers: JoinSet<Result<(u64, Ended), ClientError>> = JoinSet::new();
     // Tasks the dispatcher ended because their worker was lost → that worker.
     let mut lost: HashMap<u64, String> = HashMap::new();

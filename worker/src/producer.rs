@@ -148,8 +148,7 @@ pub(crate) async fn produce(
                 sent += batch.elements.len() as u64;
                 // The first stream to see the end finishes the task for everyone;
                 // in a deterministic order, the last consumer to see its end.
-                let last = task.ordered.as_ref().is_none_or(|o| o.end_taken());
-                if end && last {
+                if end && task.ordered.as_ref().is_none_or(|o| o.end_taken()) {
                     worker.finish(&task);
                 }
                 let elements = batch.elements.len();

@@ -33,6 +33,7 @@ const BATCH_ELEMENTS: u32 = 1;
 const BATCH_END_OF_SEQUENCE: u32 = 2;
 const BATCH_COMPRESSED: u32 = 3;
 const BATCH_POSITIONS: u32 = 4;
+const BATCH_SPLIT: u32 = 5;
 const COMPRESSED_CODEC: u32 = 1;
 const COMPRESSED_RAW_BYTES: u32 = 2;
 const COMPRESSED_DATA: u32 = 3;
@@ -89,6 +90,10 @@ pub(crate) fn encode(
     // Exactly-once tasks: small packed columns, encoded whole.
     if let Some(positions) = &batch.positions {
         encoding::message::encode(BATCH_POSITIONS, positions, &mut out.prefix);
+    }
+    // Deterministic order: the message's split, a few varints.
+    if let Some(split) = &batch.split {
+        encoding::message::encode(BATCH_SPLIT, split, &mut out.prefix);
     }
     Ok(out.finish())
 }
