@@ -48,6 +48,7 @@ fn worker(dispatcher: &str) -> Proc {
 }
 
 struct Cluster {
+    address: String,
     workers: Vec<Proc>,
     client: Client,
     _dispatcher: Proc,
@@ -57,13 +58,13 @@ async fn cluster(workers: usize) -> Cluster {
     let dispatcher = dispatcher();
     let address = dispatcher.address().to_string();
     let procs = (0..workers).map(|_| worker(&address)).collect();
-    let client = Client::new(&[address], RetryPolicy::for_tests()).unwrap();
+    let client = Client::new(&[address.clone()], RetryPolicy::for_tests()).unwrap();
     let c = &client;
     wait_until("the workers", || async {
         c.status().await.is_ok_and(|s| s.workers.len() == workers)
     })
     .await;
-    Cluster { workers: procs, client, _dispatcher: dispatcher }
+    Cluster { address, workers: procs, client, _dispatcher: dispatcher }
 }
 
 fn range() -> DatasetDef {
@@ -210,4 +211,46 @@ async fn pipelines_that_mix_splits_and_reads_without_exactly_once_are_refused() 
     let err = c.distribute(&range(), opts("det-index", 1, 0).deterministic(1, 2, 2)).await;
     let msg = err.err().expect("refused").to_string();
     assert!(msg.contains("consumer_index=2") && msg.contains("num_consumers=2"), "{msg}");
+}
+
+/// `sluice read --exactly-once --deterministic --seed S --num-consumers 2
+/// --consumer-index I`: two processes print the sequences the library's
+/// consumers get with the same seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sluice_read_deterministic_prints_the_same_sequences() {
+    let cl = cluster(2).await;
+    let c = &cl.client;
+    let id = c.register_dataset(&range(), None).await.unwrap();
+    let want = read_both(c, &id, "det-lib", 5).await;
+    let d = cl.address.clone();
+    let run = |i: &'static str| {
+        let (d, id) = (d.clone(), id.clone());
+        tokio::task::spawn_blocking(move || {
+            let args = [
+                "read",
+                "--dispatcher",
+                &d,
+                "--dataset-id",
+                &id,
+                "--job-name",
+                "det-cli",
+                "--exactly-once",
+                "--deterministic",
+                "--seed",
+                "5",
+                "--num-consumers",
+                "2",
+                "--consumer-index",
+                i,
+                "--max-outstanding-requests",
+                "1",
+            ];
+            let (ok, out, err) = common::sluice().run_within(&args, None, common::DEADLINE);
+            assert!(ok, "{err}");
+            out.lines().filter(|l| !l.starts_with('#')).map(|l| l.parse().unwrap()).collect()
+        })
+    };
+    let (a, b) = tokio::join!(run("0"), run("1"));
+    let got: [Vec<i64>; 2] = [a.unwrap(), b.unwrap()];
+    assert_eq!(got, want);
 }

@@ -31,7 +31,8 @@ pub struct ReadArgs {
     pub job_name: Option<String>,
     /// Coordinated reads: this many readers of --job-name read in rounds (each
     /// round's elements from one worker); needs --consumer-index and an infinite
-    /// dataset (the read runs until stopped).
+    /// dataset (the read runs until stopped). With --deterministic: the number
+    /// of consumers of the deterministic order instead.
     #[arg(long, requires = "consumer_index")]
     pub num_consumers: Option<u32>,
     /// Coordinated reads: which reader this is, 0 ≤ index < --num-consumers.
@@ -79,6 +80,14 @@ pub struct ReadArgs {
     /// Elements between two positions written to --checkpoint.
     #[arg(long, default_value_t = 100, requires = "checkpoint")]
     pub checkpoint_every: u64,
+    /// With --exactly-once: read in a deterministic order (docs/exactly-once.md):
+    /// this reader is --consumer-index of --num-consumers readers of --job-name,
+    /// and its sequence depends only on --seed, the dataset and --num-consumers.
+    #[arg(long, requires_all = ["exactly_once", "num_consumers"])]
+    pub deterministic: bool,
+    /// The seed of a --deterministic read's order.
+    #[arg(long, default_value_t = 0, requires = "deterministic")]
+    pub seed: u64,
 }
 
 pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
@@ -108,9 +117,12 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    // clap requires the two coordinated flags together.
-    if let (Some(n), Some(i)) = (a.num_consumers, a.consumer_index) {
-        opts = opts.coordinated(n, i);
+    // clap requires the two consumer flags together: a deterministic order's
+    // consumers, or else a coordinated read's.
+    match (a.num_consumers, a.consumer_index) {
+        (Some(n), Some(i)) if a.deterministic => opts = opts.deterministic(a.seed, n, i),
+        (Some(n), Some(i)) => opts = opts.coordinated(n, i),
+        _ => {}
     }
     if let Some(trainer) = &a.trainer_id {
         if a.num_consumers.is_some() {
