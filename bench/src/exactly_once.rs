@@ -10,7 +10,9 @@
 //!     size, the units it holds above its watermark, and the time `position()` took;
 //! (c) **restore**: a reader restored from the position taken at half the epoch:
 //!     from the restoring call to its first element, and the elements it read
-//!     (each checked: the two halves make the epoch exactly once).
+//!     (each checked: the two halves make the epoch exactly once);
+//! (d) **deterministic order**: two consumers, default vs deterministic
+//!     (`deterministic.rs`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -56,6 +58,8 @@ pub struct ExactlyOnceBench {
     /// (c): restore to first element, ms; elements the restored reader read.
     pub restore_first_ms: f64,
     pub restored_elements: u64,
+    /// (d): the deterministic order's rate next to the default's (`deterministic.rs`).
+    pub deterministic: crate::deterministic::DeterministicBench,
 }
 
 impl ExactlyOnceBench {
@@ -110,6 +114,7 @@ pub async fn run(
         r[r.len() / 2]
     };
     let (at_most_once_per_s, exactly_once_per_s) = (median("at-most-once"), median("exactly-once"));
+    let deterministic = crate::deterministic::run(&service, cfg.elements).await?;
 
     // (b) and (c): positions through half the epoch, then a restored reader.
     let def = shuffled(cfg.elements)?;
@@ -171,6 +176,7 @@ pub async fn run(
         max_position_us: max_us,
         restore_first_ms: first.unwrap_or_default().as_secs_f64() * 1e3,
         restored_elements,
+        deterministic,
     })
 }
 

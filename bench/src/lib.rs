@@ -46,6 +46,7 @@
 //! count and in time; only 127.0.0.1 is used.
 
 pub mod compression;
+pub mod deterministic;
 pub mod driver;
 pub mod epoch;
 pub mod exactly_once;

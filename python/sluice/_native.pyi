@@ -126,6 +126,8 @@ class Client:
         compression: str = "auto",
         exactly_once: bool = False,
         restore_from: Optional[bytes] = None,
+        deterministic: bool = False,
+        seed: int = 0,
     ) -> Reader:
         """``exactly_once``: ask for exactly-once delivery (docs/exactly-once.md);
         ``restore_from``: a position to restore the iteration from (needs

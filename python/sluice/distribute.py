@@ -257,6 +257,8 @@ class DistributedDataset:
         accept_data_loss: bool = False,
         compression: str | None = "AUTO",
         exactly_once: bool = False,
+        deterministic: bool = False,
+        seed: int = 0,
     ) -> None:
         if (dataset is None) == (dataset_id is None):
             raise InvalidArgumentError("give exactly one of dataset and dataset_id")
@@ -282,6 +284,17 @@ class DistributedDataset:
         if not isinstance(exactly_once, bool):
             raise InvalidArgumentError(f"exactly_once must be True or False, got {exactly_once!r}")
         self.exactly_once = exactly_once
+        if not isinstance(deterministic, bool):
+            raise InvalidArgumentError(f"deterministic must be True or False, got {deterministic!r}")
+        if deterministic and (num_consumers is None or consumer_index is None):
+            raise InvalidArgumentError(
+                "deterministic=True needs num_consumers and consumer_index: which consumer of "
+                "how many this reader is"
+            )
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+            raise InvalidArgumentError(f"seed must be an int in [0, 2**64), got {seed!r}")
+        self.deterministic = deterministic
+        self.seed = seed
         self._iterations = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -349,6 +362,8 @@ class DistributedDataset:
             compression=self.compression,
             exactly_once=exactly_once,
             restore_from=restore_from,
+            deterministic=getattr(self, "deterministic", False),
+            seed=getattr(self, "seed", 0),
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -393,6 +408,8 @@ def distribute(
     accept_data_loss: bool = False,
     compression: str | None = "AUTO",
     exactly_once: bool = False,
+    deterministic: bool = False,
+    seed: int = 0,
 ) -> Callable[["Dataset"], DistributedDataset]:
     """A transformation reading a dataset through the service: apply it with
     ``ds.apply(sluice.distribute(...))`` or call ``ds.distribute(...)``.
@@ -416,7 +433,12 @@ def distribute(
     only; the job is refused unless its pipeline can be replayed, and then no
     element is lost or repeated through worker deaths, and ``reader.position()``
     checkpoints the read (restore with ``read(restore_from=...)``; see
-    docs/exactly-once.md)."""
+    docs/exactly-once.md). ``deterministic`` (Sluice's, with ``exactly_once``):
+    this reader is consumer ``consumer_index`` of ``num_consumers`` of the named
+    job, and its sequence depends only on ``seed``, the dataset and
+    ``num_consumers`` (not on the workers, their deaths or a restore); every
+    consumer index must be read, and pipelines with a ``shuffle`` or ``batch``
+    are refused (batch in the training loop)."""
 
     def apply(dataset: "Dataset") -> DistributedDataset:
         return DistributedDataset(
@@ -435,6 +457,8 @@ def distribute(
             accept_data_loss=accept_data_loss,
             compression=compression,
             exactly_once=exactly_once,
+            deterministic=deterministic,
+            seed=seed,
         )
 
     return apply
@@ -458,6 +482,8 @@ def from_dataset_id(
     accept_data_loss: bool = False,
     compression: str | None = "AUTO",
     exactly_once: bool = False,
+    deterministic: bool = False,
+    seed: int = 0,
 ) -> DistributedDataset:
     """Reads a dataset registered earlier (``register_dataset``) by its id.
     ``element_spec`` is accepted for tf.data compatibility and not needed:
@@ -479,4 +505,6 @@ def from_dataset_id(
         accept_data_loss=accept_data_loss,
         compression=compression,
         exactly_once=exactly_once,
+        deterministic=deterministic,
+        seed=seed,
     )

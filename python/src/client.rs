@@ -85,7 +85,8 @@ impl Client {
     #[pyo3(signature = (dataset_id, processing_mode, job_name = None, target_workers = "auto",
         max_outstanding_requests = None, repetition = 0, num_consumers = None,
         consumer_index = None, trainer_id = None, accept_data_loss = false,
-        compression = "auto", exactly_once = false, restore_from = None))]
+        compression = "auto", exactly_once = false, restore_from = None, deterministic = false,
+        seed = 0))]
     #[allow(clippy::too_many_arguments)]
     fn read(
         &self,
@@ -103,6 +104,8 @@ impl Client {
         compression: &str,
         exactly_once: bool,
         restore_from: Option<Bound<'_, PyBytes>>,
+        deterministic: bool,
+        seed: u64,
     ) -> PyResult<Reader> {
         let mode: ProcessingMode = processing_mode.parse().map_err(errors::from_client)?;
         let target: TargetWorkers = target_workers.parse().map_err(errors::from_client)?;
@@ -114,7 +117,19 @@ impl Client {
         if let Some(n) = max_outstanding_requests {
             opts = opts.max_outstanding_requests(n);
         }
-        opts.kind = read_kind(num_consumers, consumer_index, trainer_id)?;
+        // With deterministic, num_consumers / consumer_index are the order's.
+        match (deterministic, num_consumers, consumer_index) {
+            (true, Some(n), Some(i)) if trainer_id.is_none() => {
+                opts = opts.deterministic(seed, n, i);
+            }
+            (true, _, _) => {
+                return Err(errors::invalid_argument(
+                    "deterministic=True needs num_consumers and consumer_index (which consumer \
+                     of how many this reader is) and no cross_trainer_cache",
+                ))
+            }
+            (false, ..) => opts.kind = read_kind(num_consumers, consumer_index, trainer_id)?,
+        }
         opts.exactly_once = exactly_once;
         if let Some(bytes) = restore_from {
             opts = opts.restore(crate::positions::decode(bytes.as_bytes())?);

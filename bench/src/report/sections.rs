@@ -504,6 +504,15 @@ pub(super) fn exactly_once(r: &Report, out: &mut Lines) {
                  {} elements read, the epoch exactly once",
                 e.restore_first_ms, e.restored_elements
             ));
+            let d = &e.deterministic;
+            out.line(format!(
+                "  deterministic order (2 consumers, median of {}): exactly-once {:.0} \
+                 elements/s, deterministic {:.0} elements/s, cost {:+.1} %",
+                crate::deterministic::RUNS,
+                d.exactly_once_per_s,
+                d.deterministic_per_s,
+                d.cost_percent()
+            ));
         }
         other => out.line(format!("EXACTLY-ONCE  {}", not_measured(other))),
     }
