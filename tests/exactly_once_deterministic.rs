@@ -58,7 +58,7 @@ async fn cluster(workers: usize) -> Cluster {
     let dispatcher = dispatcher();
     let address = dispatcher.address().to_string();
     let procs = (0..workers).map(|_| worker(&address)).collect();
-    let client = Client::new(&[address.clone()], RetryPolicy::for_tests()).unwrap();
+    let client = Client::new(std::slice::from_ref(&address), RetryPolicy::for_tests()).unwrap();
     let c = &client;
     wait_until("the workers", || async {
         c.status().await.is_ok_and(|s| s.workers.len() == workers)

@@ -44,6 +44,9 @@ const QUEUE_MESSAGES: usize = 4;
 /// Grants remembered for looking places up (a task's pipeline is past older ones).
 const KEEP_GRANTS: usize = 1024;
 
+/// One consumer's queue: messages, or the status that ends its streams.
+type QueueTx = mpsc::Sender<Result<Batch, Status>>;
+
 /// The grants of one task, as its split provider received them.
 #[derive(Default)]
 pub(crate) struct Grants {
@@ -90,7 +93,7 @@ pub(crate) struct Ordered {
     pub grants: Arc<Grants>,
     consumers: u32,
     queues: Vec<tokio::sync::Mutex<mpsc::Receiver<Result<Batch, Status>>>>,
-    senders: Mutex<Option<Vec<mpsc::Sender<Result<Batch, Status>>>>>,
+    senders: Mutex<Option<Vec<QueueTx>>>,
     /// Consumers that took their end of sequence.
     ended: AtomicU32,
 }
@@ -146,7 +149,7 @@ impl Ordered {
 /// Messages per place waiting to be sent, and the queues.
 struct Router {
     grants: Arc<Grants>,
-    senders: Vec<mpsc::Sender<Result<Batch, Status>>>,
+    senders: Vec<QueueTx>,
     /// place → the message being filled for it.
     held: BTreeMap<u64, Batch>,
 }
