@@ -114,7 +114,6 @@ pub async fn run(
         r[r.len() / 2]
     };
     let (at_most_once_per_s, exactly_once_per_s) = (median("at-most-once"), median("exactly-once"));
-    let deterministic = crate::deterministic::run(&service, cfg.elements).await?;
 
     // (b) and (c): positions through half the epoch, then a restored reader.
     let def = shuffled(cfg.elements)?;
@@ -164,6 +163,7 @@ pub async fn run(
     if all.len() as u64 != cfg.elements {
         bail!("the position and the restored read make {} of {} elements", all.len(), cfg.elements);
     }
+    let deterministic = crate::deterministic::run(&service, cfg.elements).await?;
     Ok(ExactlyOnceBench {
         elements: cfg.elements,
         elements_per_split: ELEMENTS_PER_SPLIT,
