@@ -211,6 +211,13 @@ async fn pipelines_that_mix_splits_and_reads_without_exactly_once_are_refused() 
     let err = c.distribute(&range(), opts("det-index", 1, 0).deterministic(1, 2, 2)).await;
     let msg = err.err().expect("refused").to_string();
     assert!(msg.contains("consumer_index=2") && msg.contains("num_consumers=2"), "{msg}");
+    let mut unnamed = opts("x", 1, 0);
+    unnamed.job_name = None;
+    let msg = c.distribute(&range(), unnamed).await.err().expect("refused").to_string();
+    assert!(msg.contains("needs a job_name"), "{msg}");
+    let msg = c.distribute(&range(), opts("det-many", 1, 0).deterministic(1, 5000, 0)).await;
+    let msg = msg.err().expect("refused").to_string();
+    assert!(msg.contains("num_consumers is 5000"), "{msg}");
 }
 
 /// `sluice read --exactly-once --deterministic --seed S --num-consumers 2

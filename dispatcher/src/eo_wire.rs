@@ -80,11 +80,13 @@ fn check_deterministic(req: &pb::GetOrCreateJobRequest) -> Result<(), Status> {
              sluice read --exactly-once)",
         ));
     }
-    if d.num_consumers == 0 {
-        return Err(Status::invalid_argument(
-            "deterministic.num_consumers is 0: give the number of consumers (>= 1) that \
-             read the job",
-        ));
+    let max = crate::order::MAX_CONSUMERS;
+    if d.num_consumers == 0 || d.num_consumers > max {
+        return Err(Status::invalid_argument(format!(
+            "deterministic.num_consumers is {}: give the number of consumers (1 to {max}) \
+             that read the job",
+            d.num_consumers
+        )));
     }
     Ok(())
 }

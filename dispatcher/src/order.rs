@@ -16,6 +16,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The most consumers a deterministic order may have: each worker task keeps a
+/// queue per consumer (`worker/src/ordered.rs` refuses more too).
+pub const MAX_CONSUMERS: u32 = 4096;
 /// Splits per permuted block.
 pub const BLOCK: u64 = 64;
 /// How many blocks, from the watermark's, may be handed out.

@@ -173,8 +173,10 @@ fn the_order_is_part_of_the_jobs_identity_and_refusals_say_why() {
     let err = apply(&mut s, ordered_cmd(&ds, "new", ORDER, Err("stages[1].shuffle: mixes".into())))
         .unwrap_err();
     assert!(err.to_string().contains("deterministic order: stages[1].shuffle"), "{err}");
-    let err = apply(&mut s, ordered_cmd(&ds, "new", Order { seed: 1, consumers: 0 }, Ok(())));
-    assert!(matches!(err, Err(StateError::InvalidArgument(_))), "{err:?}");
+    for consumers in [0, order::MAX_CONSUMERS + 1] {
+        let err = apply(&mut s, ordered_cmd(&ds, "new", Order { seed: 1, consumers }, Ok(())));
+        assert!(matches!(err, Err(StateError::InvalidArgument(_))), "{err:?}");
+    }
     // A plain exactly-once reader of the ordered job is refused.
     let plain = common::eo::eo_job_cmd(&ds, Mode::Dynamic, Some("det"), Ok(UnitRecords::One));
     let err = apply(&mut s, plain).unwrap_err();

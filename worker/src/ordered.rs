@@ -39,6 +39,8 @@ use tonic::Status;
 use crate::buffer::{Batch, Limits};
 use crate::task::Task;
 
+/// The most consumers of a task (the dispatcher's `order::MAX_CONSUMERS`).
+pub(crate) const MAX_CONSUMERS: u32 = 4096;
 /// Messages queued per consumer.
 const QUEUE_MESSAGES: usize = 4;
 /// Grants remembered for looking places up (a task's pipeline is past older ones).

@@ -98,9 +98,17 @@ impl Task {
         let rounds = def.num_consumers.map(Rounds::new);
         let dynamic = def.mode == pb::ProcessingMode::Dynamic as i32;
         let exactly_once = dynamic && def.exactly_once;
-        let ordered = def.deterministic_consumers.filter(|_| exactly_once).map(Ordered::new);
+        let consumers = def.deterministic_consumers.filter(|_| exactly_once);
+        let too_many = consumers.filter(|n| *n == 0 || *n > crate::ordered::MAX_CONSUMERS);
+        let ordered = consumers.filter(|_| too_many.is_none()).map(Ordered::new);
         let grants = ordered.as_ref().map(|o| o.grants.clone());
-        let spawned = crate::runner::spawn(def, &ctx.runner, span, stop.subscribe(), tx, grants);
+        let spawned = match too_many {
+            Some(n) => Err(format!(
+                "the task is read in a deterministic order by {n} consumers, outside 1..={}",
+                crate::ordered::MAX_CONSUMERS
+            )),
+            None => crate::runner::spawn(def, &ctx.runner, span, stop.subscribe(), tx, grants),
+        };
         let pipeline_done = match spawned {
             Ok(done) => Some(done),
             Err(message) => {

@@ -40,6 +40,9 @@ use super::Consumption;
 use crate::error::ClientError;
 use crate::reader::{Batch, SourcedElement};
 
+/// The most units a split may name (a split's completeness check walks them).
+const MAX_SPLIT_UNITS: u64 = 1 << 24;
+
 /// One element waiting for its turn.
 pub(crate) struct Item {
     pub source: Arc<str>,
@@ -172,6 +175,19 @@ impl Shared {
                             })
                             .collect();
                         match r.split {
+                            Some(split)
+                                if split.end < split.begin
+                                    || split.end - split.begin > MAX_SPLIT_UNITS =>
+                            {
+                                g.error = Some(ClientError::Protocol {
+                                    address: r.source.to_string(),
+                                    message: format!(
+                                        "split {} names units [{}, {}): not a range of at most \
+                                         {MAX_SPLIT_UNITS} units",
+                                        split.order_index, split.begin, split.end
+                                    ),
+                                })
+                            }
                             Some(split) => g.reorder.push(split, items),
                             None if items.is_empty() => {}
                             None => {

@@ -113,9 +113,11 @@ pub(crate) fn get_or_create_ordered(
     limits: &Limits,
 ) -> Result<Response, StateError> {
     let name = eo.job.job_name.as_deref().map_or("(anonymous)".to_string(), |n| format!("`{n}`"));
-    if order.consumers == 0 {
+    if order.consumers == 0 || order.consumers > crate::order::MAX_CONSUMERS {
         return Err(StateError::InvalidArgument(format!(
-            "job {name}: a deterministic order needs num_consumers >= 1"
+            "job {name}: a deterministic order needs 1 <= num_consumers <= {}, got {}",
+            crate::order::MAX_CONSUMERS,
+            order.consumers
         )));
     }
     if let Err(why) = ordered {
