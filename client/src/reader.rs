@@ -128,7 +128,8 @@ impl ElementStream {
                 let (closed_tx, closed_rx) = mpsc::channel(1);
                 drop(closed_tx);
                 let pump_rx = std::mem::replace(&mut rx, closed_rx);
-                Some(reorder::Shared::start(i, n, c.clone(), pump_rx))
+                let shared = Arc::new(reorder::Shared::new(i, n, c.clone()));
+                Some((shared.clone(), tokio::spawn(pump(pump_rx, shared))))
             }
             _ => None,
         };
@@ -248,6 +249,33 @@ impl ElementStream {
                 Poll::Ready(None) => return Poll::Ready(None),
                 Poll::Pending => return Poll::Pending,
             }
+        }
+    }
+}
+
+/// Deterministic order: moves every message of the manager's channel into the
+/// reorder buffer as it arrives (eagerly: see `exactly_once/reorder.rs`).
+async fn pump(mut rx: mpsc::Receiver<Batch>, shared: Arc<reorder::Shared>) {
+    loop {
+        let message = rx.recv().await.map(|batch| {
+            batch.map(|r| {
+                let origins = r.origins.into_iter().chain(std::iter::repeat_with(Origin::default));
+                let items = r
+                    .elements
+                    .into_iter()
+                    .zip(origins)
+                    .map(|(element, origin)| reorder::Item {
+                        source: r.source.clone(),
+                        task_id: r.task_id,
+                        element,
+                        origin,
+                    })
+                    .collect();
+                (r.split, items, r.source)
+            })
+        });
+        if shared.received(message) {
+            return;
         }
     }
 }

@@ -36,8 +36,14 @@ use sluice_proto::v1 as pb;
 use tokio::sync::{mpsc, Notify};
 use tonic::Status;
 
-use crate::buffer::{Batch, Limits};
-use crate::task::Task;
+use crate::buffer::{Batch, Limits, StopReason, TaskBuffer};
+
+/// What the router reads: a task's buffer and its stop signal (`task.rs`
+/// implements it; this module does not name the task, which holds it).
+pub(crate) trait Source: Send + Sync + 'static {
+    fn buffer(&self) -> &TaskBuffer;
+    fn stopped(&self) -> impl std::future::Future<Output = StopReason> + Send;
+}
 
 /// The most consumers of a task (the dispatcher's `order::MAX_CONSUMERS`).
 pub(crate) const MAX_CONSUMERS: u32 = 4096;
@@ -137,13 +143,12 @@ impl Ordered {
         self.ended.fetch_add(1, Ordering::SeqCst) + 1 == self.consumers
     }
 
-    /// Starts the router of `task` (which holds this) on `runtime`.
-    pub(crate) fn start(task: &Arc<Task>, runtime: &tokio::runtime::Handle) {
-        let Some(ordered) = &task.ordered else { return };
-        let senders = ordered.senders.lock().unwrap_or_else(|p| p.into_inner()).take();
+    /// Starts the router reading `task` (which holds this) on `runtime`.
+    pub(crate) fn start<S: Source>(&self, task: Arc<S>, runtime: &tokio::runtime::Handle) {
+        let senders = self.senders.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(senders) = senders {
-            let router = Router { grants: ordered.grants.clone(), senders, held: BTreeMap::new() };
-            runtime.spawn(router.run(task.clone()));
+            let router = Router { grants: self.grants.clone(), senders, held: BTreeMap::new() };
+            runtime.spawn(router.run(task));
         }
     }
 }
@@ -157,19 +162,19 @@ struct Router {
 }
 
 impl Router {
-    async fn run(mut self, task: Arc<Task>) {
+    async fn run<S: Source>(mut self, task: Arc<S>) {
         let limits = Limits::bounded(256, 4 << 20);
         loop {
             if self.announce().await.is_err() {
                 return;
             }
             let batch = tokio::select! {
-                b = task.buffer.next_batch(limits) => b,
+                b = task.buffer().next_batch(limits) => b,
                 _ = self.grants.added.notified() => continue,
                 _ = task.stopped() => return,
             };
             let sent = match batch {
-                Ok(batch) => self.route(batch, &task).await,
+                Ok(batch) => self.route(batch, task.buffer()).await,
                 Err(status) => {
                     for tx in &self.senders {
                         let _ = tx.send(Err(status.clone())).await;
@@ -198,7 +203,7 @@ impl Router {
     }
 
     /// Cuts a batch of the pipeline's elements by place and sends the pieces.
-    async fn route(&mut self, batch: Batch, task: &Task) -> Result<(), ()> {
+    async fn route(&mut self, batch: Batch, buffer: &TaskBuffer) -> Result<(), ()> {
         self.announce().await?;
         for mut element in batch.elements {
             let origin = element.origin.take().map(|o| Origin::from_pb(&o)).transpose();
@@ -222,8 +227,7 @@ impl Router {
             held.elements.push(element);
         }
         if batch.end_of_sequence {
-            let (_, others) =
-                cut(task.buffer.end_origin(), pb::SplitNotice::default(), &self.grants);
+            let (_, others) = cut(buffer.end_origin(), pb::SplitNotice::default(), &self.grants);
             self.add_others(others);
             self.flush_except(u64::MAX).await?;
             for i in 0..self.senders.len() as u64 {

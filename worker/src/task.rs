@@ -131,7 +131,9 @@ impl Task {
             exactly_once,
             ordered,
         });
-        Ordered::start(&task, &ctx.runner.runtime);
+        if let Some(ordered) = &task.ordered {
+            ordered.start(task.clone(), &ctx.runner.runtime);
+        }
         task
     }
 
@@ -150,5 +152,15 @@ impl Task {
     /// at once if the thread never started.
     pub(crate) fn take_pipeline_done(&self) -> Option<oneshot::Receiver<()>> {
         self.pipeline_done.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl crate::ordered::Source for Task {
+    fn buffer(&self) -> &TaskBuffer {
+        &self.buffer
+    }
+
+    fn stopped(&self) -> impl std::future::Future<Output = StopReason> + Send {
+        self.stop.stopped()
     }
 }

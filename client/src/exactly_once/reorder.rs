@@ -31,14 +31,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use super::Consumption;
+use crate::error::ClientError;
 use sluice_dataset::Element;
 use sluice_positions::Origin;
 use sluice_proto::v1 as pb;
-use tokio::sync::mpsc;
-
-use super::Consumption;
-use crate::error::ClientError;
-use crate::reader::{Batch, SourcedElement};
 
 /// The most units a split may name (a split's completeness check walks them).
 const MAX_SPLIT_UNITS: u64 = 1 << 24;
@@ -138,82 +135,52 @@ struct Inner {
 }
 
 impl Shared {
-    /// Starts the pump from the manager's channel `rx` on the current runtime.
-    pub(crate) fn start(
-        consumer: u32,
-        consumers: u32,
-        consumption: Arc<Consumption>,
-        mut rx: mpsc::Receiver<Batch>,
-    ) -> (Arc<Shared>, tokio::task::JoinHandle<()>) {
-        let inner = Inner {
-            reorder: Reorder::new(consumer, consumers),
-            waker: None,
-            ended: false,
-            error: None,
-        };
-        let shared = Arc::new(Shared { inner: Mutex::new(inner), consumption });
-        let pump = shared.clone();
-        let handle = tokio::spawn(async move {
-            loop {
-                let batch = rx.recv().await;
-                let mut g = pump.lock();
-                match batch {
-                    Some(Ok(r)) => {
-                        let items: Vec<Item> = r
-                            .elements
-                            .into_iter()
-                            .zip(
-                                r.origins
-                                    .into_iter()
-                                    .chain(std::iter::repeat_with(Origin::default)),
-                            )
-                            .map(|(element, origin)| Item {
-                                source: r.source.clone(),
-                                task_id: r.task_id,
-                                element,
-                                origin,
-                            })
-                            .collect();
-                        match r.split {
-                            Some(split)
-                                if split.end < split.begin
-                                    || split.end - split.begin > MAX_SPLIT_UNITS =>
-                            {
-                                g.error = Some(ClientError::Protocol {
-                                    address: r.source.to_string(),
-                                    message: format!(
-                                        "split {} names units [{}, {}): not a range of at most \
-                                         {MAX_SPLIT_UNITS} units",
-                                        split.order_index, split.begin, split.end
-                                    ),
-                                })
-                            }
-                            Some(split) => g.reorder.push(split, items),
-                            None if items.is_empty() => {}
-                            None => {
-                                g.error = Some(ClientError::Protocol {
-                                    address: r.source.to_string(),
-                                    message: "a message of a deterministic-order task names no \
-                                              split; run the workers at this client's version"
-                                        .into(),
-                                })
-                            }
-                        }
-                    }
-                    Some(Err(e)) => g.error = Some(e),
-                    None => g.ended = true,
+    pub(crate) fn new(consumer: u32, consumers: u32, consumption: Arc<Consumption>) -> Self {
+        let reorder = Reorder::new(consumer, consumers);
+        let inner = Inner { reorder, waker: None, ended: false, error: None };
+        Shared { inner: Mutex::new(inner), consumption }
+    }
+
+    /// What the pump (`reader.rs`) received: a message's split and elements
+    /// (`None` for a message of no split with no element), an error, or the end
+    /// (`None`). Returns whether the pump is done.
+    pub(crate) fn received(
+        &self,
+        message: Option<Result<(Option<pb::SplitNotice>, Vec<Item>, Arc<str>), ClientError>>,
+    ) -> bool {
+        let mut g = self.lock();
+        match message {
+            Some(Ok((split, items, source))) => match split {
+                Some(s) if s.end < s.begin || s.end - s.begin > MAX_SPLIT_UNITS => {
+                    g.error = Some(ClientError::Protocol {
+                        address: source.to_string(),
+                        message: format!(
+                            "split {} names units [{}, {}): not a range of at most \
+                             {MAX_SPLIT_UNITS} units",
+                            s.order_index, s.begin, s.end
+                        ),
+                    })
                 }
-                let (waker, done) = (g.waker.take(), g.ended || g.error.is_some());
-                drop(g);
-                if let Some(w) = waker {
-                    w.wake();
+                Some(s) => g.reorder.push(s, items),
+                None if items.is_empty() => {}
+                None => {
+                    g.error = Some(ClientError::Protocol {
+                        address: source.to_string(),
+                        message: "a message of a deterministic-order task names no split; run \
+                                  the workers at this client's version"
+                            .into(),
+                    })
                 }
-                if done {
-                    return;
-                }
-            }
-        });
-        (shared, handle)
+            },
+            Some(Err(e)) => g.error = Some(e),
+            None => g.ended = true,
+        }
+        let (waker, done) = (g.waker.take(), g.ended || g.error.is_some());
+        drop(g);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        done
     }
 
     /// A std `Mutex`: held to push or pop, never across an await.
@@ -225,7 +192,7 @@ impl Shared {
     pub(crate) fn poll_next(
         &self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<SourcedElement, ClientError>>> {
+    ) -> Poll<Option<Result<(Arc<str>, Element), ClientError>>> {
         let c = &self.consumption;
         loop {
             let mut g = self.lock();

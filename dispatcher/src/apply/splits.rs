@@ -6,7 +6,7 @@
 //! exactly-once iteration's grants (orphans first, skip runs, `Wait`) are
 //! `exactly_once/grants.rs`'s.
 
-use super::exactly_once::grants;
+use super::exactly_once::{grants, ordered};
 use crate::command::Response;
 use crate::error::StateError;
 use crate::state::{SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
@@ -50,7 +50,10 @@ pub(super) fn get_split(
         let waited = last.answer == SplitAnswer::Wait;
         if sequence == last.sequence && !waited {
             // A retry whose answer was lost: the same split again, never a second one.
-            return Ok(grants::replay(state, task_id, last));
+            return Ok(match ordered::Shape::of(state, task.iteration_id) {
+                Some(shape) => ordered::replay(state, task_id, last, shape),
+                None => grants::replay(state, task_id, last),
+            });
         }
         if sequence != last.sequence && last.sequence.checked_add(1) != Some(sequence) {
             return Err(StateError::FailedPrecondition(format!(
@@ -94,7 +97,10 @@ pub(super) fn get_split(
             step,
         };
         grants::check_repetition(&ask)?;
-        return Ok(grants::grant(state, ask));
+        return Ok(match ordered::Shape::of(state, iteration_id) {
+            Some(shape) => ordered::grant(state, ask, shape),
+            None => grants::grant(state, ask),
+        });
     }
 
     let (answer, new_cursor) = next_split(cursor, repetition, cardinality, step);

@@ -14,15 +14,13 @@
 //! last grant are kept so that a replayed request gets the same answer. A
 //! `Wait` grants nothing, so a worker may ask again after it with the same
 //! sequence or the next (`splits.rs`). A deterministic-order iteration's
-//! grants are `ordered.rs`'s.
+//! grants are `ordered.rs`'s, which uses the bookkeeping here.
 
 use sluice_positions::Run;
 
-use super::ordered::Shape;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::exactly_once::{LastSkips, Progress};
-use crate::order::Place;
 use crate::state::{IterationId, SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
 
 /// What one request asks, as `splits.rs` resolved it.
@@ -43,30 +41,8 @@ pub(crate) fn is_exactly_once(state: &State, iteration_id: IterationId) -> bool 
     state.exactly_once.iterations.contains_key(&iteration_id)
 }
 
-/// The answer of a replayed request (same task, uid and sequence); a grant of a
-/// deterministic-order iteration with its place again.
+/// The answer of a replayed request (same task, uid and sequence).
 pub(crate) fn replay(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
-    let shape = state.tasks.get(&task_id).and_then(|t| Shape::of(state, t.iteration_id));
-    let plain = replay_plain(state, task_id, last);
-    match (shape, last.answer) {
-        (Some(shape), SplitAnswer::Split { begin, .. }) => {
-            let skip_runs = match plain {
-                Response::SplitSkipping { skip_runs, .. } => skip_runs,
-                _ => vec![],
-            };
-            let watermark = state
-                .tasks
-                .get(&task_id)
-                .and_then(|t| state.exactly_once.iterations.get(&t.iteration_id))
-                .map_or(0, |p| p.consumed.watermark());
-            let place = shape.place(begin, watermark);
-            Response::OrderedSplit { answer: last.answer, skip_runs, place }
-        }
-        _ => plain,
-    }
-}
-
-fn replay_plain(state: &State, task_id: TaskId, last: SplitRecord) -> Response {
     let skips = state
         .tasks
         .get(&task_id)
@@ -94,9 +70,6 @@ pub(crate) fn check_repetition(ask: &Ask) -> Result<(), StateError> {
 }
 
 pub(crate) fn grant(state: &mut State, ask: Ask) -> Response {
-    if let Some(shape) = Shape::of(state, ask.iteration_id) {
-        return super::ordered::grant(state, ask, shape);
-    }
     let Some(p) = state.exactly_once.iterations.get_mut(&ask.iteration_id) else {
         return Response::Split(SplitAnswer::EndOfSplits);
     };
@@ -152,28 +125,13 @@ pub(crate) fn set_cursor(state: &mut State, iteration_id: IterationId, cursor: S
     }
 }
 
-/// [`record`] for a deterministic-order iteration: a grant answers with its
-/// place (`place` is `Some` exactly for a `Split`).
-pub(crate) fn record_ordered(
+/// Keeps the answer for a replay and answers it.
+pub(crate) fn record(
     state: &mut State,
     ask: &Ask,
     answer: SplitAnswer,
     skips: Vec<Run>,
-    place: Option<Place>,
 ) -> Response {
-    match (record(state, ask, answer, skips), place) {
-        (Response::SplitSkipping { answer, skip_runs }, Some(place)) => {
-            Response::OrderedSplit { answer, skip_runs, place }
-        }
-        (Response::Split(answer), Some(place)) => {
-            Response::OrderedSplit { answer, skip_runs: vec![], place }
-        }
-        (other, _) => other,
-    }
-}
-
-/// Keeps the answer for a replay and answers it.
-fn record(state: &mut State, ask: &Ask, answer: SplitAnswer, skips: Vec<Run>) -> Response {
     let (worker_uid, sequence) = (ask.worker_uid, ask.sequence);
     if let Some(task) = state.tasks.get_mut(&ask.task_id) {
         task.last_split = Some(SplitRecord { worker_uid, sequence, answer });

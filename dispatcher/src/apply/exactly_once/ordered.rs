@@ -14,11 +14,11 @@
 
 use sluice_positions::Run;
 
-use super::grants::{record_ordered, set_cursor, Ask};
+use super::grants::{self, record, set_cursor, Ask};
 use crate::command::Response;
 use crate::exactly_once::Progress;
 use crate::order::{self, Order, Place};
-use crate::state::{IterationId, SplitAnswer, SplitCursor, State};
+use crate::state::{IterationId, SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
 
 /// What a deterministic-order grant needs besides the request.
 pub(crate) struct Shape {
@@ -109,4 +109,41 @@ fn take_ready_orphan(p: &mut Progress, shape: &Shape) -> Option<(u64, u64, Vec<R
         }
     }
     None
+}
+
+/// [`grants::replay`] of a deterministic-order iteration: a grant with its place.
+pub(crate) fn replay(state: &State, task_id: TaskId, last: SplitRecord, shape: Shape) -> Response {
+    let plain = grants::replay(state, task_id, last);
+    let SplitAnswer::Split { begin, .. } = last.answer else { return plain };
+    let skip_runs = match plain {
+        Response::SplitSkipping { skip_runs, .. } => skip_runs,
+        _ => vec![],
+    };
+    let watermark = state
+        .tasks
+        .get(&task_id)
+        .and_then(|t| state.exactly_once.iterations.get(&t.iteration_id))
+        .map_or(0, |p| p.consumed.watermark());
+    let place = shape.place(begin, watermark);
+    Response::OrderedSplit { answer: last.answer, skip_runs, place }
+}
+
+/// [`record`] answering a grant with its place (`place` is `Some` exactly for
+/// a `Split`).
+fn record_ordered(
+    state: &mut State,
+    ask: &Ask,
+    answer: SplitAnswer,
+    skips: Vec<Run>,
+    place: Option<Place>,
+) -> Response {
+    match (record(state, ask, answer, skips), place) {
+        (Response::SplitSkipping { answer, skip_runs }, Some(place)) => {
+            Response::OrderedSplit { answer, skip_runs, place }
+        }
+        (Response::Split(answer), Some(place)) => {
+            Response::OrderedSplit { answer, skip_runs: vec![], place }
+        }
+        (other, _) => other,
+    }
 }
