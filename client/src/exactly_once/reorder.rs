@@ -40,6 +40,13 @@ use sluice_proto::v1 as pb;
 /// The most units a split may name (a split's completeness check walks them).
 const MAX_SPLIT_UNITS: u64 = 1 << 24;
 
+/// What the pump got: a message's split, elements and worker; an error; or
+/// the end (`None`).
+pub(crate) type Received =
+    Option<Result<(Option<pb::SplitNotice>, Vec<Item>, Arc<str>), ClientError>>;
+/// The next element and its worker, as the stream hands it out.
+type Next = Poll<Option<Result<(Arc<str>, Element), ClientError>>>;
+
 /// One element waiting for its turn.
 pub(crate) struct Item {
     pub source: Arc<str>,
@@ -144,10 +151,7 @@ impl Shared {
     /// What the pump (`reader.rs`) received: a message's split and elements
     /// (`None` for a message of no split with no element), an error, or the end
     /// (`None`). Returns whether the pump is done.
-    pub(crate) fn received(
-        &self,
-        message: Option<Result<(Option<pb::SplitNotice>, Vec<Item>, Arc<str>), ClientError>>,
-    ) -> bool {
+    pub(crate) fn received(&self, message: Received) -> bool {
         let mut g = self.lock();
         match message {
             Some(Ok((split, items, source))) => match split {
@@ -189,10 +193,7 @@ impl Shared {
     }
 
     /// The next element in order, consumed as it is handed out.
-    pub(crate) fn poll_next(
-        &self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<(Arc<str>, Element), ClientError>>> {
+    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Next {
         let c = &self.consumption;
         loop {
             let mut g = self.lock();
