@@ -17,6 +17,9 @@
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
 //! - `coordinated`: coordinated reads — a coordinated task serves rounds: all
 //!   `num_consumers` consumers ask, consumer i gets element i, or all skip.
+//! - `ordered`: a deterministic-order task's router — each split's elements to
+//!   the bounded queue of its consumer (`GetElements.consumer_index`); the
+//!   split provider records each grant's place in its `Grants`.
 //! - `cache`: a task's cross-trainer cache — a byte-bounded sliding window every
 //!   trainer reads at its own cursor, extended from the task's buffer.
 //! - `service`: the `Worker` gRPC service (`GetElements`, `CoordinatedGetElement`,
@@ -41,8 +44,9 @@
 //!   fuzz target in `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`).
 //!
 //! Modules depend one way only (`scripts/module-cycles.py` checks it): `task`
-//! on `buffer`, `runner`, `cache` and `coordinated`, those on `buffer`, never on
-//! `task`; `metrics` reads `state`, which holds the `counters`.
+//! on `buffer`, `runner`, `cache`, `coordinated` and `ordered`, those on
+//! `buffer` (and `runner`, `splits` on `ordered`), never on `task`; `metrics`
+//! reads `state`, which holds the `counters`.
 //!
 //! ```text
 //!  dispatcher ◀─ RegisterWorker / WorkerHeartbeat ── heartbeat ──▶ state (task table)

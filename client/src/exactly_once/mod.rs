@@ -30,6 +30,11 @@
 //! A report leaves the pending state only when the dispatcher answered it
 //! (applying one twice is harmless).
 
+//!
+//! Deterministic order (`reorder`): a reorder buffer between the manager's
+//! channel and the stream hands out the consumer's splits in their places'
+//! order; popping and consuming are one step under the stream's call.
+
 mod consumption;
 mod message;
 pub(crate) mod reorder;
