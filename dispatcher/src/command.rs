@@ -159,6 +159,16 @@ pub enum Command {
         position: RestorePoint,
         limits: Limits,
     },
+    /// The end-of-epoch sweep of an exactly-once iteration (docs/exactly-once.md):
+    /// the leader heard every consumer in `drained` report that it holds nothing
+    /// of the iteration's first `tasks` tasks. If every task ended, there are
+    /// exactly `tasks`, and `drained` covers every current consumer, the granted
+    /// units that are not whole are read again; otherwise nothing changes.
+    SweepIteration {
+        iteration_id: IterationId,
+        tasks: u64,
+        drained: Vec<ClientId>,
+    },
 }
 
 /// A decoded `Position` as `RestoreIteration` needs it.
@@ -214,6 +224,7 @@ impl Command {
             Command::GetOrCreateExactlyOnceJob { .. } => "GetOrCreateExactlyOnceJob",
             Command::ReportConsumed { .. } => "ReportConsumed",
             Command::RestoreIteration { .. } => "RestoreIteration",
+            Command::SweepIteration { .. } => "SweepIteration",
         }
     }
 }
@@ -270,5 +281,10 @@ pub enum Response {
     SplitSkipping {
         answer: SplitAnswer,
         skip_runs: Vec<Run>,
+    },
+    /// `orphans` unit ranges were turned over to be read again (0: the sweep
+    /// was not due, or nothing was left to read).
+    Swept {
+        orphans: u64,
     },
 }

@@ -16,10 +16,13 @@
 //!   cursor, with the consumed runs of the granted units as `skip_runs`; `Wait`
 //!   past the end while orphans wait.
 //! - `restore`: `RestoreIteration`.
+//! - `sweep`: `SweepIteration`, the end-of-epoch sweep: records delivered to no
+//!   consumer that holds them any more are read again.
 //!
 //! ```text
 //!  jobs ─► super::jobs        restore ─► super::iterations, progress
 //!  orphans ─► super::iterations::new_task     grants, consumed ─► (state only)
+//!  sweep ─► orphans
 //! ```
 
 pub(super) mod consumed;
@@ -28,3 +31,4 @@ pub(super) mod jobs;
 pub(super) mod orphans;
 pub(super) mod progress;
 pub(super) mod restore;
+pub(super) mod sweep;
