@@ -3,7 +3,8 @@
 //! position gets exactly what it had not consumed (including what it consumed
 //! after the position, which a restored trainer must see again); two readers'
 //! merged positions restore the job on one reader; a pipeline that cannot be
-//! replayed is refused when exactly-once is required.
+//! replayed is refused when exactly-once is required; records a departed
+//! reader held unconsumed are read again by the end-of-epoch sweep.
 //!
 //! Every element is checked: the union of what the readers consumed (minus what
 //! a restore rolled back) must be each source element exactly once.
@@ -12,7 +13,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{wait_until, Proc};
+use common::{wait_until, Proc, DEADLINE};
 use futures::StreamExt;
 use sluice_client::{Client, ElementStream, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, Element};
@@ -301,4 +302,38 @@ async fn a_merged_position_restores_the_job_on_two_readers_reading_together() {
     consumed.extend(rx);
     consumed.extend(ry);
     assert_exactly_once(&consumed, N);
+}
+
+/// The iteration status of job `name` (its only iteration).
+async fn iteration_of(c: &Client, name: &str) -> Option<sluice_client::status::IterationStatus> {
+    let s = c.status().await.ok()?;
+    s.jobs.into_iter().find(|j| j.job_name == name)?.iterations.into_iter().next()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_a_departed_reader_held_are_read_again_by_the_end_of_epoch_sweep() {
+    // Small enough that the workers' tasks end while `a` holds most of it
+    // unconsumed (in its channel, its task readers and the transport).
+    const N: i64 = 60;
+    let cl = cluster().await;
+    let c = &cl.client;
+    let id = c.register_dataset(&pipeline(N), None).await.unwrap();
+    // Both task streams open at once (one would wait for the other's permit).
+    let mut a = c.from_dataset_id(&id, opts("sweep").max_outstanding_requests(2)).await.unwrap();
+    let mut consumed = take(&mut a, 2).await;
+    // Every task ended: all that `a` did not consume was delivered to it, and no
+    // task is lost, so no orphan covers it.
+    wait_until("the workers' tasks ended", || async {
+        iteration_of(c, "sweep")
+            .await
+            .is_some_and(|it| it.tasks > 0 && it.finished_tasks == it.tasks)
+    })
+    .await;
+    drop(a);
+    let mut b = c.from_dataset_id(&id, opts("sweep")).await.unwrap();
+    let read = tokio::time::timeout(DEADLINE, rest(&mut b)).await;
+    consumed.extend(read.expect("the read ends: what `a` held is read again"));
+    assert_exactly_once(&consumed, N);
+    let it = iteration_of(c, "sweep").await.expect("the iteration");
+    assert_eq!((it.lost_tasks, it.tasks), (0, 3), "the sweep read the rest on a new task: {it:?}");
 }

@@ -47,12 +47,21 @@ pub(crate) struct Received {
     pub origins: Vec<Origin>,
     /// Deterministic order: the split the message belongs to.
     pub split: Option<sluice_proto::v1::SplitNotice>,
+    /// Exactly-once reads: non-zero in the manager's *drained* marker (no
+    /// elements): every one of the iteration's first `drained_tasks` tasks ended
+    /// here, and the marker follows everything they sent.
+    pub drained_tasks: u64,
 }
 
 impl Received {
     /// Elements without origins (at-most-once reads).
     pub(crate) fn plain(source: Arc<str>, task_id: u64, elements: Vec<Element>) -> Self {
-        Received { source, task_id, elements, origins: Vec::new(), split: None }
+        Received { source, task_id, elements, origins: Vec::new(), split: None, drained_tasks: 0 }
+    }
+
+    /// The manager's marker: this reader's first `tasks` tasks all ended.
+    pub(crate) fn drained(tasks: u64) -> Self {
+        Received { drained_tasks: tasks, ..Received::plain(Arc::from(""), 0, Vec::new()) }
     }
 }
 
@@ -237,6 +246,11 @@ impl ElementStream {
             self.metrics.asked();
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(Ok(received))) => {
+                    if let Some((consumption, _)) = &self.consumption {
+                        // Nothing is in hand here: a marker says the reader holds
+                        // nothing of its ended tasks; a message says otherwise.
+                        consumption.set_drained(received.drained_tasks);
+                    }
                     self.current_source = received.source;
                     self.current_task = received.task_id;
                     self.current = received.elements.into_iter();
@@ -271,7 +285,12 @@ async fn pump(mut rx: mpsc::Receiver<Batch>, shared: Arc<reorder::Shared>) {
                         origin,
                     })
                     .collect();
-                (r.split, items, r.source)
+                reorder::Message {
+                    split: r.split,
+                    items,
+                    source: r.source,
+                    drained_tasks: r.drained_tasks,
+                }
             })
         });
         if shared.received(message) {

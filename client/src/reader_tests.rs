@@ -17,7 +17,14 @@ pub(crate) fn message(task: u64, units: &[u64], c: &Consumption) -> Received {
     let origins = take_origins(Some(p), units.len(), task, c, "w:1").unwrap().expect("not lost");
     let elements =
         units.iter().map(|u| Element::new(vec![Tensor::scalar_i64(*u as i64)])).collect();
-    Received { source: Arc::from("w:1"), task_id: task, elements, origins, split: None }
+    Received {
+        source: Arc::from("w:1"),
+        task_id: task,
+        elements,
+        origins,
+        split: None,
+        drained_tasks: 0,
+    }
 }
 
 fn unit_of(e: &Element) -> u64 {

@@ -32,7 +32,10 @@
 //! of it and acknowledges it in the next report), its reader stops at its next
 //! message, and the dispatcher hands its unconsumed records out again. Each
 //! message's positions are split here; the message's own origin counts as
-//! consumed on receipt, the elements' travel with them to the stream.
+//! consumed on receipt, the elements' travel with them to the stream. When
+//! every task of the view has ended here, a *drained* marker follows their
+//! messages, so the stream can tell the dispatcher it holds nothing of them
+//! (the end-of-epoch sweep).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -95,6 +98,9 @@ pub(crate) async fn manage(
     // Tasks left to other readers by `target_workers`; once there is one, this
     // reader ends with its own tasks instead of with the iteration.
     let mut skipped: HashSet<u64> = HashSet::new();
+    // Exactly-once: tasks in the last view, and the count of the last drained
+    // marker sent (see `drained_marker`).
+    let (mut view_tasks, mut marked) = (0u64, 0u64);
     loop {
         tokio::select! {
             (poller, hb) = async { poll.as_mut().expect("polled only while set").await }, if poll.is_some() => {
@@ -108,6 +114,7 @@ pub(crate) async fn manage(
                 if let Some(c) = &consumption {
                     c.note_watermark(hb.checkpoint_watermark, hb.checkpoint_generation);
                 }
+                view_tasks = hb.tasks.len() as u64;
                 for task in hb.tasks {
                     if task.lost {
                         match &consumption {
@@ -173,6 +180,9 @@ pub(crate) async fn manage(
                 }
             }
         }
+        if consumption.is_some() && skipped.is_empty() && !finished && readers.is_empty() {
+            drained_marker(&tx, view_tasks, &mut marked);
+        }
         // Every started reader has returned: its task reached end of sequence.
         let own_tasks_done = !skipped.is_empty() && !started.is_empty() && readers.is_empty();
         if (finished || own_tasks_done) && readers.is_empty() {
@@ -187,6 +197,18 @@ pub(crate) async fn manage(
             // Dropping `tx` ends the stream.
             return;
         }
+    }
+}
+
+/// Exactly-once reads, the end-of-epoch sweep (docs/exactly-once.md): every
+/// task of the last view (`tasks` of them) has ended here, so once the stream
+/// has handed out what is in the channel, this reader holds nothing of them.
+/// A marker after their messages tells the stream so (it reports it); sent
+/// once per task count, and tried again at the next round if the channel is
+/// full (a long poll answers at least once a second).
+fn drained_marker(tx: &mpsc::Sender<Batch>, tasks: u64, marked: &mut u64) {
+    if tasks > 0 && *marked != tasks && tx.try_send(Ok(Received::drained(tasks))).is_ok() {
+        *marked = tasks;
     }
 }
 
@@ -283,6 +305,7 @@ async fn read_task(
                                 elements,
                                 origins,
                                 split: batch.split,
+                                drained_tasks: 0,
                             };
                             let news = !received.elements.is_empty() || received.split.is_some();
                             if news && tx.send(Ok(received)).await.is_err() {

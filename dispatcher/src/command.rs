@@ -160,6 +160,16 @@ pub enum Command {
         position: RestorePoint,
         limits: Limits,
     },
+    /// The end-of-epoch sweep of an exactly-once iteration (docs/exactly-once.md):
+    /// the leader heard every consumer in `drained` report that it holds nothing
+    /// of the iteration's first `tasks` tasks. If every task ended, there are
+    /// exactly `tasks`, and `drained` covers every current consumer, the granted
+    /// units that are not whole are read again; otherwise nothing changes.
+    SweepIteration {
+        iteration_id: IterationId,
+        tasks: u64,
+        drained: Vec<ClientId>,
+    },
     /// `GetOrCreateJob` with `require_exactly_once` and a deterministic order
     /// (`crate::order`): as `GetOrCreateExactlyOnceJob`, and refused unless the
     /// handler found the pipeline's order deterministic (`ordered`). Persisted
@@ -232,6 +242,7 @@ impl Command {
             Command::GetOrCreateExactlyOnceJob { .. } => "GetOrCreateExactlyOnceJob",
             Command::ReportConsumed { .. } => "ReportConsumed",
             Command::RestoreIteration { .. } => "RestoreIteration",
+            Command::SweepIteration { .. } => "SweepIteration",
             Command::GetOrCreateOrderedJob { .. } => "GetOrCreateOrderedJob",
         }
     }
@@ -289,6 +300,11 @@ pub enum Response {
     SplitSkipping {
         answer: SplitAnswer,
         skip_runs: Vec<Run>,
+    },
+    /// `orphans` unit ranges were turned over to be read again (0: the sweep
+    /// was not due, or nothing was left to read).
+    Swept {
+        orphans: u64,
     },
     /// A grant of a deterministic-order iteration: its place in the order and
     /// its split's whole range (`crate::order`).

@@ -62,8 +62,10 @@
 //! - [`exactly_once`]: the replicated state of exactly-once delivery (the
 //!   trailing section of `State`); `apply/exactly_once/` changes it.
 //!   The replayability check is the dataset crate's (`DatasetDef::exactly_once`);
-//!   `eo_wire`: the exactly-once requests as commands, and delivery answers.
-//!   [`order`]: the seeded order of a deterministic-order job's splits (pure).
+//!   `eo_wire`: the exactly-once requests as commands, and delivery answers;
+//!   `drained`: the leader's soft record of drained exactly-once consumers (the
+//!   end-of-epoch sweep). [`order`]: the seeded order of a deterministic-order
+//!   job's splits (pure).
 //! - [`config`], [`error`] (`StateError`, `ProposeError`, `DispatcherError`).
 //! - `fuzzing` (feature `fuzzing`): the Raft codec's entry point for the fuzz target in
 //!   `fuzz/` and the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
@@ -81,6 +83,7 @@ mod coordinated_reads;
 pub mod core;
 mod counters;
 mod def_serde;
+mod drained;
 mod eo_wire;
 pub mod error;
 pub mod exactly_once;

@@ -23,6 +23,7 @@ use crate::config::DispatcherConfig;
 use crate::convert::*;
 use crate::coordinated_reads::CoordinatedReads;
 use crate::core::Core;
+use crate::drained::DrainedConsumers;
 use crate::eo_wire::*;
 use crate::error::StateError;
 use crate::liveness::Liveness;
@@ -48,6 +49,8 @@ pub struct DispatcherService {
     identities: WorkerIdentities,
     /// What workers' heartbeats reported (soft state).
     reports: Arc<WorkerReports>,
+    /// Exactly-once consumers that hold nothing (soft state, for the sweep).
+    drained: DrainedConsumers,
     /// This node's client port is off loopback without tokens (`--insecure`):
     /// anyone who reaches it could make workers run code, so pipelines with
     /// Python stages are refused.
@@ -72,6 +75,7 @@ impl DispatcherService {
             coordinated,
             identities,
             reports,
+            drained: DrainedConsumers::default(),
             anonymous_off_loopback: false,
         }
     }
@@ -322,6 +326,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::ReleaseIterationClientRequest>,
     ) -> Result<Response<pb::ReleaseIterationClientResponse>, Status> {
         let client_id = req.into_inner().client_id;
+        self.drained.forget(client_id);
         self.core.propose(Command::ReleaseClient { client_id }).await?;
         Ok(Response::new(pb::ReleaseIterationClientResponse {}))
     }
@@ -350,6 +355,15 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
                     .read_local(|s| client_generation(s, client_id) >= Some(report.generation));
             if !known {
                 self.core.propose(report_command(client_id, report)?).await?;
+            }
+        }
+        if let Some(report) = &req.consumed {
+            self.drained.note(client_id, report);
+            if report.drained_tasks > 0 {
+                let sweep = self.core.read_local(|s| self.drained.sweep_for(s, client_id));
+                if let Some(cmd) = sweep {
+                    self.core.propose(cmd).await?;
+                }
             }
         }
         // A long poll answers at a change or after the wait, which is a fraction of

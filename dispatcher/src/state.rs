@@ -385,6 +385,27 @@ impl State {
         }
     }
 
+    /// Whether the end-of-epoch sweep (`SweepIteration`) may run now: the
+    /// iteration is a live exactly-once one with no orphans waiting, it has
+    /// exactly `tasks` tasks and all ended, `drained` names every current
+    /// consumer (at least one), and some granted unit is not whole.
+    pub fn sweep_due(&self, iteration_id: IterationId, tasks: u64, drained: &[ClientId]) -> bool {
+        let Some(it) = self.iterations.get(&iteration_id).filter(|it| it.is_live()) else {
+            return false;
+        };
+        let Some(p) = self.exactly_once.iterations.get(&iteration_id) else { return false };
+        let known: Vec<_> = it.tasks.iter().filter_map(|t| self.tasks.get(t)).collect();
+        if !p.orphans.is_empty()
+            || known.len() as u64 != tasks
+            || !known.iter().all(|t| t.finished)
+            || it.clients.is_empty()
+            || !it.clients.iter().all(|c| drained.contains(c))
+        {
+            return false;
+        }
+        p.granted.values().flatten().any(|(b, e)| !p.unfinished_ranges(*b, *e).is_empty())
+    }
+
     /// Every task of the iteration reached end of sequence, and (static modes)
     /// every shard has a task: a worker of the list that has not registered yet
     /// still owes its shard. Exactly-once: also every unit was consumed (what a

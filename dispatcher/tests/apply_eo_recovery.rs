@@ -191,6 +191,30 @@ fn a_restore_starts_at_the_positions_watermark_and_skips_its_records() {
 }
 
 #[test]
+fn the_cursor_skips_units_that_became_whole_below_the_watermark_after_a_restore() {
+    // Found by the Python merged-restore test: a position whose watermark is low
+    // (one consumer lagged) but whose runs above it cover many units; once the
+    // records below them are reported, the watermark jumps past the cursor, and
+    // the units between were granted again with no skips (their runs had folded
+    // into the watermark).
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    let (ds, job) = eo_setup(&mut s, 8, UnitRecords::One);
+    iteration(&mut s, job, 1);
+    let consumed = position(0, &[(1, 0, 1), (2, 0, 1), (3, 0, 1)], &[]);
+    let (it, c1) = iteration_answer(ok(&mut s, restore_cmd(job, "eo", &ds, 0, consumed, 7)));
+    let task = *s.iterations[&it].tasks.last().unwrap();
+    assert_eq!(eo_grant(&mut s, task, 1, 0, 1), (SplitAnswer::Split { begin: 0, end: 1 }, vec![]));
+    report(&mut s, c1, 1, &[(0, 0, 1)], &[], &[]).unwrap();
+    assert_eq!(s.exactly_once.iterations[&it].consumed.watermark(), 4);
+    assert_eq!(
+        eo_grant(&mut s, task, 1, 1, 1),
+        (SplitAnswer::Split { begin: 4, end: 5 }, vec![]),
+        "units 1..4 are whole: never granted again"
+    );
+}
+
+#[test]
 fn restores_of_another_job_dataset_or_an_at_most_once_job_are_refused() {
     let mut s = State::default();
     let (ds, job) = eo_setup(&mut s, 8, UnitRecords::One);

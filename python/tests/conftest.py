@@ -4,6 +4,7 @@ the tests that use them are done."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Callable, Iterator
 
@@ -40,6 +41,18 @@ class Service:
     @property
     def target(self) -> str:
         return self.dispatcher.target
+
+    def wait_for_workers(self) -> None:
+        """Waits until every worker registered (a WorkerServer registers in the
+        background after it starts)."""
+        client = sluice._native.Client([self.target])
+        want = {w.address for w in self.workers}
+
+        def registered() -> bool:
+            status = json.loads(client.status_json())
+            return want <= {w["address"] for w in status["workers"]}
+
+        wait_until(f"{len(want)} registered workers", registered)
 
     def stop(self) -> None:
         for w in self.workers:

@@ -158,6 +158,8 @@ def test_ignore_errors_skips_the_failing_elements(py_service: Service) -> None:
 def test_a_job_with_a_python_stage_is_refused_by_workers_without_python() -> None:
     plain = Service(workers=2)  # workers without allow_python
     try:
+        # The refusal names the workers registered when the job is made.
+        plain.wait_for_workers()
         ds = Dataset.range(10).map("square").map(stage_fns.double)
         with pytest.raises(sluice.SluiceError, match=r"stages\[2\]") as caught:
             list(ds.distribute("distributed_epoch", plain.target))

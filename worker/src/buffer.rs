@@ -204,6 +204,11 @@ impl StopSignal {
         });
     }
 
+    /// The reason, once [`StopSignal::stop`] was called.
+    pub(crate) fn reason(&self) -> Option<StopReason> {
+        *self.0.borrow()
+    }
+
     /// Resolves once [`StopSignal::stop`] was called.
     pub(crate) async fn stopped(&self) -> StopReason {
         let mut rx = self.0.subscribe();

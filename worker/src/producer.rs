@@ -182,6 +182,11 @@ pub(crate) async fn produce(
                 }
             }
             Err(status) => {
+                // A pipeline that failed because its task was stopped (a split
+                // request or a `wait` pause cut short) answers with the stop's
+                // status (retryable while the worker shuts down), not as an
+                // internal error the reader would give up on.
+                let status = task.stop_reason().map_or(status, |r| r.status(task.task_id));
                 tracing::debug!(sent, code = ?status.code(), "stream failed");
                 permit.send(Err(status));
                 return;

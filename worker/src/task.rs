@@ -143,6 +143,11 @@ impl Task {
         self.stop.stop(reason);
     }
 
+    /// Why the task was stopped, if it was.
+    pub(crate) fn stop_reason(&self) -> Option<StopReason> {
+        self.stop.reason()
+    }
+
     /// Resolves once [`Task::stop`] was called.
     pub(crate) async fn stopped(&self) -> StopReason {
         self.stop.stopped().await

@@ -43,6 +43,8 @@ struct InFlight {
     seq: u64,
     pending: Pending,
     acks: Vec<u64>,
+    /// `drained_tasks` of the report (0: not said).
+    drained: u64,
 }
 
 #[derive(Debug)]
@@ -69,6 +71,12 @@ struct State {
     later: BTreeMap<u64, u64>,
     /// The highest generation the dispatcher answered a report of.
     announced: u64,
+    /// The end-of-epoch sweep: the reader holds nothing of the iteration's first
+    /// `drained` tasks (0: it may hold something).
+    drained: u64,
+    /// The `drained` of the last answered report that carried one (0 after a
+    /// new leader may have forgotten it: see `Consumption::resend_drained`).
+    drained_told: u64,
 }
 
 /// One exactly-once reader's consumption (see the module docs).
@@ -114,6 +122,8 @@ impl Consumption {
             watermark: 0,
             later: BTreeMap::new(),
             announced: generation,
+            drained: 0,
+            drained_told: 0,
         };
         Consumption {
             state: Mutex::new(state),
@@ -168,6 +178,33 @@ impl Consumption {
         (begin..end).all(|u| s.own.unit_complete(u, rule))
     }
 
+    /// What the stream saw last: the manager's marker that the reader holds
+    /// nothing of its first `tasks` tasks, or (0) a message of elements.
+    pub(crate) fn set_drained(&self, tasks: u64) {
+        let mut s = self.lock();
+        if s.drained == tasks {
+            return;
+        }
+        s.drained = tasks;
+        let due = s.drained_due();
+        drop(s);
+        if due {
+            self.pending.notify_one();
+        }
+    }
+
+    /// Makes a drained reader say so again in its next report: the leader keeps
+    /// it in memory only, and a new one must hear it (the reporter calls this
+    /// about once a second).
+    pub(crate) fn resend_drained(&self) {
+        let mut s = self.lock();
+        if s.drained > 0 {
+            s.drained_told = 0;
+            drop(s);
+            self.pending.notify_one();
+        }
+    }
+
     /// Whether `task` was marked lost.
     pub(crate) fn is_lost(&self, task: u64) -> bool {
         self.lock().lost.contains(&task)
@@ -197,6 +234,7 @@ impl Consumption {
         let mut consumed = pb::ConsumedReport {
             generation: f.pending.generation,
             lost_tasks_done: f.acks.clone(),
+            drained_tasks: f.drained,
             ..Default::default()
         };
         runs_to_flat(f.pending.origin.runs.iter().copied(), &mut consumed.runs);
@@ -211,6 +249,9 @@ impl Consumption {
             let f = s.in_flight.take().expect("checked");
             s.acks.retain(|a| !f.acks.contains(a));
             s.announced = s.announced.max(f.pending.generation);
+            if f.drained > 0 {
+                s.drained_told = f.drained;
+            }
         }
         s.note_watermark(resp.checkpoint_watermark, resp.checkpoint_generation);
     }
@@ -287,6 +328,12 @@ impl State {
             || !self.acks.is_empty()
             || self.queue.iter().any(|p| !p.origin.is_empty())
             || self.generation > self.announced
+            || self.drained_due()
+    }
+
+    /// A drained state the dispatcher has not been told.
+    fn drained_due(&self) -> bool {
+        self.drained > 0 && self.drained != self.drained_told
     }
 
     /// Moves the oldest pending consumption (or, with nothing consumed, the news
@@ -296,8 +343,13 @@ impl State {
             self.queue.pop_front();
         }
         let only = self.queue.len() == 1;
+        let drained_due = self.drained_due();
         let front = self.queue.front_mut().expect("the queue is never empty");
-        if front.origin.is_empty() && self.acks.is_empty() && front.generation <= self.announced {
+        if front.origin.is_empty()
+            && self.acks.is_empty()
+            && front.generation <= self.announced
+            && !drained_due
+        {
             return None;
         }
         let generation = front.generation;
@@ -316,9 +368,11 @@ impl State {
         // An acknowledgement promises that everything consumed from the task is in
         // this report or an earlier one.
         let acks = if rest_empty { self.acks.clone() } else { Vec::new() };
+        // Likewise, "drained" promises that everything consumed was reported.
+        let drained = if rest_empty { self.drained } else { 0 };
         let seq = self.next_seq;
         self.next_seq += 1;
-        Some(InFlight { seq, pending: Pending { generation, origin: head }, acks })
+        Some(InFlight { seq, pending: Pending { generation, origin: head }, acks, drained })
     }
 
     fn note_watermark(&mut self, watermark: u64, generation: u64) {

@@ -173,3 +173,39 @@ fn a_restored_reader_continues_the_generation_and_claims_the_restored_records() 
     assert_eq!(p.consumed.unit_end(7), Some(3));
     assert!(!p.consumed.unit_complete(7, UnitRecords::Counted));
 }
+
+#[test]
+fn drained_is_said_only_with_everything_consumed_reported_and_again_when_asked() {
+    let c = consumption();
+    c.consume(1, Origin::record(0, 0));
+    let first = c.take_report().expect("pending");
+    assert_eq!(first.consumed.drained_tasks, 0, "taken before the reader drained");
+    c.set_drained(2);
+    c.answered(first.seq, &ok(0, 0));
+    let said = c.take_report().expect("the drained state is news");
+    assert_eq!((said.consumed.drained_tasks, said.consumed.runs.len()), (2, 0));
+    c.answered(said.seq, &ok(0, 0));
+    assert!(c.take_report().is_none(), "said once");
+    c.resend_drained();
+    let again = c.take_report().expect("a new leader must hear it");
+    assert_eq!(again.consumed.drained_tasks, 2);
+    c.answered(again.seq, &ok(0, 0));
+
+    // Split reports: only the last one, which leaves nothing behind, says it.
+    let n = MAX_REPORT_RUNS as u64 + 1;
+    for u in 0..n {
+        c.consume(1, Origin::record(2 * u + 10, 0));
+    }
+    c.set_drained(3);
+    let head = c.take_report().unwrap();
+    assert_eq!(head.consumed.drained_tasks, 0, "runs are left for the next report");
+    c.answered(head.seq, &ok(0, 0));
+    let tail = c.take_report().unwrap();
+    assert_eq!(tail.consumed.drained_tasks, 3);
+
+    // A message of elements: not drained any more, nothing to say.
+    c.answered(tail.seq, &ok(0, 0));
+    c.set_drained(0);
+    c.resend_drained();
+    assert!(c.take_report().is_none());
+}

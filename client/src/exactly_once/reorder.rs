@@ -40,10 +40,18 @@ use sluice_proto::v1 as pb;
 /// The most units a split may name (a split's completeness check walks them).
 const MAX_SPLIT_UNITS: u64 = 1 << 24;
 
-/// What the pump got: a message's split, elements and worker; an error; or
-/// the end (`None`).
-pub(crate) type Received =
-    Option<Result<(Option<pb::SplitNotice>, Vec<Item>, Arc<str>), ClientError>>;
+/// What the pump got: a message (its split, elements, worker, and the
+/// manager's drained marker); an error; or the end (`None`).
+pub(crate) type Received = Option<Result<Message, ClientError>>;
+
+/// One message of the manager's channel, as the reorder buffer takes it.
+pub(crate) struct Message {
+    pub split: Option<pb::SplitNotice>,
+    pub items: Vec<Item>,
+    pub source: Arc<str>,
+    /// The manager's drained marker (`Received::drained_tasks`), 0 otherwise.
+    pub drained_tasks: u64,
+}
 /// The next element and its worker, as the stream hands it out.
 type Next = Poll<Option<Result<(Arc<str>, Element), ClientError>>>;
 
@@ -121,6 +129,11 @@ impl Reorder {
         }
     }
 
+    /// Whether any element is buffered.
+    pub(crate) fn holds_items(&self) -> bool {
+        self.splits.values().any(|s| !s.items.is_empty())
+    }
+
     /// Whatever is left, in place order (the read ended).
     pub(crate) fn pop_any(&mut self) -> Option<Item> {
         let (_, s) = self.splits.iter_mut().find(|(_, s)| !s.items.is_empty())?;
@@ -137,6 +150,8 @@ pub(crate) struct Shared {
 struct Inner {
     reorder: Reorder,
     waker: Option<Waker>,
+    /// The manager's last drained marker (0 once a message followed it).
+    drained: u64,
     ended: bool,
     error: Option<ClientError>,
 }
@@ -144,7 +159,7 @@ struct Inner {
 impl Shared {
     pub(crate) fn new(consumer: u32, consumers: u32, consumption: Arc<Consumption>) -> Self {
         let reorder = Reorder::new(consumer, consumers);
-        let inner = Inner { reorder, waker: None, ended: false, error: None };
+        let inner = Inner { reorder, waker: None, drained: 0, ended: false, error: None };
         Shared { inner: Mutex::new(inner), consumption }
     }
 
@@ -154,7 +169,10 @@ impl Shared {
     pub(crate) fn received(&self, message: Received) -> bool {
         let mut g = self.lock();
         match message {
-            Some(Ok((split, items, source))) => match split {
+            Some(Ok(Message { drained_tasks, .. })) if drained_tasks > 0 => {
+                g.drained = drained_tasks;
+            }
+            Some(Ok(Message { split, items, source, .. })) => match split {
                 Some(s) if s.end < s.begin || s.end - s.begin > MAX_SPLIT_UNITS => {
                     g.error = Some(ClientError::Protocol {
                         address: source.to_string(),
@@ -165,7 +183,10 @@ impl Shared {
                         ),
                     })
                 }
-                Some(s) => g.reorder.push(s, items),
+                Some(s) => {
+                    g.drained = 0;
+                    g.reorder.push(s, items)
+                }
                 None if items.is_empty() => {}
                 None => {
                     g.error = Some(ClientError::Protocol {
@@ -205,6 +226,9 @@ impl Shared {
                     None => return Poll::Ready(None),
                 },
                 None => {
+                    // The end-of-epoch sweep: drained only when nothing is held here.
+                    let held = g.reorder.holds_items();
+                    c.set_drained(if held { 0 } else { g.drained });
                     g.waker = Some(cx.waker().clone());
                     return Poll::Pending;
                 }

@@ -16,12 +16,17 @@ use crate::dispatcher::DispatcherClient;
 /// keeps consuming.
 pub const REPORT_INTERVAL: Duration = Duration::from_millis(200);
 
+/// How often a drained reader says so again (the leader keeps it in memory
+/// only; see `ConsumedReport.drained_tasks`).
+pub const DRAINED_RESEND_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How long a dropped stream may spend sending what it has not reported yet.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sends reports while the stream lives: one as soon as something is pending,
-/// then at most one per [`REPORT_INTERVAL`]. A failed report is sent again
-/// (the dispatcher client already retried it up to its deadline).
+/// then at most one per [`REPORT_INTERVAL`]; a drained reader's state again
+/// every [`DRAINED_RESEND_INTERVAL`]. A failed report is sent again (the
+/// dispatcher client already retried it up to its deadline).
 pub(crate) async fn report_loop(
     dispatcher: DispatcherClient,
     client_id: u64,
@@ -29,7 +34,11 @@ pub(crate) async fn report_loop(
 ) {
     let mut last_start: Option<Instant> = None;
     loop {
-        consumption.wait_pending().await;
+        let quiet = tokio::time::timeout(DRAINED_RESEND_INTERVAL, consumption.wait_pending());
+        if quiet.await.is_err() {
+            consumption.resend_drained();
+            continue;
+        }
         if let Some(start) = last_start {
             tokio::time::sleep_until(start + REPORT_INTERVAL).await;
         }

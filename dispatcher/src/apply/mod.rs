@@ -17,7 +17,8 @@
 //!         ├─ GetSplit ─► splits
 //!         ├─ WorkerLost, GcIteration ─► liveness
 //!         ├─ ForgetIteration ─► forget
-//!         ├─ GetOrCreateExactlyOnceJob, ReportConsumed, RestoreIteration ─► exactly_once
+//!         ├─ GetOrCreateExactlyOnceJob, ReportConsumed, RestoreIteration,
+//!         │  SweepIteration ─► exactly_once
 //!         │     (and the hooks iterations, liveness, splits, forget call there)
 //!         └─ Batch ─► apply, once per command
 //! ```
@@ -184,6 +185,9 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
                 position,
                 &limits,
             )
+        }
+        Command::SweepIteration { iteration_id, tasks, drained } => {
+            Ok(exactly_once::sweep::sweep(state, iteration_id, tasks, &drained))
         }
     }
 }

@@ -86,6 +86,12 @@ pub(super) fn get_split(
         .saturating_mul(u64::from(max_splits.clamp(1, MAX_SPLITS_PER_GRANT)));
     let iteration_id = iteration.id;
     if provider == 0 && grants::is_exactly_once(state, iteration_id) {
+        // The cursor never hands out a unit below the consumed watermark: it is
+        // whole (e.g. a restored position's units, once the records the cursor
+        // had not reached yet were reported), and a range below the watermark
+        // would be granted without skips.
+        let from =
+            SplitCursor { next: cursor.next.max(grants::watermark(state, iteration_id)), ..cursor };
         let ask = grants::Ask {
             task_id,
             iteration_id,
@@ -93,7 +99,7 @@ pub(super) fn get_split(
             sequence,
             repetition,
             cursor,
-            fresh: next_split(cursor, repetition, cardinality, step),
+            fresh: next_split(from, repetition, cardinality, step),
             step,
         };
         grants::check_repetition(&ask)?;

@@ -3,7 +3,8 @@
 //!
 //! 1. an orphan no consumer waits for is handed out first (its units that are
 //!    not whole, at most one grant's worth);
-//! 2. otherwise the cursor's next range, as for any DYNAMIC iteration;
+//! 2. otherwise the cursor's next range, as for any DYNAMIC iteration, but
+//!    never below the consumed watermark (`splits.rs` raises the cursor);
 //! 3. past the end, while orphans still wait for acknowledgements, `Wait`
 //!    instead of end-of-splits (the cursor does not close the epoch).
 //!
@@ -39,6 +40,11 @@ pub(crate) struct Ask {
 
 pub(crate) fn is_exactly_once(state: &State, iteration_id: IterationId) -> bool {
     state.exactly_once.iterations.contains_key(&iteration_id)
+}
+
+/// Every unit below this is consumed whole.
+pub(crate) fn watermark(state: &State, iteration_id: IterationId) -> u64 {
+    state.exactly_once.iterations.get(&iteration_id).map_or(0, |p| p.consumed.watermark())
 }
 
 /// The answer of a replayed request (same task, uid and sequence).

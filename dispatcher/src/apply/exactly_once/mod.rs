@@ -18,10 +18,13 @@
 //! - `ordered`: `GetSplit` of a deterministic-order iteration (one split per
 //!   grant, in the seeded order, each with its place; orphans whole).
 //! - `restore`: `RestoreIteration`.
+//! - `sweep`: `SweepIteration`, the end-of-epoch sweep: records delivered to no
+//!   consumer that holds them any more are read again.
 //!
 //! ```text
 //!  jobs ─► super::jobs        restore ─► super::iterations, progress
 //!  orphans ─► super::iterations::new_task     grants, consumed ─► (state only)
+//!  sweep ─► orphans
 //! ```
 
 pub(super) mod consumed;
@@ -31,3 +34,4 @@ pub(super) mod ordered;
 pub(super) mod orphans;
 pub(super) mod progress;
 pub(super) mod restore;
+pub(super) mod sweep;
