@@ -41,6 +41,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use sluice_dataset::Element;
+use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -326,6 +327,13 @@ async fn read_task(
                 },
                 Err(s) => s,
             };
+            // Exactly-once: a task the dispatcher ended (its worker was declared
+            // lost, or its iteration replaced) is deleted on its worker. Nothing
+            // more comes from it, and that is no loss: the dispatcher reads again
+            // what no consumer took (the view marks it lost, or the sweep finds it).
+            if consumption.is_some() && Reason::of(&status) == Some(Reason::TaskDeleted) {
+                return Attempt::Done(Ended::FinishedElsewhere);
+            }
             if !is_retryable_status(&status) {
                 return Attempt::GiveUp(ClientError::from_worker(source, "GetElements", &status));
             }

@@ -336,6 +336,25 @@ async fn what_the_application_takes_reaches_the_dispatcher_in_reports() {
 }
 
 #[tokio::test]
+async fn a_task_its_worker_says_was_deleted_ends_an_exactly_once_read_without_error() {
+    // The worker got the dispatcher's deletion (the task was declared lost, or its
+    // iteration replaced) before this reader's view said so: no data is lost,
+    // the dispatcher reads again what nobody took.
+    let batches = [(1, vec![fake_worker::message(&[0, 1], Default::default(), true)])];
+    let worker = fake_worker::serve_deleting(batches.into(), [2].into()).await;
+    let tasks = [1, 2].map(|task_id| pb::TaskInfo {
+        task_id,
+        worker_address: worker.clone(),
+        ..Default::default()
+    });
+    let (_, client) = serve_view(pb::Delivery::ExactlyOnce, tasks.to_vec()).await;
+    let stream = client.from_dataset_id("ds", eo("j")).await.unwrap();
+    let items: Vec<_> = stream.collect().await;
+    let units: Vec<u64> = items.iter().map(|e| unit(e.as_ref().expect("no error"))).collect();
+    assert_eq!(units, vec![0, 1]);
+}
+
+#[tokio::test]
 async fn positions_that_do_not_match_their_elements_fail_the_read_naming_the_worker() {
     let mut lying = fake_worker::message(&[0, 1], sluice_positions::Origin::default(), true);
     lying.positions.as_mut().unwrap().runs_per_element = vec![1, 1, 1]; // 3 runs claimed, 2 sent

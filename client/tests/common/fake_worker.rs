@@ -1,7 +1,7 @@
 //! A fake worker for the client's tests: serves each task's given messages
 //! over a real gRPC stream on loopback, then ends the call.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use futures::Stream;
 use sluice_dataset::{Element, Tensor};
 use sluice_positions::wire::join_positions;
 use sluice_positions::Origin;
+use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::worker_server::{Worker, WorkerServer};
 use tonic::{Request, Response, Status};
@@ -16,6 +17,8 @@ use tonic::{Request, Response, Status};
 #[derive(Clone)]
 struct FakeWorker {
     batches: Arc<HashMap<u64, Vec<pb::ElementBatch>>>,
+    /// Tasks answered as deleted by the dispatcher (`Reason::TaskDeleted`).
+    deleted: Arc<HashSet<u64>>,
 }
 
 type Batches = Pin<Box<dyn Stream<Item = Result<pb::ElementBatch, Status>> + Send>>;
@@ -29,6 +32,10 @@ impl Worker for FakeWorker {
         req: Request<pb::GetElementsRequest>,
     ) -> Result<Response<Batches>, Status> {
         let task = req.into_inner().task_id;
+        if self.deleted.contains(&task) {
+            let status = Status::failed_precondition(format!("task {task} was deleted"));
+            return Err(Reason::TaskDeleted.attach(status));
+        }
         let batches = self
             .batches
             .get(&task)
@@ -54,8 +61,17 @@ impl Worker for FakeWorker {
 
 /// Serves `batches` (task id → its messages) for the test's lifetime; the address.
 pub async fn serve(batches: HashMap<u64, Vec<pb::ElementBatch>>) -> String {
+    serve_deleting(batches, HashSet::new()).await
+}
+
+/// As [`serve`], answering GetElements of the `deleted` tasks as a worker does
+/// once the dispatcher ended them.
+pub async fn serve_deleting(
+    batches: HashMap<u64, Vec<pb::ElementBatch>>,
+    deleted: HashSet<u64>,
+) -> String {
     let (incoming, address) = super::listen().await;
-    let worker = FakeWorker { batches: Arc::new(batches) };
+    let worker = FakeWorker { batches: Arc::new(batches), deleted: Arc::new(deleted) };
     let server = tonic::transport::Server::builder().add_service(WorkerServer::new(worker));
     tokio::spawn(server.serve_with_incoming(incoming));
     address
