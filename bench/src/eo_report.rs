@@ -1,0 +1,94 @@
+//! The EXACTLY-ONCE section of the bench's table (figures of
+//! [`crate::exactly_once`] and [`crate::eo_checkpoint`]), each next to what
+//! bounds it in the same run.
+
+use crate::eo_checkpoint::{fresh_time, MIN_ELEMENTS, POSITION_EVERY, SPLITS_IN_FLIGHT};
+use crate::exactly_once::{ExactlyOnceBench, Spread, ELEMENTS_PER_SPLIT, RUNS};
+use crate::measure::{failed_error, Outcome};
+
+fn spread(s: &Spread, digits: usize) -> String {
+    format!("{:.*} ({:.*}–{:.*})", digits, s.median, digits, s.min, digits, s.max)
+}
+
+/// The section's lines, in order.
+pub fn lines(e: &ExactlyOnceBench, mut line: impl FnMut(String)) {
+    line(format!(
+        "EXACTLY-ONCE  (DYNAMIC range({}) int64 scalars, {} per split, 2 worker processes, \
+         in-memory dispatcher, 1 reader; {RUNS} runs each, alternating; median (min–max))",
+        e.elements, e.elements_per_split
+    ));
+    line(format!(
+        "  {:<14} {:>28} {:>22} {:>22} {:>22}",
+        "delivery", "elements/s", "reader µs/el", "workers µs/el", "dispatcher µs/el"
+    ));
+    for (name, t) in [("at-most-once", &e.at_most_once), ("exactly-once", &e.exactly_once)] {
+        line(format!(
+            "  {:<14} {:>28} {:>22} {:>22} {:>22}",
+            name,
+            spread(&t.elements_per_s, 0),
+            spread(&t.reader_us, 3),
+            spread(&t.workers_us, 3),
+            spread(&t.dispatcher_us, 3)
+        ));
+    }
+    let cpu = |t: &crate::exactly_once::Tracking| {
+        t.reader_us.median + t.workers_us.median + t.dispatcher_us.median
+    };
+    let pairs = e.paired_overhead_percent();
+    line(format!(
+        "  tracking cost: {:+.1} % of the rate (medians; per pair {:+.1} .. {:+.1} %; \
+         at-most-once run-to-run spread {:.1} %), CPU {:.3} -> {:.3} µs per element all \
+         processes ({:+.1} %)",
+        e.overhead_percent(),
+        pairs.min,
+        pairs.max,
+        e.at_most_once.elements_per_s.noise_percent(),
+        cpu(&e.at_most_once),
+        cpu(&e.exactly_once),
+        100.0 * (cpu(&e.exactly_once) / cpu(&e.at_most_once).max(1e-9) - 1.0)
+    ));
+    let c = match &e.checkpoints {
+        Outcome::Measured(c) => c,
+        other => {
+            let why = failed_error(other).map_or("not run", String::as_str);
+            line(format!("  positions and restore: FAILED: {why}"));
+            return;
+        }
+    };
+    line(format!(
+        "  positions: range({}) read through shuffle({}) per worker ({} splits of {} in flight), \
+         one every {POSITION_EVERY} elements; {} counted (after {MIN_ELEMENTS} elements)",
+        e.elements, c.shuffle_buffer, SPLITS_IN_FLIGHT, ELEMENTS_PER_SPLIT, c.positions
+    ));
+    line(format!(
+        "    encoded bytes {}   record ranges held {}   units held {}   splits held {}   \
+         position() µs {}",
+        spread(&c.bytes, 0),
+        spread(&c.runs, 0),
+        spread(&c.units, 0),
+        spread(&c.splits, 0),
+        spread(&c.position_us, 0)
+    ));
+    line(format!(
+        "    bound: the units in flight ({} splits x {} = {} units), not the epoch ({} units; a \
+         bitmap of it would be {} bytes)",
+        SPLITS_IN_FLIGHT,
+        ELEMENTS_PER_SPLIT,
+        SPLITS_IN_FLIGHT * ELEMENTS_PER_SPLIT,
+        e.elements,
+        e.elements.div_ceil(8)
+    ));
+    line(format!(
+        "  restore from the position at half the epoch ({} bytes): first element after {:.1} ms, \
+         end after {:.1} ms ({} elements; the epoch exactly once)",
+        c.restored_from_bytes, c.restore_first_ms, c.restore_end_ms, c.restored_elements
+    ));
+    line(format!(
+        "    limit: a fresh read's first element after {:.1} ms; {} elements at its rate ({:.0}/s) \
+         take {:.1} ms",
+        c.fresh_first_ms,
+        c.restored_elements,
+        c.fresh_per_s,
+        fresh_time(c, c.restored_elements).as_secs_f64() * 1e3
+    ));
+}
