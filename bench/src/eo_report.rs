@@ -5,6 +5,7 @@
 use crate::eo_checkpoint::{fresh_time, MIN_ELEMENTS, POSITION_EVERY, SPLITS_IN_FLIGHT};
 use crate::exactly_once::{ExactlyOnceBench, Spread, ELEMENTS_PER_SPLIT, RUNS};
 use crate::measure::{failed_error, Outcome};
+use sluice_client::exactly_once::REPORT_INTERVAL;
 
 fn spread(s: &Spread, digits: usize) -> String {
     format!("{:.*} ({:.*}–{:.*})", digits, s.median, digits, s.min, digits, s.max)
@@ -57,26 +58,38 @@ pub fn lines(e: &ExactlyOnceBench, mut line: impl FnMut(String)) {
     };
     line(format!(
         "  positions: range({}) read through shuffle({}) per worker ({} splits of {} in flight), \
-         one every {POSITION_EVERY} elements; {} counted (after {MIN_ELEMENTS} elements)",
-        e.elements, c.shuffle_buffer, SPLITS_IN_FLIGHT, ELEMENTS_PER_SPLIT, c.positions
+         one every {POSITION_EVERY} elements through half the epoch; counted after \
+         {MIN_ELEMENTS} elements",
+        c.elements, c.shuffle_buffer, SPLITS_IN_FLIGHT, ELEMENTS_PER_SPLIT
     ));
+    for (name, z, rate) in [
+        (format!("paced ({:.0} ms step)", c.step_ms), &c.paced, c.paced_per_s),
+        ("full speed".to_string(), &c.full_speed, c.full_speed_per_s),
+    ] {
+        line(format!(
+            "    {name:<20} {:>7.0} elements/s, {} positions: bytes {}  ranges held {}  units held \
+             {}  splits held {}  position() µs {}",
+            rate,
+            z.positions,
+            spread(&z.bytes, 0),
+            spread(&z.runs, 0),
+            spread(&z.units, 0),
+            spread(&z.splits, 0),
+            spread(&z.position_us, 0)
+        ));
+    }
     line(format!(
-        "    encoded bytes {}   record ranges held {}   units held {}   splits held {}   \
-         position() µs {}",
-        spread(&c.bytes, 0),
-        spread(&c.runs, 0),
-        spread(&c.units, 0),
-        spread(&c.splits, 0),
-        spread(&c.position_us, 0)
-    ));
-    line(format!(
-        "    bound: the units in flight ({} splits x {} = {} units), not the epoch ({} units; a \
-         bitmap of it would be {} bytes)",
+        "    bound: the units in flight ({} splits x {} = {} units) plus what is consumed in a \
+         report's interval and round trip ({} ms + RTT: {:.0} units paced, {:.0} at full \
+         speed); not the epoch ({} units; a bitmap of it: {} bytes)",
         SPLITS_IN_FLIGHT,
         ELEMENTS_PER_SPLIT,
         SPLITS_IN_FLIGHT * ELEMENTS_PER_SPLIT,
-        e.elements,
-        e.elements.div_ceil(8)
+        REPORT_INTERVAL.as_millis(),
+        c.paced_per_s * REPORT_INTERVAL.as_secs_f64(),
+        c.full_speed_per_s * REPORT_INTERVAL.as_secs_f64(),
+        c.elements,
+        c.elements.div_ceil(8)
     ));
     line(format!(
         "  restore from the position at half the epoch ({} bytes): first element after {:.1} ms, \
@@ -84,11 +97,11 @@ pub fn lines(e: &ExactlyOnceBench, mut line: impl FnMut(String)) {
         c.restored_from_bytes, c.restore_first_ms, c.restore_end_ms, c.restored_elements
     ));
     line(format!(
-        "    limit: a fresh read's first element after {:.1} ms; {} elements at its rate ({:.0}/s) \
+        "    limit: a fresh read's first element after {:.1} ms (the full-speed read); {} elements at its rate ({:.0}/s) \
          take {:.1} ms",
         c.fresh_first_ms,
         c.restored_elements,
-        c.fresh_per_s,
+        c.full_speed_per_s,
         fresh_time(c, c.restored_elements).as_secs_f64() * 1e3
     ));
 }
