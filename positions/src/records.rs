@@ -361,6 +361,38 @@ mod tests {
     }
 
     #[test]
+    fn random_inserts_agree_with_a_set_of_records() {
+        // A plain set of (unit, record) as the model; a fixed LCG for the inserts.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % n
+        };
+        let (mut set, mut model) = (RecordSet::below(2), std::collections::BTreeSet::new());
+        for _ in 0..2000 {
+            let r = run(next(8), next(20), 1 + next(4));
+            set.insert(r);
+            for rec in r.first..r.end() {
+                if r.unit >= 2 {
+                    model.insert((r.unit, rec));
+                }
+            }
+        }
+        for unit in 0..8 {
+            for rec in 0..30 {
+                let want = unit < 2 || model.contains(&(unit, rec));
+                assert_eq!(set.contains(unit, rec), want, "({unit}, {rec})");
+            }
+        }
+        let runs: Vec<Run> = set.runs().collect();
+        let covered: u64 = runs.iter().map(|r| r.count).sum();
+        assert_eq!(covered, model.len() as u64, "runs cover each record once");
+        for w in runs.windows(2) {
+            assert!(w[0].unit < w[1].unit || w[0].end() < w[1].first, "{w:?} touch");
+        }
+    }
+
+    #[test]
     fn below_the_watermark_everything_is_contained() {
         let s = RecordSet::below(10);
         assert!(s.contains(9, 1_000));
