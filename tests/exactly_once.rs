@@ -170,6 +170,26 @@ async fn a_reader_restored_from_its_position_gets_exactly_what_it_had_not_consum
     assert_exactly_once(&[before, rest].concat(), N);
 }
 
+/// `distribute` registers its definition anew on every call: a restored read
+/// must land on the position's dataset, and a different definition is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn distribute_restores_into_the_position_dataset_and_refuses_another_definition() {
+    const N: i64 = 1000;
+    let cl = cluster().await;
+    let c = &cl.client;
+    let mut first = c.distribute(&pipeline(N), opts("distribute")).await.unwrap();
+    let before = take(&mut first, 30).await;
+    let position = first.position().expect("a position");
+    drop(first);
+
+    let other = c.distribute(&pipeline(N + 1), opts("distribute").restore(position.clone())).await;
+    let e = other.err().expect("another definition is refused");
+    assert!(e.to_string().contains("different definition"), "{e}");
+    let mut second =
+        c.distribute(&pipeline(N), opts("distribute").restore(position)).await.unwrap();
+    assert_exactly_once(&[before, rest(&mut second).await].concat(), N);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_readers_positions_merged_restore_the_job_on_one_reader() {
     const N: i64 = 3000;

@@ -1,20 +1,19 @@
 //! What exactly-once costs (docs/exactly-once.md), on one in-memory dispatcher and
 //! 2 worker processes, read by this process:
 //!
-//! (a) **tracking**: DYNAMIC `range(N)` int64 scalars read to the end, at-most-once
-//!     and exactly-once alternately ([`RUNS`] each, the median kept): elements/s and
-//!     the cost of the origins, the reports and the consumed set; next to the
-//!     in-memory dispatcher's split grants, which bound both;
-//! (b) **positions**: a position taken every [`POSITION_EVERY`] elements of an
-//!     exactly-once read of `range(N)` through a shuffle of 64 units: its encoded
-//!     size, the units it holds above its watermark, and the time `position()` took;
-//! (c) **restore**: a reader restored from the position taken at half the epoch:
-//!     from the restoring call to its first element, and the elements it read
-//!     (each checked: the two halves make the epoch exactly once);
+//! (a) **tracking** (here): DYNAMIC `range(N)` int64 scalars read to the end,
+//!     at-most-once and exactly-once alternately ([`RUNS`] each, same service,
+//!     same workers, same data): elements/s, and the CPU µs per element of the
+//!     reader (this process), the two workers and the dispatcher, from
+//!     `/proc/<pid>/stat`. On 2 shared cores the CPU per element is the steadier
+//!     figure: the rate is about the cores divided by the CPU all processes spend
+//!     on an element. Every value is checked to arrive exactly once;
+//! (b) **positions** and (c) **restore**: [`crate::eo_checkpoint`], on a second
+//!     service whose splits are 100 elements.
+//!
 //! (d) **deterministic order**: two consumers, default vs deterministic
-//!     (`deterministic.rs`).
+//!     ([`crate::deterministic`]), on the second service.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -23,16 +22,23 @@ use serde::Serialize;
 use sluice_client::{ProcessingMode, ReadOptions};
 use sluice_dataset::DatasetDef;
 
+use crate::eo_checkpoint::{self, Checkpoints};
+use crate::measure::Outcome;
+use crate::procstat::cpu_time;
 use crate::service::Service;
 use crate::streaming::{READ_TIMEOUT, WORKERS};
 
-/// Runs of each delivery in (a).
-pub const RUNS: usize = 3;
-/// Elements between two positions in (b).
-pub const POSITION_EVERY: u64 = 1000;
-/// Source elements per split: a split is 100 scalars, as a file of a small
-/// record set would be; the split grants then are not the bound of (a).
-const ELEMENTS_PER_SPLIT: u64 = 100;
+/// Runs of each delivery in (a), alternating.
+pub const RUNS: usize = 5;
+/// Source elements per split in (a): large enough that the split grants (one
+/// round trip to the dispatcher per split and worker) are not what bounds the
+/// rate, as in the OFF streaming case; the origins are per element (unit) all
+/// the same. (With 100 per split both deliveries ran at ~260,000 elements/s,
+/// bound by the grants.)
+pub const TRACKING_ELEMENTS_PER_SPLIT: u64 = 10_000;
+/// Source elements per split in (b) and (c): a split is 100 scalars, as a file
+/// of a small record set would be.
+pub const ELEMENTS_PER_SPLIT: u64 = 100;
 
 #[derive(Clone, Copy, Debug)]
 pub struct ExactlyOnceConfig {
@@ -40,43 +46,88 @@ pub struct ExactlyOnceConfig {
     pub elements: u64,
 }
 
+/// One read of (a).
+#[derive(Clone, Debug, Serialize)]
+pub struct TrackingRun {
+    /// `at-most-once` or `exactly-once`.
+    pub delivery: String,
+    pub elements_per_s: f64,
+    /// CPU µs per element over the read: this process, the workers together,
+    /// the dispatcher.
+    pub reader_us: f64,
+    pub workers_us: f64,
+    pub dispatcher_us: f64,
+}
+
+/// Median and extremes of one figure over the runs of one delivery.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub(crate) fn of(mut v: Vec<f64>) -> Spread {
+        v.sort_by(f64::total_cmp);
+        match (v.first(), v.last()) {
+            (Some(min), Some(max)) => Spread { median: v[v.len() / 2], min: *min, max: *max },
+            _ => Spread::default(),
+        }
+    }
+
+    /// (max - min) / median, in percent: the run-to-run noise.
+    pub fn noise_percent(&self) -> f64 {
+        100.0 * (self.max - self.min) / self.median.max(1e-9)
+    }
+}
+
+/// (a) summarised for one delivery.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Tracking {
+    pub elements_per_s: Spread,
+    pub reader_us: Spread,
+    pub workers_us: Spread,
+    pub dispatcher_us: Spread,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ExactlyOnceBench {
     pub elements: u64,
     pub elements_per_split: u64,
-    /// Median elements/s of the at-most-once reads.
-    pub at_most_once_per_s: f64,
-    /// Median elements/s of the exactly-once reads.
-    pub exactly_once_per_s: f64,
-    /// Every run's rate, in the order run: (delivery, elements/s).
-    pub runs: Vec<(String, f64)>,
-    /// (b): positions taken, the largest encoded size and its units held.
-    pub positions: u64,
-    pub max_position_bytes: usize,
-    pub max_units_held: usize,
-    pub max_position_us: u128,
-    /// (c): restore to first element, ms; elements the restored reader read.
-    pub restore_first_ms: f64,
-    pub restored_elements: u64,
-    /// (d): the deterministic order's rate next to the default's (`deterministic.rs`).
-    pub deterministic: crate::deterministic::DeterministicBench,
+    pub at_most_once: Tracking,
+    pub exactly_once: Tracking,
+    /// Every run, in the order run.
+    pub runs: Vec<TrackingRun>,
+    /// (b) and (c); their failure leaves (a) standing.
+    pub checkpoints: Outcome<Checkpoints>,
+    /// (d) the deterministic order next to the default (`deterministic.rs`).
+    pub deterministic: Outcome<crate::deterministic::DeterministicBench>,
 }
 
 impl ExactlyOnceBench {
-    /// The cost of exactly-once tracking, in percent of the at-most-once rate.
+    /// The cost of exactly-once tracking, in percent of the at-most-once rate
+    /// (medians).
     pub fn overhead_percent(&self) -> f64 {
-        100.0 * (1.0 - self.exactly_once_per_s / self.at_most_once_per_s.max(1e-9))
+        100.0
+            * (1.0
+                - self.exactly_once.elements_per_s.median
+                    / self.at_most_once.elements_per_s.median.max(1e-9))
     }
-}
 
-fn scalars(n: u64) -> DatasetDef {
-    DatasetDef::range(n as i64)
-}
-
-fn shuffled(n: u64) -> anyhow::Result<DatasetDef> {
-    Ok(DatasetDef::from_json(&format!(
-        r#"{{"stages": [{{"range": {{"stop": {n}}}}}, {{"shuffle": {{"buffer_size": 64, "seed": 3}}}}]}}"#
-    ))?)
+    /// The cost of each alternating pair (exactly-once run i against
+    /// at-most-once run i), in percent: how far the median can be trusted.
+    pub fn paired_overhead_percent(&self) -> Spread {
+        let rate = |d: &str| -> Vec<f64> {
+            self.runs.iter().filter(|r| r.delivery == d).map(|r| r.elements_per_s).collect()
+        };
+        let pairs = rate("at-most-once")
+            .into_iter()
+            .zip(rate("exactly-once"))
+            .map(|(amo, eo)| 100.0 * (1.0 - eo / amo.max(1e-9)))
+            .collect();
+        Spread::of(pairs)
+    }
 }
 
 fn options(exactly_once: bool, job: &str) -> ReadOptions {
@@ -88,110 +139,94 @@ fn options(exactly_once: bool, job: &str) -> ReadOptions {
     }
 }
 
+pub(crate) fn eo_options(job: &str) -> ReadOptions {
+    options(true, job)
+}
+
 pub async fn run(
     exe: &std::path::Path,
     cfg: ExactlyOnceConfig,
     logs: &std::path::Path,
 ) -> anyhow::Result<ExactlyOnceBench> {
-    if cfg.elements < 2 * POSITION_EVERY || cfg.elements > 100_000_000 {
-        bail!("--exactly-once-elements must be {}..=100000000", 2 * POSITION_EVERY);
+    if cfg.elements < 2 * TRACKING_ELEMENTS_PER_SPLIT || cfg.elements > 100_000_000 {
+        bail!(
+            "--exactly-once-elements must be {}..=100000000 (two splits of {} at least)",
+            2 * TRACKING_ELEMENTS_PER_SPLIT,
+            TRACKING_ELEMENTS_PER_SPLIT
+        );
     }
-    let service = Service::start(exe, WORKERS, ELEMENTS_PER_SPLIT, logs, "exactly-once").await?;
-    let def = scalars(cfg.elements);
+    let service =
+        Service::start(exe, WORKERS, TRACKING_ELEMENTS_PER_SPLIT, logs, "exactly-once").await?;
+    let def = DatasetDef::range(cfg.elements as i64);
     let mut runs = vec![];
     for i in 0..RUNS {
         for exactly_once in [false, true] {
             let job = format!("eo-bench-{i}-{exactly_once}");
-            let rate = read_rate(&service, &def, options(exactly_once, &job), cfg.elements).await?;
             let name = if exactly_once { "exactly-once" } else { "at-most-once" };
-            tracing::info!("exactly-once bench: {name} {rate:.0} elements/s");
-            runs.push((name.to_string(), rate));
+            let run = read_tracked(&service, &def, options(exactly_once, &job), cfg.elements, name)
+                .await?;
+            tracing::info!("exactly-once bench: {name} {:.0} elements/s", run.elements_per_s);
+            runs.push(run);
         }
     }
-    let median = |name: &str| {
-        let mut r: Vec<f64> = runs.iter().filter(|(n, _)| n == name).map(|(_, r)| *r).collect();
-        r.sort_by(f64::total_cmp);
-        r[r.len() / 2]
+    let summary = |name: &str| {
+        let of = |f: fn(&TrackingRun) -> f64| {
+            Spread::of(runs.iter().filter(|r| r.delivery == name).map(f).collect())
+        };
+        Tracking {
+            elements_per_s: of(|r| r.elements_per_s),
+            reader_us: of(|r| r.reader_us),
+            workers_us: of(|r| r.workers_us),
+            dispatcher_us: of(|r| r.dispatcher_us),
+        }
     };
-    let (at_most_once_per_s, exactly_once_per_s) = (median("at-most-once"), median("exactly-once"));
-
-    // (b) and (c): positions through half the epoch, then a restored reader.
-    let def = shuffled(cfg.elements)?;
-    let mut stream = service.client.distribute(&def, options(true, "eo-bench-positions")).await?;
-    let (mut order, mut positions) = (Vec::new(), 0u64);
-    let (mut max_bytes, mut max_units, mut max_us) = (0usize, 0usize, 0u128);
-    let (mut half, mut covered) = (None, 0usize);
-    while order.len() as u64 * 2 < cfg.elements {
-        let e = tokio::time::timeout(READ_TIMEOUT, stream.next())
-            .await
-            .context("positions read timed out")?
-            .context("the epoch ended early")??;
-        order.push(e.as_i64()?);
-        if (order.len() as u64).is_multiple_of(POSITION_EVERY) {
-            let t = Instant::now();
-            let p = stream.position()?;
-            max_us = max_us.max(t.elapsed().as_micros());
-            let bytes = p.encode();
-            positions += 1;
-            max_bytes = max_bytes.max(bytes.len());
-            max_units = max_units.max(p.consumed.units_held());
-            half = Some(p);
-            covered = order.len();
-        }
-    }
-    let position = half.context("no position taken")?;
-    // Keep only what the position covers: what was consumed after it comes again.
-    drop(stream);
-    let t = Instant::now();
-    let mut restored = service
-        .client
-        .distribute(&def, options(true, "eo-bench-positions").restore(position))
-        .await?;
-    let mut first = None;
-    let mut restored_elements = 0u64;
-    let mut all: BTreeSet<i64> = order[..covered].iter().copied().collect();
-    while let Some(e) = tokio::time::timeout(READ_TIMEOUT, restored.next())
-        .await
-        .context("restored read timed out")?
-    {
-        first.get_or_insert_with(|| t.elapsed());
-        restored_elements += 1;
-        if !all.insert(e?.as_i64()?) {
-            bail!("the restored reader got an element the position had consumed, or one twice");
-        }
-    }
-    if all.len() as u64 != cfg.elements {
-        bail!("the position and the restored read make {} of {} elements", all.len(), cfg.elements);
-    }
-    let deterministic = crate::deterministic::run(&service, cfg.elements).await?;
+    let (at_most_once, exactly_once) = (summary("at-most-once"), summary("exactly-once"));
+    drop(service);
+    let service = Service::start(exe, WORKERS, ELEMENTS_PER_SPLIT, logs, "eo-checkpoint").await?;
+    let checkpoints = Outcome::from_result(eo_checkpoint::run(&service).await);
+    let deterministic =
+        Outcome::from_result(crate::deterministic::run(&service, cfg.elements).await);
     Ok(ExactlyOnceBench {
         elements: cfg.elements,
-        elements_per_split: ELEMENTS_PER_SPLIT,
-        at_most_once_per_s,
-        exactly_once_per_s,
+        elements_per_split: TRACKING_ELEMENTS_PER_SPLIT,
+        at_most_once,
+        exactly_once,
         runs,
-        positions,
-        max_position_bytes: max_bytes,
-        max_units_held: max_units,
-        max_position_us: max_us,
-        restore_first_ms: first.unwrap_or_default().as_secs_f64() * 1e3,
-        restored_elements,
+        checkpoints,
         deterministic,
     })
 }
 
-/// Reads `def` to its end; elements/s from the first element to the last.
-async fn read_rate(
+/// CPU time so far of this process, the workers together and the dispatcher.
+fn cpu(service: &Service) -> anyhow::Result<[Duration; 3]> {
+    let mut workers = Duration::ZERO;
+    for w in &service.workers {
+        workers += cpu_time(&w.id().to_string())?;
+    }
+    Ok([cpu_time("self")?, workers, cpu_time(&service.dispatcher.id().to_string())?])
+}
+
+/// Reads `def` (`range(expected)`) to its end, checking that every value comes
+/// once; elements/s from the first element to the last, CPU over the read.
+async fn read_tracked(
     service: &Service,
     def: &DatasetDef,
     opts: ReadOptions,
     expected: u64,
-) -> anyhow::Result<f64> {
+    delivery: &str,
+) -> anyhow::Result<TrackingRun> {
+    let mut seen = vec![false; expected as usize];
+    let before = cpu(service)?;
     let mut stream = service.client.distribute(def, opts).await?;
     let (mut n, mut first, mut last) = (0u64, None, Instant::now());
     let body = async {
         while let Some(e) = stream.next().await {
-            e?;
+            let v = e?.as_i64()?;
+            match seen.get_mut(v as usize) {
+                Some(s) if !*s => *s = true,
+                Some(_) => bail!("value {v} arrived twice in a DYNAMIC read"),
+                None => bail!("value {v} is outside range({expected})"),
+            }
             last = Instant::now();
             first.get_or_insert(last);
             n += 1;
@@ -199,9 +234,18 @@ async fn read_rate(
         anyhow::Ok(())
     };
     tokio::time::timeout(READ_TIMEOUT, body).await.context("read timed out")??;
+    drop(stream);
+    let after = cpu(service)?;
     if n != expected {
         bail!("read {n} elements of {expected}");
     }
     let span = last.duration_since(first.unwrap_or(last)).max(Duration::from_micros(1));
-    Ok(n as f64 / span.as_secs_f64())
+    let per = |i: usize| (after[i] - before[i]).as_secs_f64() * 1e6 / n as f64;
+    Ok(TrackingRun {
+        delivery: delivery.to_string(),
+        elements_per_s: n as f64 / span.as_secs_f64(),
+        reader_us: per(0),
+        workers_us: per(1),
+        dispatcher_us: per(2),
+    })
 }

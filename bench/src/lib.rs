@@ -19,8 +19,9 @@
 //!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
 //!      ─► compression ─► proxy  token ids and random bytes through a capped link,
 //!                 compression none vs zstd
-//!      ─► exactly-once ─► service  DYNAMIC scalars at-most-once vs exactly-once,
-//!                 position sizes, restore to first element
+//!      ─► exactly-once ─► service  DYNAMIC scalars at-most-once vs exactly-once
+//!                 (CPU per element of every process); eo_checkpoint: positions with
+//!                 64 splits in flight, restore to first element and to the end
 //!      ─► report ─────────── one table on stdout, the same figures as JSON
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
@@ -48,6 +49,8 @@
 pub mod compression;
 pub mod deterministic;
 pub mod driver;
+pub mod eo_checkpoint;
+pub mod eo_report;
 pub mod epoch;
 pub mod exactly_once;
 pub mod failover;

@@ -193,14 +193,18 @@ impl Client {
         Ok((job, it))
     }
 
-    /// Registers `def` and reads it: `register_dataset` + `from_dataset_id`.
+    /// Registers `def` and reads it: `register_dataset` + `from_dataset_id`. A
+    /// read restored from a position registers `def` under the position's dataset
+    /// id (the same definition gets that id back; another one is refused), since a
+    /// position restores only a read of its own dataset.
     pub async fn distribute(
         &self,
         def: &DatasetDef,
         opts: ReadOptions,
     ) -> Result<ElementStream, ClientError> {
         opts.validate()?;
-        let id = self.register_dataset(def, None).await?;
+        let restored = opts.restore.as_ref().map(|p| p.dataset_id.clone());
+        let id = self.register_dataset(def, restored.as_deref()).await?;
         self.from_dataset_id(&id, opts).await
     }
 

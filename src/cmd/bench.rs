@@ -57,8 +57,9 @@ pub struct BenchArgs {
     /// Payload MB read per case of the compression section.
     #[arg(long, default_value_t = 64, env = "SLUICE_BENCH_COMPRESSION_MB")]
     pub compression_mb: u64,
-    /// Source elements of each read of the exactly-once section.
-    #[arg(long, default_value_t = 200_000)]
+    /// Source elements of each tracking read of the exactly-once section (its
+    /// positions and restore read range(200000)).
+    #[arg(long, default_value_t = 2_000_000)]
     pub exactly_once_elements: u64,
     /// TFRecord files of the files section's sample data set.
     #[arg(long, default_value_t = 64)]

@@ -107,6 +107,8 @@ impl Report {
         failed("python", failed_error(&self.python));
         failed("compression", failed_error(&self.compression));
         failed("exactly-once", failed_error(&self.exactly_once));
+        let checkpoints = self.exactly_once.measured().map(|e| &e.checkpoints);
+        failed("exactly-once positions", checkpoints.and_then(failed_error));
         let checks = self
             .splits
             .iter()

@@ -473,47 +473,7 @@ pub(super) fn compression(r: &Report, out: &mut Lines) {
 /// EXACTLY-ONCE: the cost of tracking positions, their size, and a restore.
 pub(super) fn exactly_once(r: &Report, out: &mut Lines) {
     match &r.exactly_once {
-        Outcome::Measured(e) => {
-            out.line(format!(
-                "EXACTLY-ONCE  (DYNAMIC range({}) int64 scalars, {} per split, 2 worker \
-                 processes, 1 reader; median of {} runs each)",
-                e.elements,
-                e.elements_per_split,
-                crate::exactly_once::RUNS
-            ));
-            out.line(format!(
-                "  at-most-once {:>11.0} elements/s   exactly-once {:>11.0} elements/s   \
-                 cost {:+.1} %",
-                e.at_most_once_per_s,
-                e.exactly_once_per_s,
-                e.overhead_percent()
-            ));
-            let runs: Vec<String> = e.runs.iter().map(|(n, r)| format!("{n} {r:.0}")).collect();
-            out.line(format!("  runs, in order: {}", runs.join(", ")));
-            out.line(format!(
-                "  positions (every {} elements, shuffle of 64): {} taken, largest {} bytes \
-                 holding {} units above its watermark, slowest position() {} µs",
-                crate::exactly_once::POSITION_EVERY,
-                e.positions,
-                e.max_position_bytes,
-                e.max_units_held,
-                e.max_position_us
-            ));
-            out.line(format!(
-                "  restore from the position at half the epoch: first element after {:.1} ms, \
-                 {} elements read, the epoch exactly once",
-                e.restore_first_ms, e.restored_elements
-            ));
-            let d = &e.deterministic;
-            out.line(format!(
-                "  deterministic order (2 consumers, median of {}): exactly-once {:.0} \
-                 elements/s, deterministic {:.0} elements/s, cost {:+.1} %",
-                crate::deterministic::RUNS,
-                d.exactly_once_per_s,
-                d.deterministic_per_s,
-                d.cost_percent()
-            ));
-        }
+        Outcome::Measured(e) => crate::eo_report::lines(e, |l| out.line(l)),
         other => out.line(format!("EXACTLY-ONCE  {}", not_measured(other))),
     }
 }

@@ -210,6 +210,25 @@ impl Consumption {
         self.lock().lost.contains(&task)
     }
 
+    /// Whether more is pending than the next report carries: consumption of
+    /// two or more generations (positions taken faster than reports went), or
+    /// more runs or unit ends than one report holds. The reporter then sends
+    /// the next report at once instead of after `REPORT_INTERVAL`: a report
+    /// carries one generation, so at one report per interval the reports, and
+    /// the checkpoint watermark positions are cut at, would fall further behind
+    /// with every position.
+    pub(crate) fn backlog(&self) -> bool {
+        let s = self.lock();
+        let mut pending = s.queue.iter().filter(|p| !p.origin.is_empty());
+        match (pending.next(), pending.next()) {
+            (Some(_), Some(_)) => true,
+            (Some(p), None) => {
+                p.origin.runs.len() > MAX_REPORT_RUNS || p.origin.unit_ends.len() > MAX_REPORT_RUNS
+            }
+            _ => false,
+        }
+    }
+
     /// Waits until there is something to report.
     pub(crate) async fn wait_pending(&self) {
         loop {

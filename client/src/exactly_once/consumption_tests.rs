@@ -209,3 +209,23 @@ fn drained_is_said_only_with_everything_consumed_reported_and_again_when_asked()
     c.resend_drained();
     assert!(c.take_report().is_none());
 }
+
+#[test]
+fn positions_faster_than_reports_or_a_full_report_are_a_backlog() {
+    let c = consumption();
+    assert!(!c.backlog(), "nothing pending");
+    c.consume(1, Origin::record(0, 0));
+    assert!(!c.backlog(), "one generation's records go in one report");
+    c.position();
+    c.consume(1, Origin::record(1, 0));
+    assert!(c.backlog(), "two generations pending take two reports");
+    let first = c.take_report().expect("generation 0");
+    c.answered(first.seq, &ok(0, 0));
+    assert!(!c.backlog(), "generation 1 alone is left");
+    let second = c.take_report().expect("generation 1");
+    c.answered(second.seq, &ok(0, 1));
+    for u in 0..=MAX_REPORT_RUNS as u64 {
+        c.consume(1, Origin::record(10 + 2 * u, 0));
+    }
+    assert!(c.backlog(), "more runs than one report carries");
+}

@@ -9,7 +9,7 @@ use sluice_proto::v1 as pb;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::consumption::Consumption;
+use super::consumption::{Consumption, MAX_REPORT_RUNS};
 use crate::dispatcher::DispatcherClient;
 
 /// The least time between the starts of two reports while the application
@@ -43,17 +43,28 @@ pub(crate) async fn report_loop(
             tokio::time::sleep_until(start + REPORT_INTERVAL).await;
         }
         last_start = Some(Instant::now());
-        send_one(&dispatcher, client_id, &consumption).await;
+        // A backlog (a full report, or positions taken faster than one per
+        // interval: `Consumption::backlog`) goes at once, or the reports, the
+        // checkpoint watermark and so the positions' size would fall further
+        // behind the longer the read lasts.
+        let sent = send_one(&dispatcher, client_id, &consumption).await;
+        if sent == Some(true) || (sent.is_some() && consumption.backlog()) {
+            last_start = None;
+        }
     }
 }
 
-/// Sends one report, if one is pending; whether it was answered.
+/// Sends one report, if one is pending. `None`: it failed; `Some(full)`: it
+/// was answered (or nothing was pending), and whether it carried as many runs
+/// or unit ends as one report may.
 async fn send_one(
     dispatcher: &DispatcherClient,
     client_id: u64,
     consumption: &Consumption,
-) -> bool {
-    let Some(report) = consumption.take_report() else { return true };
+) -> Option<bool> {
+    let Some(report) = consumption.take_report() else { return Some(false) };
+    let c = &report.consumed;
+    let full = c.runs.len() / 3 >= MAX_REPORT_RUNS || c.unit_ends.len() / 2 >= MAX_REPORT_RUNS;
     let req = pb::ClientHeartbeatRequest {
         client_id,
         consumed: Some(report.consumed),
@@ -62,11 +73,11 @@ async fn send_one(
     match dispatcher.client_heartbeat_with(req).await {
         Ok(resp) => {
             consumption.answered(report.seq, &resp);
-            true
+            Some(full)
         }
         Err(e) => {
             debug!(client_id, error = %e, "a consumption report failed; it will be sent again");
-            false
+            None
         }
     }
 }
@@ -83,7 +94,7 @@ pub(crate) async fn flush(
         // Each answered report takes something out; a failed one ends the flush.
         for _ in 0..1024 {
             if consumption.take_report().is_none()
-                || !send_one(dispatcher, client_id, consumption).await
+                || send_one(dispatcher, client_id, consumption).await.is_none()
             {
                 return;
             }

@@ -34,16 +34,35 @@ use crate::tensor::Element;
 /// The records a tagged pipeline dropped (and the unit ends it reported) since
 /// they were last taken. Shared by every stage of one pipeline and by its reader.
 #[derive(Clone, Default)]
-pub struct DroppedSink(Arc<Mutex<Origin>>);
+pub struct DroppedSink(Arc<SinkInner>);
+
+#[derive(Default)]
+struct SinkInner {
+    /// Set (under the lock) when something is added, cleared by a take: the
+    /// worker takes the sink with every element, and most find it empty, so an
+    /// empty take costs one atomic load instead of a lock.
+    any: AtomicBool,
+    origin: Mutex<Origin>,
+}
 
 impl DroppedSink {
-    /// Everything dropped since the last take, leaving the sink empty.
+    /// Everything dropped since the last take, leaving the sink empty. What
+    /// another thread adds while this runs is taken by the next take.
     pub fn take(&self) -> Origin {
-        std::mem::take(&mut *lock(&self.0))
+        if !self.0.any.load(Ordering::Acquire) {
+            return Origin::default();
+        }
+        let mut origin = lock(&self.0.origin);
+        self.0.any.store(false, Ordering::Release);
+        std::mem::take(&mut *origin)
     }
 
     fn with(&self, f: impl FnOnce(&mut Origin)) {
-        f(&mut lock(&self.0))
+        let mut origin = lock(&self.0.origin);
+        f(&mut origin);
+        if !origin.is_empty() {
+            self.0.any.store(true, Ordering::Release);
+        }
     }
 }
 
