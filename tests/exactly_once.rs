@@ -13,62 +13,21 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{wait_until, Proc, DEADLINE};
+use common::eo_cluster::{self, dispatcher, Cluster};
+use common::{wait_until, DEADLINE};
 use futures::StreamExt;
 use sluice_client::{Client, ElementStream, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, Element};
 use sluice_positions::Position;
 
-fn dispatcher() -> Proc {
-    common::server(&[
-        "dispatcher",
-        "--port",
-        "0",
-        "--worker-timeout-secs",
-        "2",
-        "--client-timeout-secs",
-        "3",
-        "--elements-per-split",
-        "4",
-    ])
-}
-
-fn worker(dispatcher: &str) -> Proc {
-    common::server(&[
-        "worker",
-        "--dispatcher",
-        dispatcher,
-        "--port",
-        "0",
-        "--buffer",
-        "4",
-        "--timeout-secs",
-        "20",
-    ])
-}
-
 fn client(d: &str) -> Client {
     Client::new(&[d.to_string()], RetryPolicy::for_tests()).unwrap()
 }
 
-/// A dispatcher and two workers (the processes, killed on drop), and a client
-/// once both workers registered.
-struct Cluster {
-    address: String,
-    workers: Vec<Proc>,
-    client: Client,
-    _dispatcher: Proc,
-}
-
+/// A dispatcher and two workers (the processes, killed on drop) with task
+/// buffers of 4, and a client once both workers registered.
 async fn cluster() -> Cluster {
-    let dispatcher = dispatcher();
-    let address = dispatcher.address().to_string();
-    let workers = vec![worker(&address), worker(&address)];
-    let client = client(&address);
-    let c = &client;
-    wait_until("two workers", || async { c.status().await.is_ok_and(|s| s.workers.len() == 2) })
-        .await;
-    Cluster { address, workers, client, _dispatcher: dispatcher }
+    eo_cluster::cluster(2, 4).await
 }
 
 /// range(n) → shuffle across units → batch(5): a pipeline whose elements mix
@@ -219,7 +178,7 @@ async fn two_readers_positions_merged_restore_the_job_on_one_reader() {
 async fn a_pipeline_that_cannot_be_replayed_is_refused_when_exactly_once_is_required() {
     let d = dispatcher();
     let d = d.address().to_string();
-    let _w = worker(&d);
+    let _w = eo_cluster::worker(&d, 4);
     let c = client(&d);
     let def =
         DatasetDef::from_json(r#"{"stages": [{"range": {"stop": 10}}, {"take": {"count": 5}}]}"#)

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{wait_until, Proc};
+use common::eo_cluster::{self, Cluster};
 use futures::StreamExt;
 use sluice_client::{Client, ElementStream, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, Element};
@@ -17,54 +17,11 @@ use sluice_positions::Position;
 
 const N: i64 = 600;
 
-/// 4 units per split: 150 splits, so the order spans three blocks of 64 and
-/// the dispatcher's window holds grants back until consumption catches up.
-fn dispatcher() -> Proc {
-    common::server(&[
-        "dispatcher",
-        "--port",
-        "0",
-        "--worker-timeout-secs",
-        "2",
-        "--client-timeout-secs",
-        "3",
-        "--elements-per-split",
-        "4",
-    ])
-}
-
-fn worker(dispatcher: &str) -> Proc {
-    common::server(&[
-        "worker",
-        "--dispatcher",
-        dispatcher,
-        "--port",
-        "0",
-        "--buffer",
-        "2",
-        "--timeout-secs",
-        "20",
-    ])
-}
-
-struct Cluster {
-    address: String,
-    workers: Vec<Proc>,
-    client: Client,
-    _dispatcher: Proc,
-}
-
+/// 4 units per split (150 splits, so the order spans three blocks of 64 and
+/// the dispatcher's window holds grants back until consumption catches up),
+/// task buffers of 2.
 async fn cluster(workers: usize) -> Cluster {
-    let dispatcher = dispatcher();
-    let address = dispatcher.address().to_string();
-    let procs = (0..workers).map(|_| worker(&address)).collect();
-    let client = Client::new(std::slice::from_ref(&address), RetryPolicy::for_tests()).unwrap();
-    let c = &client;
-    wait_until("the workers", || async {
-        c.status().await.is_ok_and(|s| s.workers.len() == workers)
-    })
-    .await;
-    Cluster { address, workers: procs, client, _dispatcher: dispatcher }
+    eo_cluster::cluster(workers, 2).await
 }
 
 fn range() -> DatasetDef {

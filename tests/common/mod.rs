@@ -4,6 +4,7 @@
 //! the binary under test.
 #![allow(dead_code)]
 
+pub mod eo_cluster;
 pub mod scrape;
 
 use std::collections::BTreeMap;
