@@ -27,12 +27,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use futures::StreamExt;
 use serde::Serialize;
+use sluice_client::{ProcessingMode, ReadOptions};
 use sluice_dataset::DatasetDef;
 use sluice_positions::Position;
 
-use crate::exactly_once::{eo_options, Spread, ELEMENTS_PER_SPLIT};
+use crate::measure::Spread;
 use crate::service::Service;
 use crate::streaming::{READ_TIMEOUT, WORKERS};
+/// Source elements per split in (b) and (c): a split is 100 scalars, as a file
+/// of a small record set would be.
+pub const ELEMENTS_PER_SPLIT: u64 = 100;
 
 /// Splits the positions are measured with in flight.
 pub const SPLITS_IN_FLIGHT: u64 = 64;
@@ -225,4 +229,9 @@ pub async fn run(service: &Service) -> anyhow::Result<Checkpoints> {
 /// The time the full-speed read would take for `elements` at its rate.
 pub fn fresh_time(c: &Checkpoints, elements: u64) -> Duration {
     Duration::from_secs_f64(elements as f64 / c.full_speed_per_s.max(1e-9))
+}
+
+/// An exactly-once read of job `job`.
+fn eo_options(job: &str) -> ReadOptions {
+    ReadOptions::new(ProcessingMode::Dynamic).job_name(job).exactly_once(true)
 }

@@ -2,9 +2,11 @@
 //! [`crate::exactly_once`] and [`crate::eo_checkpoint`]), each next to what
 //! bounds it in the same run.
 
-use crate::eo_checkpoint::{fresh_time, MIN_ELEMENTS, POSITION_EVERY, SPLITS_IN_FLIGHT};
-use crate::exactly_once::{ExactlyOnceBench, Spread, ELEMENTS_PER_SPLIT, RUNS};
-use crate::measure::{failed_error, Outcome};
+use crate::eo_checkpoint::{
+    fresh_time, ELEMENTS_PER_SPLIT, MIN_ELEMENTS, POSITION_EVERY, SPLITS_IN_FLIGHT,
+};
+use crate::exactly_once::{ExactlyOnceBench, RUNS};
+use crate::measure::{failed_error, Outcome, Spread};
 use sluice_client::exactly_once::REPORT_INTERVAL;
 
 fn spread(s: &Spread, digits: usize) -> String {

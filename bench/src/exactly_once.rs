@@ -22,8 +22,9 @@ use serde::Serialize;
 use sluice_client::{ProcessingMode, ReadOptions};
 use sluice_dataset::DatasetDef;
 
-use crate::eo_checkpoint::{self, Checkpoints};
+use crate::eo_checkpoint::{self, Checkpoints, ELEMENTS_PER_SPLIT};
 use crate::measure::Outcome;
+use crate::measure::Spread;
 use crate::procstat::cpu_time;
 use crate::service::Service;
 use crate::streaming::{READ_TIMEOUT, WORKERS};
@@ -36,9 +37,6 @@ pub const RUNS: usize = 5;
 /// the same. (With 100 per split both deliveries ran at ~260,000 elements/s,
 /// bound by the grants.)
 pub const TRACKING_ELEMENTS_PER_SPLIT: u64 = 10_000;
-/// Source elements per split in (b) and (c): a split is 100 scalars, as a file
-/// of a small record set would be.
-pub const ELEMENTS_PER_SPLIT: u64 = 100;
 
 #[derive(Clone, Copy, Debug)]
 pub struct ExactlyOnceConfig {
@@ -57,29 +55,6 @@ pub struct TrackingRun {
     pub reader_us: f64,
     pub workers_us: f64,
     pub dispatcher_us: f64,
-}
-
-/// Median and extremes of one figure over the runs of one delivery.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    pub(crate) fn of(mut v: Vec<f64>) -> Spread {
-        v.sort_by(f64::total_cmp);
-        match (v.first(), v.last()) {
-            (Some(min), Some(max)) => Spread { median: v[v.len() / 2], min: *min, max: *max },
-            _ => Spread::default(),
-        }
-    }
-
-    /// (max - min) / median, in percent: the run-to-run noise.
-    pub fn noise_percent(&self) -> f64 {
-        100.0 * (self.max - self.min) / self.median.max(1e-9)
-    }
 }
 
 /// (a) summarised for one delivery.
@@ -137,10 +112,6 @@ fn options(exactly_once: bool, job: &str) -> ReadOptions {
     } else {
         o
     }
-}
-
-pub(crate) fn eo_options(job: &str) -> ReadOptions {
-    options(true, job)
 }
 
 pub async fn run(

@@ -75,3 +75,26 @@ pub fn ms(v: f64) -> String {
         format!("{:.2} s", v / 1000.0)
     }
 }
+
+/// Median and extremes of one figure over runs.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub(crate) fn of(mut v: Vec<f64>) -> Spread {
+        v.sort_by(f64::total_cmp);
+        match (v.first(), v.last()) {
+            (Some(min), Some(max)) => Spread { median: v[v.len() / 2], min: *min, max: *max },
+            _ => Spread::default(),
+        }
+    }
+
+    /// (max - min) / median, in percent: the run-to-run noise.
+    pub fn noise_percent(&self) -> f64 {
+        100.0 * (self.max - self.min) / self.median.max(1e-9)
+    }
+}
