@@ -98,6 +98,8 @@ pub struct ElementStream {
     manager: JoinHandle<()>,
     /// Exactly-once reads: the consumption and the task sending its reports.
     consumption: Option<(Arc<Consumption>, JoinHandle<()>)>,
+    /// The drained count last given to the consumption (0: not drained).
+    drained: u64,
     delivery: Delivery,
     dispatcher: DispatcherClient,
     runtime: tokio::runtime::Handle,
@@ -157,6 +159,7 @@ impl ElementStream {
             current_task: 0,
             manager,
             consumption,
+            drained: 0,
             delivery: info.delivery,
             dispatcher: info.dispatcher,
             runtime: tokio::runtime::Handle::current(),
@@ -246,10 +249,14 @@ impl ElementStream {
             self.metrics.asked();
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(Ok(received))) => {
-                    if let Some((consumption, _)) = &self.consumption {
-                        // Nothing is in hand here: a marker says the reader holds
-                        // nothing of its ended tasks; a message says otherwise.
-                        consumption.set_drained(received.drained_tasks);
+                    // Nothing is in hand here: a marker says the reader holds
+                    // nothing of its ended tasks; a message says otherwise. Told
+                    // only when it changes (not one lock per message).
+                    if received.drained_tasks != self.drained {
+                        self.drained = received.drained_tasks;
+                        if let Some((consumption, _)) = &self.consumption {
+                            consumption.set_drained(self.drained);
+                        }
                     }
                     self.current_source = received.source;
                     self.current_task = received.task_id;
