@@ -160,6 +160,7 @@ pub fn at_most_once_reason(
 /// acknowledgements, or a generation to record.
 pub fn report_matters(r: &pb::ConsumedReport) -> bool {
     !r.runs.is_empty()
+        || !r.firsts.is_empty()
         || !r.unit_ends.is_empty()
         || !r.lost_tasks_done.is_empty()
         || r.generation > 0
@@ -167,7 +168,10 @@ pub fn report_matters(r: &pb::ConsumedReport) -> bool {
 
 /// Whether a report carries nothing but its generation.
 pub fn report_is_only_known_generation(r: &pb::ConsumedReport) -> bool {
-    r.runs.is_empty() && r.unit_ends.is_empty() && r.lost_tasks_done.is_empty()
+    r.runs.is_empty()
+        && r.firsts.is_empty()
+        && r.unit_ends.is_empty()
+        && r.lost_tasks_done.is_empty()
 }
 
 /// The generation recorded for an exactly-once iteration's consumer.
@@ -192,17 +196,35 @@ pub fn report_command(client_id: u64, r: &pb::ConsumedReport) -> Result<Command,
     if r.unit_ends.len() / 2 > MAX_REPORT_RUNS {
         return Err(too_many(r.unit_ends.len() / 2, "unit ends"));
     }
+    if r.firsts.len() / 2 > MAX_REPORT_RUNS {
+        return Err(too_many(r.firsts.len() / 2, "spans of first records"));
+    }
     if r.lost_tasks_done.len() > MAX_REPORT_RUNS {
         return Err(too_many(r.lost_tasks_done.len(), "lost tasks"));
     }
     let bad = |e: sluice_positions::PositionError| {
         Status::invalid_argument(format!("ClientHeartbeatRequest.consumed: {e}"))
     };
-    Ok(Command::ReportConsumed {
+    let runs = sluice_positions::wire::runs_from_flat(&r.runs).map_err(bad)?;
+    let unit_ends = sluice_positions::wire::ends_from_flat(&r.unit_ends).map_err(bad)?;
+    let lost_tasks_done = r.lost_tasks_done.clone();
+    let generation = r.generation;
+    if r.firsts.is_empty() {
+        return Ok(Command::ReportConsumed {
+            client_id,
+            generation,
+            runs,
+            unit_ends,
+            lost_tasks_done,
+        });
+    }
+    let firsts = sluice_positions::wire::spans_from_flat(&r.firsts).map_err(bad)?;
+    Ok(Command::ReportConsumedSpans {
         client_id,
-        generation: r.generation,
-        runs: sluice_positions::wire::runs_from_flat(&r.runs).map_err(bad)?,
-        unit_ends: sluice_positions::wire::ends_from_flat(&r.unit_ends).map_err(bad)?,
-        lost_tasks_done: r.lost_tasks_done.clone(),
+        generation,
+        runs,
+        firsts,
+        unit_ends,
+        lost_tasks_done,
     })
 }

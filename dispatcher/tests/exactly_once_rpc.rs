@@ -116,6 +116,14 @@ async fn exactly_once_jobs_reports_and_restores_over_grpc() {
     let err = c.client_heartbeat(hb(Some(flood), 0)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("65537 runs"), "{err}");
+    // A span of first records: units 2 and 3 in one entry.
+    let spans = pb::ConsumedReport { firsts: vec![2, 2], ..Default::default() };
+    let third = c.client_heartbeat(hb(Some(spans), 0)).await.unwrap().into_inner();
+    assert_eq!((third.checkpoint_watermark, third.checkpoint_generation), (4, 0));
+    let ragged = pb::ConsumedReport { firsts: vec![4, 1, 5], ..Default::default() };
+    let err = c.client_heartbeat(hb(Some(ragged), 0)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("3 span numbers"), "{err}");
 
     let position = |job_name: &str| Position {
         job_name: job_name.into(),

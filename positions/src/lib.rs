@@ -20,12 +20,14 @@
 //! or a user's bytes is checked against [`limits`] before it allocates.
 
 mod error;
+mod log;
 mod origin;
 mod position;
 mod records;
 pub mod wire;
 
 pub use error::PositionError;
+pub use log::ConsumedLog;
 pub use origin::{Origin, Run};
 pub use position::{Position, POSITION_FORMAT};
 pub use records::{RecordSet, UnitRecords};

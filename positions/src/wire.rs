@@ -40,6 +40,19 @@ pub fn runs_from_flat(flat: &[u64]) -> Result<Vec<Run>, PositionError> {
         .collect()
 }
 
+/// Reads `(begin, count)` span pairs (`ConsumedReport.firsts`); refuses a
+/// ragged column, an empty span, a span past u64 or more than [`MAX_RUNS`].
+pub fn spans_from_flat(flat: &[u64]) -> Result<Vec<(u64, u64)>, PositionError> {
+    if !flat.len().is_multiple_of(2) {
+        return Err(malformed(format!("{} span numbers is not a multiple of 2", flat.len())));
+    }
+    let spans = ends_from_flat(flat)?;
+    if let Some((b, n)) = spans.iter().find(|(b, n)| *n == 0 || b.checked_add(*n).is_none()) {
+        return Err(malformed(format!("invalid span of first records: {n} units from unit {b}")));
+    }
+    Ok(spans)
+}
+
 pub fn ends_to_flat(ends: impl IntoIterator<Item = (u64, u64)>, out: &mut Vec<u64>) {
     for (u, n) in ends {
         out.extend([u, n]);

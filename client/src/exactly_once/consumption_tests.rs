@@ -15,8 +15,26 @@ fn ok(watermark: u64, generation: u64) -> pb::ClientHeartbeatResponse {
     }
 }
 
+/// The report's records as runs: its runs, then its spans of first records one
+/// unit at a time.
 fn runs(r: &Report) -> Vec<Run> {
-    runs_from_flat(&r.consumed.runs).unwrap()
+    let mut runs = runs_from_flat(&r.consumed.runs).unwrap();
+    for (begin, count) in ends_from_flat(&r.consumed.firsts).unwrap() {
+        runs.extend((begin..begin + count).map(|u| Run::record(u, 0)));
+    }
+    runs
+}
+
+#[test]
+fn first_records_of_consecutive_units_go_as_one_span() {
+    let c = consumption();
+    for u in 100..1100 {
+        assert!(c.consume(1, Origin::record(u, 0)));
+    }
+    let r = c.take_report().unwrap();
+    assert!(r.consumed.runs.is_empty());
+    assert_eq!(r.consumed.firsts, vec![100, 1000], "one (first unit, count) pair");
+    assert_eq!(c.own_run_count(), 1, "the position log holds one span too");
 }
 
 #[test]
@@ -75,7 +93,7 @@ fn reports_keep_generations_apart_and_announce_a_new_one() {
     // generation, once.
     c.position();
     let e = c.take_report().expect("announce generation 2");
-    assert_eq!((e.consumed.generation, e.consumed.runs.len()), (2, 0));
+    assert_eq!((e.consumed.generation, runs(&e).len()), (2, 0));
     c.answered(e.seq, &ok(0, 0));
     assert!(c.take_report().is_none());
 }
@@ -121,7 +139,7 @@ fn a_position_is_the_watermark_and_own_records_above_it() {
     assert_eq!((p.generation, p.consumed.watermark()), (1, 3));
     assert!(p.consumed.contains(2, 0), "unit 2 was consumed by another reader");
     assert!(p.consumed.contains(4, 0) && !p.consumed.contains(5, 0));
-    assert_eq!(c.own_run_count(), 2, "own records below the watermark are pruned");
+    assert_eq!(c.own_run_count(), 1, "own records below the watermark are pruned: one span (3, 4)");
 }
 
 #[test]
@@ -183,7 +201,7 @@ fn drained_is_said_only_with_everything_consumed_reported_and_again_when_asked()
     c.set_drained(2);
     c.answered(first.seq, &ok(0, 0));
     let said = c.take_report().expect("the drained state is news");
-    assert_eq!((said.consumed.drained_tasks, said.consumed.runs.len()), (2, 0));
+    assert_eq!((said.consumed.drained_tasks, runs(&said).len()), (2, 0));
     c.answered(said.seq, &ok(0, 0));
     assert!(c.take_report().is_none(), "said once");
     c.resend_drained();
