@@ -27,7 +27,8 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 use sluice_dataset::Element;
-use sluice_positions::{Origin, Position};
+use sluice_positions::wire::ElementOrigins;
+use sluice_positions::Position;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{debug, Instrument};
@@ -44,7 +45,7 @@ pub(crate) struct Received {
     pub task_id: u64,
     pub elements: Vec<Element>,
     /// Exactly-once reads: one origin per element. Empty otherwise.
-    pub origins: Vec<Origin>,
+    pub origins: ElementOrigins,
     /// Deterministic order: the split the message belongs to.
     pub split: Option<sluice_proto::v1::SplitNotice>,
     /// Exactly-once reads: non-zero in the manager's *drained* marker (no
@@ -56,7 +57,8 @@ pub(crate) struct Received {
 impl Received {
     /// Elements without origins (at-most-once reads).
     pub(crate) fn plain(source: Arc<str>, task_id: u64, elements: Vec<Element>) -> Self {
-        Received { source, task_id, elements, origins: Vec::new(), split: None, drained_tasks: 0 }
+        let origins = ElementOrigins::default();
+        Received { source, task_id, elements, origins, split: None, drained_tasks: 0 }
     }
 
     /// The manager's marker: this reader's first `tasks` tasks all ended.
@@ -91,7 +93,9 @@ pub struct ElementStream {
     rx: mpsc::Receiver<Batch>,
     current: std::vec::IntoIter<Element>,
     /// Exactly-once reads: the origins of `current`'s elements.
-    current_origins: std::vec::IntoIter<Origin>,
+    current_origins: ElementOrigins,
+    /// The index in `current_origins` of the next element of `current`.
+    current_index: usize,
     /// The worker and task that produced `current`.
     current_source: Arc<str>,
     current_task: u64,
@@ -154,7 +158,8 @@ impl ElementStream {
         ElementStream {
             rx,
             current: Vec::new().into_iter(),
-            current_origins: Vec::new().into_iter(),
+            current_origins: ElementOrigins::default(),
+            current_index: 0,
             current_source: Arc::from(""),
             current_task: 0,
             manager,
@@ -234,10 +239,10 @@ impl ElementStream {
                 if let Some((consumption, _)) = &self.consumption {
                     // Consumed now, as it is handed out; or dropped, with the rest of
                     // its message, if its task was lost meanwhile.
-                    let origin = self.current_origins.next().unwrap_or_default();
-                    if !consumption.consume(self.current_task, origin) {
+                    let runs = self.current_origins.runs_of(self.current_index);
+                    self.current_index += 1;
+                    if !consumption.consume_records(self.current_task, runs, &[]) {
                         self.current = Vec::new().into_iter();
-                        self.current_origins = Vec::new().into_iter();
                         continue;
                     }
                 }
@@ -261,7 +266,8 @@ impl ElementStream {
                     self.current_source = received.source;
                     self.current_task = received.task_id;
                     self.current = received.elements.into_iter();
-                    self.current_origins = received.origins.into_iter();
+                    self.current_origins = received.origins;
+                    self.current_index = 0;
                 }
                 Poll::Ready(Some(Err(e))) => {
                     self.rx.close();
@@ -280,16 +286,15 @@ async fn pump(mut rx: mpsc::Receiver<Batch>, shared: Arc<reorder::Shared>) {
     loop {
         let message = rx.recv().await.map(|batch| {
             batch.map(|r| {
-                let origins = r.origins.into_iter().chain(std::iter::repeat_with(Origin::default));
                 let items = r
                     .elements
                     .into_iter()
-                    .zip(origins)
-                    .map(|(element, origin)| reorder::Item {
+                    .enumerate()
+                    .map(|(i, element)| reorder::Item {
                         source: r.source.clone(),
                         task_id: r.task_id,
                         element,
-                        origin,
+                        origin: r.origins.origin(i),
                     })
                     .collect();
                 reorder::Message {

@@ -6,6 +6,8 @@ use futures::StreamExt;
 use sluice_dataset::Tensor;
 use sluice_positions::wire::join_positions;
 
+use sluice_positions::Origin;
+
 use super::*;
 use crate::exactly_once::take_origins;
 use crate::retry::RetryPolicy;

@@ -66,10 +66,15 @@ impl ConsumedLog {
 
     /// Appends everything `origin` names.
     pub fn push_origin(&mut self, origin: &Origin) {
-        for r in &origin.runs {
+        self.push(&origin.runs, &origin.unit_ends);
+    }
+
+    /// Appends runs and unit ends.
+    pub fn push(&mut self, runs: &[Run], unit_ends: &[(u64, u64)]) {
+        for r in runs {
             self.push_run(*r);
         }
-        self.unit_ends.extend_from_slice(&origin.unit_ends);
+        self.unit_ends.extend_from_slice(unit_ends);
     }
 
     /// Moves everything of `other` to the end of this log.

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use sluice_positions::wire::{ends_to_flat, runs_to_flat};
-use sluice_positions::{ConsumedLog, Origin, Position, RecordSet, UnitRecords};
+use sluice_positions::{ConsumedLog, Origin, Position, RecordSet, Run, UnitRecords};
 use sluice_proto::v1 as pb;
 use tokio::sync::Notify;
 
@@ -141,15 +141,26 @@ impl Consumption {
     /// Records `origin`, taken from `task`: an element the application took, or
     /// a message's own records when it arrives. `false` (and nothing recorded)
     /// when the task was lost: its elements must be dropped.
-    pub(crate) fn consume(&self, task: u64, origin: Origin) -> bool {
+    pub(crate) fn consume(&self, task: u64, origin: &Origin) -> bool {
+        self.consume_records(task, &origin.runs, &origin.unit_ends)
+    }
+
+    /// [`Self::consume`] of runs and unit ends (an element's, without making it
+    /// an `Origin`).
+    pub(crate) fn consume_records(
+        &self,
+        task: u64,
+        runs: &[Run],
+        unit_ends: &[(u64, u64)],
+    ) -> bool {
         let mut s = self.lock();
         if !s.lost.is_empty() && s.lost.contains(&task) {
             return false;
         }
-        if origin.is_empty() {
+        if runs.is_empty() && unit_ends.is_empty() {
             return true;
         }
-        let became_pending = s.record(&origin);
+        let became_pending = s.record(runs, unit_ends);
         drop(s);
         if became_pending {
             self.pending.notify_one();
@@ -322,11 +333,11 @@ impl Consumption {
 impl State {
     /// Appends `origin` to the current generation's pending report and to the
     /// position log; whether that made something pending.
-    fn record(&mut self, origin: &Origin) -> bool {
+    fn record(&mut self, runs: &[Run], unit_ends: &[(u64, u64)]) -> bool {
         let back = self.queue.back_mut().expect("the queue is never empty");
         let was_empty = back.log.is_empty();
-        back.log.push_origin(origin);
-        self.unfolded.push_origin(origin);
+        back.log.push(runs, unit_ends);
+        self.unfolded.push(runs, unit_ends);
         if self.unfolded.len() >= FOLD_EVERY {
             self.fold();
         }
