@@ -148,9 +148,13 @@ impl ElementStream {
             }
             _ => None,
         };
+        let interval = match info.order {
+            Some(_) => exactly_once::ORDERED_REPORT_INTERVAL,
+            None => exactly_once::REPORT_INTERVAL,
+        };
         let consumption = info.consumption.map(|c| {
-            let reporter =
-                exactly_once::report_loop(info.dispatcher.clone(), info.client_id, c.clone());
+            let (d, id) = (info.dispatcher.clone(), info.client_id);
+            let reporter = exactly_once::report_loop(d, id, c.clone(), interval);
             (c, tokio::spawn(reporter.instrument(span.clone())))
         });
         let manager = tokio::spawn(manage(tx, loss.clone()).instrument(span));

@@ -365,6 +365,17 @@ impl RecordSet {
         merge_runs(self.partial_runs(0, u64::MAX), self.first_runs(0, u64::MAX))
     }
 
+    /// The held ranges of units not in a span (what `runs` lists besides the
+    /// spans' units), in (unit, first) order.
+    pub fn ranges(&self) -> impl Iterator<Item = Run> + '_ {
+        self.partial_runs(0, u64::MAX)
+    }
+
+    /// Whether any unit is held in a span of first records.
+    pub fn has_spans(&self) -> bool {
+        !self.firsts.is_empty()
+    }
+
     /// Spans `(begin, end)` of units whose only consumed record is record 0.
     pub fn first_spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.firsts.iter().map(|(b, e)| (*b, *e))

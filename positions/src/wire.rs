@@ -84,20 +84,38 @@ impl Origin {
 }
 
 impl RecordSet {
+    /// The wire form: spans of first records as `firsts` (Position format 2),
+    /// the other units' ranges as `runs`; a set without spans is format 1.
     pub fn to_pb(&self) -> pb::ConsumedRecords {
         let mut runs = Vec::new();
-        runs_to_flat(self.runs(), &mut runs);
+        runs_to_flat(self.ranges(), &mut runs);
         let mut unit_ends = Vec::new();
         ends_to_flat(self.ends(), &mut unit_ends);
-        pb::ConsumedRecords { watermark: self.watermark(), runs, unit_ends }
+        let mut firsts = Vec::new();
+        ends_to_flat(self.first_spans().map(|(b, e)| (b, e - b)), &mut firsts);
+        pb::ConsumedRecords { watermark: self.watermark(), runs, unit_ends, firsts }
     }
 
+    /// Refuses what [`runs_from_flat`] and [`spans_from_flat`] refuse, and
+    /// more than [`MAX_RUNS`] units held in runs and spans together: a span is
+    /// one entry here, but the dispatcher's persisted form lists its units one by
+    /// one, so the bound of format 1 (one run per unit) is kept.
     pub fn from_pb(c: &pb::ConsumedRecords) -> Result<RecordSet, PositionError> {
-        Ok(RecordSet::from_parts(
-            c.watermark,
-            runs_from_flat(&c.runs)?,
-            ends_from_flat(&c.unit_ends)?,
-        ))
+        let runs = runs_from_flat(&c.runs)?;
+        let spans = spans_from_flat(&c.firsts)?;
+        let units = spans.iter().try_fold(runs.len() as u64, |n, (_, count)| n.checked_add(*count));
+        if units.is_none_or(|n| n > MAX_RUNS as u64) {
+            return Err(malformed(format!(
+                "{} runs and {} spans hold more than {MAX_RUNS} units",
+                runs.len(),
+                spans.len()
+            )));
+        }
+        let mut set = RecordSet::from_parts(c.watermark, runs, ends_from_flat(&c.unit_ends)?);
+        for (begin, count) in spans {
+            set.insert_firsts(begin, count);
+        }
+        Ok(set)
     }
 }
 
