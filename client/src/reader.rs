@@ -78,6 +78,8 @@ pub(crate) struct StreamInfo {
     pub iteration_id: u64,
     pub client_id: u64,
     pub delivery: Delivery,
+    /// At-most-once reads of a DYNAMIC job: why (the dispatcher's answer).
+    pub at_most_once_reason: String,
     /// Exactly-once reads: their consumption (shared with the manager).
     pub consumption: Option<Arc<Consumption>>,
     /// Deterministic order: (consumer index, number of consumers).
@@ -105,6 +107,7 @@ pub struct ElementStream {
     /// The drained count last given to the consumption (0: not drained).
     drained: u64,
     delivery: Delivery,
+    at_most_once_reason: String,
     dispatcher: DispatcherClient,
     runtime: tokio::runtime::Handle,
     iteration_id: u64,
@@ -170,6 +173,7 @@ impl ElementStream {
             consumption,
             drained: 0,
             delivery: info.delivery,
+            at_most_once_reason: info.at_most_once_reason,
             dispatcher: info.dispatcher,
             runtime: tokio::runtime::Handle::current(),
             iteration_id: info.iteration_id,
@@ -184,6 +188,16 @@ impl ElementStream {
     /// The delivery the dispatcher answered for this read's job.
     pub fn delivery(&self) -> Delivery {
         self.delivery
+    }
+
+    /// Why this read is at-most-once, as the dispatcher said (which stage keeps
+    /// the pipeline from being replayed, or which option): `None` for an
+    /// exactly-once read. What a read with `exactly_once_auto` fell back for.
+    pub fn at_most_once_reason(&self) -> Option<&str> {
+        match self.delivery {
+            Delivery::ExactlyOnce => None,
+            Delivery::AtMostOnce => Some(&self.at_most_once_reason),
+        }
     }
 
     /// This reader's position (its checkpoint; docs/exactly-once.md,

@@ -45,6 +45,7 @@ fn info(consumption: Option<Arc<Consumption>>) -> StreamInfo {
         iteration_id: 1,
         client_id: 1,
         delivery,
+        at_most_once_reason: String::new(),
         consumption,
         order: None,
     }
