@@ -179,11 +179,15 @@ impl Progress {
         self.orphans.iter().position(|o| o.waiting.is_empty())
     }
 
-    /// Forgets granted ranges wholly below the watermark.
-    pub fn trim_granted(&mut self) {
+    /// Forgets granted ranges wholly below the watermark. An empty range (a
+    /// deterministic order's announcement of a split that was all whole when
+    /// granted) is kept while `announced(begin)` says its consumer may still
+    /// wait for it: its consumer learns the place is done only from the
+    /// announcement, and a lost task's must be made again (`orphans.rs`).
+    pub fn trim_granted(&mut self, announced: impl Fn(u64) -> bool) {
         let w = self.consumed.watermark();
         for ranges in self.granted.values_mut() {
-            ranges.retain(|_, end| *end > w);
+            ranges.retain(|begin, end| *end > w || (*begin == *end && announced(*begin)));
         }
         self.granted.retain(|_, r| !r.is_empty());
     }

@@ -134,6 +134,55 @@ fn a_restored_whole_split_is_granted_empty_so_its_consumer_moves_past_it() {
     assert_eq!(ordered_grant(&mut s, task, k + 1).unwrap().3.index, k + 1);
 }
 
+/// Found by the chaos scenario `deterministic` (a stall: docs/chaos.md): a task
+/// lost after its empty grant of a restored whole split, and before its
+/// consumer heard of it, left that place unannounced for good. Now the place is
+/// announced again, empty, by the next task; also after reports moved the
+/// watermark past the split (it is above the floor, so its consumer may wait).
+#[test]
+fn the_empty_grant_of_a_lost_task_is_announced_again() {
+    let mut s = State::default();
+    let (ds, job, _, _, _) = setup(&mut s, 8, 2);
+    let splits = order::split_count(2, 8);
+    let k = (0..splits).find(|k| order::split_at(ORDER.seed, splits, *k) != 0).unwrap();
+    let first = order::split_at(ORDER.seed, splits, k);
+    let mut consumed = RecordSet::new();
+    consumed.insert(Run { unit: first * 2, first: 0, count: 1 });
+    consumed.insert(Run { unit: first * 2 + 1, first: 0, count: 1 });
+    let mut restore = restore_cmd(job, "det", &ds, 0, consumed, 7);
+    if let Command::RestoreIteration { elements_per_split, .. } = &mut restore {
+        *elements_per_split = 2;
+    }
+    let (it, c) = iteration_answer(ok(&mut s, restore));
+    let task = s.iterations[&it].tasks[0];
+    let mut before = vec![];
+    for seq in 0..=k {
+        before.push(ordered_grant(&mut s, task, seq).unwrap());
+    }
+    assert_eq!(before[k as usize].0, before[k as usize].1, "place {k} was granted empty");
+    // Every unit below the empty split consumed: the watermark passes it, and
+    // the place stays above the floor of the watermark's block.
+    let below: Vec<(u64, u64, u64)> = (0..first * 2).map(|u| (u, 0, 1)).collect();
+    report(&mut s, c, 0, &below, &[], &[]).unwrap();
+    let w = s.exactly_once.iterations[&it].consumed.watermark();
+    assert!(w > first * 2 + 1, "the watermark {w} passed the empty split");
+    assert!(k >= order::floor(w, 2));
+    ok(&mut s, Command::WorkerLost { address: "w1:1".into(), worker_uid: 1 });
+    report(&mut s, c, 0, &[], &[], &[task]).unwrap();
+    let tasks = worker(&mut s, "w1:1", 2);
+    let fresh = *tasks.iter().find(|t| **t != task).expect("a fresh task");
+    let mut after = vec![];
+    for seq in 0..splits + 2 {
+        match ok(&mut s, get_split(fresh, 2, seq, 0, 16)) {
+            Response::OrderedSplit { answer, place, .. } => after.push((answer, place.index)),
+            Response::Split(SplitAnswer::EndOfSplits) => break,
+            r => panic!("{r:?}"),
+        }
+    }
+    let empty = SplitAnswer::Split { begin: first * 2, end: first * 2 };
+    assert!(after.contains(&(empty, k)), "place {k} announced again, empty: {after:?}");
+}
+
 #[test]
 fn a_restored_iteration_starts_at_the_floor_of_its_watermark() {
     let mut s = State::default();

@@ -90,6 +90,7 @@ pub(crate) fn report(
             "invalid span of first records: {n} units from unit {b}"
         )));
     }
+    let shape = super::ordered::Shape::of(state, iteration_id);
     let p = state.exactly_once.iterations.get_mut(&iteration_id).ok_or_else(|| {
         StateError::FailedPrecondition(format!(
             "iteration {iteration_id} is not exactly-once (its job was created without \
@@ -107,7 +108,8 @@ pub(crate) fn report(
             o.waiting.remove(&client_id);
         }
     }
-    p.trim_granted();
+    let watermark = p.consumed.watermark();
+    p.trim_granted(|unit| shape.as_ref().is_some_and(|s| s.may_be_awaited(unit, watermark)));
     // The last consumption can be what completes an exactly-once iteration.
     let complete = state
         .iterations

@@ -46,6 +46,14 @@ impl Shape {
     pub(crate) fn place(&self, unit: u64, watermark: u64) -> Place {
         order::place_of_unit(self.order, self.units_per_split, self.cardinality, unit, watermark)
     }
+
+    /// Whether a consumer may still wait for the announcement of the split at
+    /// `unit`: its place is not below the floor of `watermark` (a consumer
+    /// moves past every place below the floor without announcements).
+    pub(crate) fn may_be_awaited(&self, unit: u64, watermark: u64) -> bool {
+        let place = self.place(unit, watermark);
+        place.index >= place.floor
+    }
 }
 
 pub(crate) fn grant(state: &mut State, ask: Ask, shape: Shape) -> Response {
@@ -96,16 +104,22 @@ pub(crate) fn grant(state: &mut State, ask: Ask, shape: Shape) -> Response {
 fn take_ready_orphan(p: &mut Progress, shape: &Shape) -> Option<(u64, u64, Vec<Run>)> {
     while let Some(i) = p.ready_orphan() {
         let place = shape.place(p.orphans[i].begin, 0);
-        let mut first = u64::MAX;
+        let (mut first, mut announcement) = (u64::MAX, false);
         p.orphans.retain(|o| {
             let take = o.waiting.is_empty() && (place.begin..place.end).contains(&o.begin);
             if take {
                 first = first.min(o.begin);
+                announcement |= o.begin == o.end;
             }
             !take
         });
         if let Some(&(b, _)) = p.unfinished_ranges(first, place.end).first() {
             return Some((b, place.end, p.consumed.runs_in(b, place.end)));
+        }
+        // A lost task's announcement of a split all whole: made again, empty,
+        // or its consumer would wait for the place forever.
+        if announcement {
+            return Some((place.begin, place.begin, vec![]));
         }
     }
     None

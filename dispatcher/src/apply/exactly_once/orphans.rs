@@ -26,6 +26,12 @@ pub(crate) fn orphan_task(state: &mut State, iteration_id: IterationId, task_id:
     p.last_skips.remove(&task_id);
     let Some(ranges) = p.granted.remove(&task_id) else { return };
     for (begin, end) in ranges {
+        if begin == end {
+            // A deterministic order's announcement of a split all whole: its
+            // consumer may not have received it (`ordered.rs` makes it again).
+            p.orphans.push(Orphan { task_id, begin, end, waiting: clients.clone() });
+            continue;
+        }
         for (begin, end) in p.unfinished_ranges(begin, end) {
             p.orphans.push(Orphan { task_id, begin, end, waiting: clients.clone() });
         }
