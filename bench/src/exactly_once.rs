@@ -42,6 +42,8 @@ pub const TRACKING_ELEMENTS_PER_SPLIT: u64 = 10_000;
 pub struct ExactlyOnceConfig {
     /// `range(N)` of every read.
     pub elements: u64,
+    /// Run (a) only: (b)-(d) are reported skipped (profiling the tracking).
+    pub tracking_only: bool,
 }
 
 /// One read of (a).
@@ -153,10 +155,17 @@ pub async fn run(
     };
     let (at_most_once, exactly_once) = (summary("at-most-once"), summary("exactly-once"));
     drop(service);
-    let service = Service::start(exe, WORKERS, ELEMENTS_PER_SPLIT, logs, "eo-checkpoint").await?;
-    let checkpoints = Outcome::from_result(eo_checkpoint::run(&service).await);
-    let deterministic =
-        Outcome::from_result(crate::deterministic::run(&service, cfg.elements).await);
+    let (checkpoints, deterministic) = if cfg.tracking_only {
+        let skipped = || Outcome::Skipped { reason: "--exactly-once-tracking-only".into() };
+        (skipped(), skipped())
+    } else {
+        let service =
+            Service::start(exe, WORKERS, ELEMENTS_PER_SPLIT, logs, "eo-checkpoint").await?;
+        let checkpoints = Outcome::from_result(eo_checkpoint::run(&service).await);
+        let deterministic =
+            Outcome::from_result(crate::deterministic::run(&service, cfg.elements).await);
+        (checkpoints, deterministic)
+    };
     Ok(ExactlyOnceBench {
         elements: cfg.elements,
         elements_per_split: TRACKING_ELEMENTS_PER_SPLIT,

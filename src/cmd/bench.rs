@@ -61,6 +61,10 @@ pub struct BenchArgs {
     /// positions and restore read range(200000)).
     #[arg(long, default_value_t = 2_000_000)]
     pub exactly_once_elements: u64,
+    /// Run only the exactly-once section's tracking part (a), not its positions,
+    /// restore and deterministic parts (to profile or repeat the tracking cost).
+    #[arg(long)]
+    pub exactly_once_tracking_only: bool,
     /// TFRecord files of the files section's sample data set.
     #[arg(long, default_value_t = 64)]
     pub sample_files: usize,
@@ -140,6 +144,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         compression: sluice_bench::compression::CompressionConfig { mb: a.compression_mb },
         exactly_once: sluice_bench::exactly_once::ExactlyOnceConfig {
             elements: a.exactly_once_elements,
+            tracking_only: a.exactly_once_tracking_only,
         },
     };
     sluice_bench::run(config).await
