@@ -25,6 +25,7 @@ pub fn lines(e: &ExactlyOnceBench, mut line: impl FnMut(String)) {
             d.deterministic_per_s,
             d.cost_percent()
         )),
+        Outcome::Skipped { reason } => line(format!("  deterministic order: skipped ({reason})")),
         other => {
             let why = failed_error(other).map_or("not run", String::as_str);
             line(format!("  deterministic order: FAILED: {why}"));
@@ -70,6 +71,10 @@ fn checkpoint_lines(e: &ExactlyOnceBench, mut line: impl FnMut(String)) {
     ));
     let c = match &e.checkpoints {
         Outcome::Measured(c) => c,
+        Outcome::Skipped { reason } => {
+            line(format!("  positions and restore: skipped ({reason})"));
+            return;
+        }
         other => {
             let why = failed_error(other).map_or("not run", String::as_str);
             line(format!("  positions and restore: FAILED: {why}"));
