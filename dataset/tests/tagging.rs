@@ -47,7 +47,8 @@ fn drain(tagged: TaggedIter, read: impl Fn(&sluice_dataset::Element) -> Vec<i64>
     let mut out = Output { elements: vec![], dropped: Origin::default() };
     for item in elements {
         let mut e = item.expect("no error");
-        let origin = *e.origin.take().expect("every element of a tagged pipeline has an origin");
+        let origin = e.origin.take().expect("every element of a tagged pipeline has an origin");
+        let origin = origin.into_origin();
         out.elements.push((read(&e), origin));
         out.dropped.append(dropped.take());
     }
