@@ -117,7 +117,8 @@ impl Scatter {
             self.tensor(tensor);
         }
         encoding::string::encode_repeated(ELEMENT_NAMES, &element.names, &mut self.prefix);
-        // Cleared by the producer before sending; encoded for a faithful copy anyway.
+        // Never set by this worker (origins travel in `positions`); encoded for a
+        // faithful copy anyway.
         if let Some(origin) = &element.origin {
             encoding::message::encode(ELEMENT_ORIGIN, origin, &mut self.prefix);
         }
