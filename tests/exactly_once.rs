@@ -188,6 +188,47 @@ async fn a_pipeline_that_cannot_be_replayed_is_refused_when_exactly_once_is_requ
     assert!(msg.contains("take") && msg.contains("exactly"), "{msg}");
 }
 
+/// `exactly_once_auto`: exactly-once where the pipeline can be replayed (a
+/// worker SIGKILL then loses and repeats nothing, positions work), at-most-once
+/// with the reason where it cannot (the read runs instead of being refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_auto_read_is_exactly_once_where_it_can_be_and_says_why_not_elsewhere() {
+    const N: i64 = 2000;
+    let mut cl = cluster().await;
+    let c = &cl.client;
+    let auto = |job: &str| {
+        let mut o = opts(job);
+        o.exactly_once = false;
+        o.exactly_once_auto(true)
+    };
+    let take5 =
+        DatasetDef::from_json(r#"{"stages": [{"range": {"stop": 10}}, {"take": {"count": 5}}]}"#)
+            .unwrap();
+    let mut stream = c.distribute(&take5, auto("auto-take")).await.unwrap();
+    assert_eq!(stream.delivery(), sluice_client::Delivery::AtMostOnce);
+    let reason = stream.at_most_once_reason().expect("a reason").to_string();
+    assert!(reason.contains("take"), "{reason}");
+    let mut values = vec![];
+    while let Some(e) = stream.next().await {
+        values.push(e.unwrap().components[0].i64_values().unwrap()[0]);
+    }
+    // DYNAMIC `take` applies per task's pipeline (as in tf.data): the read
+    // runs to its end at-most-once, every value of the source at most once.
+    values.sort();
+    assert!(!values.is_empty() && values.iter().all(|v| (0..10).contains(v)), "{values:?}");
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+
+    let mut stream = c.distribute(&pipeline(N), auto("auto")).await.unwrap();
+    assert_eq!(stream.delivery(), sluice_client::Delivery::ExactlyOnce);
+    assert_eq!(stream.at_most_once_reason(), None);
+    let mut got = take(&mut stream, 40).await;
+    stream.position().expect("an exactly-once read has positions");
+    cl.workers[0].kill();
+    got.extend(rest(&mut stream).await);
+    assert!(stream.loss_report().is_none(), "exactly-once: a lost worker is no loss");
+    assert_exactly_once(&got, N);
+}
+
 /// `sluice read --exactly-once --checkpoint FILE`, SIGKILLed after a few
 /// checkpoints and started again with the same flags: the lines it printed
 /// before the marker of the generation in FILE, and everything the second run

@@ -156,8 +156,8 @@ pub async fn run(
     let (at_most_once, exactly_once) = (summary("at-most-once"), summary("exactly-once"));
     drop(service);
     let (checkpoints, deterministic) = if cfg.tracking_only {
-        let reason = || "--exactly-once-tracking-only".to_string();
-        (Outcome::Skipped { reason: reason() }, Outcome::Skipped { reason: reason() })
+        let reason = "--exactly-once-tracking-only";
+        (Outcome::Skipped { reason: reason.into() }, Outcome::Skipped { reason: reason.into() })
     } else {
         let service =
             Service::start(exe, WORKERS, ELEMENTS_PER_SPLIT, logs, "eo-checkpoint").await?;

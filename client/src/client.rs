@@ -100,6 +100,13 @@ impl Client {
         span.record("iteration_id", it.iteration_id).record("client_id", it.client_id);
         let delivery = self.delivery_of(&job, &it, &opts).await?;
         tracing::debug!(parent: &span, %delivery, reason = job.at_most_once_reason, "reading");
+        if opts.exactly_once_auto && delivery == Delivery::AtMostOnce {
+            tracing::warn!(
+                parent: &span,
+                reason = job.at_most_once_reason,
+                "exactly_once_auto: this read is at-most-once"
+            );
+        }
         let (d, client_id) = (self.dispatcher.clone(), it.client_id);
         let (job_name, capacity) = (job.job_name, opts.max_outstanding_requests);
         // The stream's manager: rounds for a coordinated read, else one reader per task.
@@ -128,6 +135,7 @@ impl Client {
             iteration_id: it.iteration_id,
             client_id,
             delivery,
+            at_most_once_reason: job.at_most_once_reason,
             consumption,
             order,
         };
@@ -176,6 +184,7 @@ impl Client {
                 use_cross_trainer_cache: matches!(opts.kind, ReadKind::CrossTrainerCache { .. }),
                 num_consumers: opts.kind.num_consumers(),
                 require_exactly_once: opts.exactly_once,
+                prefer_exactly_once: opts.exactly_once_auto,
                 deterministic: opts.deterministic.map(|d| pb::DeterministicOrder {
                     seed: d.seed,
                     num_consumers: d.num_consumers,

@@ -229,6 +229,12 @@ pub struct ReadOptions {
     /// A reader that joins a job created exactly-once by another reader gets
     /// exactly-once delivery without asking.
     pub exactly_once: bool,
+    /// Exactly-once where the job can have it (a DYNAMIC plain read of a
+    /// replayable pipeline, and not a job of that name created at-most-once);
+    /// otherwise the read is at-most-once and
+    /// [`ElementStream::at_most_once_reason`](crate::ElementStream::at_most_once_reason)
+    /// says why. Never refused for it; `exactly_once` wins.
+    pub exactly_once_auto: bool,
     /// Restore the iteration from a position (one consumer's, or the merge of a
     /// checkpoint's): needs `exactly_once` and the position's job name and
     /// repetition (see [`ReadOptions::restore`]).
@@ -263,6 +269,7 @@ impl ReadOptions {
             accept_data_loss: false,
             compression: Compression::Auto,
             exactly_once: false,
+            exactly_once_auto: false,
             restore: None,
             deterministic: None,
         }
@@ -271,6 +278,13 @@ impl ReadOptions {
     /// Asks for exactly-once delivery (see `exactly_once`).
     pub fn exactly_once(mut self, exactly_once: bool) -> Self {
         self.exactly_once = exactly_once;
+        self
+    }
+
+    /// Asks for exactly-once delivery where the job can have it, at-most-once
+    /// otherwise (see `exactly_once_auto`).
+    pub fn exactly_once_auto(mut self, auto: bool) -> Self {
+        self.exactly_once_auto = auto;
         self
     }
 
@@ -395,7 +409,7 @@ impl ReadOptions {
             }
         }
         let Some(p) = &self.restore else { return Ok(()) };
-        if !self.exactly_once {
+        if !self.exactly_once && !self.exactly_once_auto {
             return bad("restoring from a position needs an exactly-once read: set \
              ReadOptions::exactly_once(true) (Python: exactly_once=True)"
                 .into());

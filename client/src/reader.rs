@@ -27,7 +27,8 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 use sluice_dataset::Element;
-use sluice_positions::{Origin, Position};
+use sluice_positions::wire::ElementOrigins;
+use sluice_positions::Position;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{debug, Instrument};
@@ -44,7 +45,7 @@ pub(crate) struct Received {
     pub task_id: u64,
     pub elements: Vec<Element>,
     /// Exactly-once reads: one origin per element. Empty otherwise.
-    pub origins: Vec<Origin>,
+    pub origins: ElementOrigins,
     /// Deterministic order: the split the message belongs to.
     pub split: Option<sluice_proto::v1::SplitNotice>,
     /// Exactly-once reads: non-zero in the manager's *drained* marker (no
@@ -56,7 +57,8 @@ pub(crate) struct Received {
 impl Received {
     /// Elements without origins (at-most-once reads).
     pub(crate) fn plain(source: Arc<str>, task_id: u64, elements: Vec<Element>) -> Self {
-        Received { source, task_id, elements, origins: Vec::new(), split: None, drained_tasks: 0 }
+        let origins = ElementOrigins::default();
+        Received { source, task_id, elements, origins, split: None, drained_tasks: 0 }
     }
 
     /// The manager's marker: this reader's first `tasks` tasks all ended.
@@ -76,6 +78,8 @@ pub(crate) struct StreamInfo {
     pub iteration_id: u64,
     pub client_id: u64,
     pub delivery: Delivery,
+    /// At-most-once reads of a DYNAMIC job: why (the dispatcher's answer).
+    pub at_most_once_reason: String,
     /// Exactly-once reads: their consumption (shared with the manager).
     pub consumption: Option<Arc<Consumption>>,
     /// Deterministic order: (consumer index, number of consumers).
@@ -91,7 +95,9 @@ pub struct ElementStream {
     rx: mpsc::Receiver<Batch>,
     current: std::vec::IntoIter<Element>,
     /// Exactly-once reads: the origins of `current`'s elements.
-    current_origins: std::vec::IntoIter<Origin>,
+    current_origins: ElementOrigins,
+    /// The index in `current_origins` of the next element of `current`.
+    current_index: usize,
     /// The worker and task that produced `current`.
     current_source: Arc<str>,
     current_task: u64,
@@ -101,6 +107,7 @@ pub struct ElementStream {
     /// The drained count last given to the consumption (0: not drained).
     drained: u64,
     delivery: Delivery,
+    at_most_once_reason: String,
     dispatcher: DispatcherClient,
     runtime: tokio::runtime::Handle,
     iteration_id: u64,
@@ -144,9 +151,13 @@ impl ElementStream {
             }
             _ => None,
         };
+        let interval = match info.order {
+            Some(_) => exactly_once::ORDERED_REPORT_INTERVAL,
+            None => exactly_once::REPORT_INTERVAL,
+        };
         let consumption = info.consumption.map(|c| {
-            let reporter =
-                exactly_once::report_loop(info.dispatcher.clone(), info.client_id, c.clone());
+            let (d, id) = (info.dispatcher.clone(), info.client_id);
+            let reporter = exactly_once::report_loop(d, id, c.clone(), interval);
             (c, tokio::spawn(reporter.instrument(span.clone())))
         });
         let manager = tokio::spawn(manage(tx, loss.clone()).instrument(span));
@@ -154,13 +165,15 @@ impl ElementStream {
         ElementStream {
             rx,
             current: Vec::new().into_iter(),
-            current_origins: Vec::new().into_iter(),
+            current_origins: ElementOrigins::default(),
+            current_index: 0,
             current_source: Arc::from(""),
             current_task: 0,
             manager,
             consumption,
             drained: 0,
             delivery: info.delivery,
+            at_most_once_reason: info.at_most_once_reason,
             dispatcher: info.dispatcher,
             runtime: tokio::runtime::Handle::current(),
             iteration_id: info.iteration_id,
@@ -175,6 +188,16 @@ impl ElementStream {
     /// The delivery the dispatcher answered for this read's job.
     pub fn delivery(&self) -> Delivery {
         self.delivery
+    }
+
+    /// Why this read is at-most-once, as the dispatcher said (which stage keeps
+    /// the pipeline from being replayed, or which option): `None` for an
+    /// exactly-once read. What a read with `exactly_once_auto` fell back for.
+    pub fn at_most_once_reason(&self) -> Option<&str> {
+        match self.delivery {
+            Delivery::ExactlyOnce => None,
+            Delivery::AtMostOnce => Some(&self.at_most_once_reason),
+        }
     }
 
     /// This reader's position (its checkpoint; docs/exactly-once.md,
@@ -234,10 +257,10 @@ impl ElementStream {
                 if let Some((consumption, _)) = &self.consumption {
                     // Consumed now, as it is handed out; or dropped, with the rest of
                     // its message, if its task was lost meanwhile.
-                    let origin = self.current_origins.next().unwrap_or_default();
-                    if !consumption.consume(self.current_task, origin) {
+                    let runs = self.current_origins.runs_of(self.current_index);
+                    self.current_index += 1;
+                    if !consumption.consume_records(self.current_task, runs, &[]) {
                         self.current = Vec::new().into_iter();
-                        self.current_origins = Vec::new().into_iter();
                         continue;
                     }
                 }
@@ -261,7 +284,8 @@ impl ElementStream {
                     self.current_source = received.source;
                     self.current_task = received.task_id;
                     self.current = received.elements.into_iter();
-                    self.current_origins = received.origins.into_iter();
+                    self.current_origins = received.origins;
+                    self.current_index = 0;
                 }
                 Poll::Ready(Some(Err(e))) => {
                     self.rx.close();
@@ -280,16 +304,15 @@ async fn pump(mut rx: mpsc::Receiver<Batch>, shared: Arc<reorder::Shared>) {
     loop {
         let message = rx.recv().await.map(|batch| {
             batch.map(|r| {
-                let origins = r.origins.into_iter().chain(std::iter::repeat_with(Origin::default));
                 let items = r
                     .elements
                     .into_iter()
-                    .zip(origins)
-                    .map(|(element, origin)| reorder::Item {
+                    .enumerate()
+                    .map(|(i, element)| reorder::Item {
                         source: r.source.clone(),
                         task_id: r.task_id,
                         element,
-                        origin,
+                        origin: r.origins.origin(i),
                     })
                     .collect();
                 reorder::Message {

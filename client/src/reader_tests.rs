@@ -6,6 +6,8 @@ use futures::StreamExt;
 use sluice_dataset::Tensor;
 use sluice_positions::wire::join_positions;
 
+use sluice_positions::Origin;
+
 use super::*;
 use crate::exactly_once::take_origins;
 use crate::retry::RetryPolicy;
@@ -43,6 +45,7 @@ fn info(consumption: Option<Arc<Consumption>>) -> StreamInfo {
         iteration_id: 1,
         client_id: 1,
         delivery,
+        at_most_once_reason: String::new(),
         consumption,
         order: None,
     }

@@ -286,7 +286,7 @@ async fn read_task(
                                 }
                             };
                             let origins = match consumption {
-                                None => Vec::new(),
+                                None => Default::default(),
                                 Some(c) => match exactly_once::take_origins(
                                     batch.positions.take(),
                                     elements.len(),

@@ -291,7 +291,14 @@ fn reported(fake: &Fake) -> Vec<Run> {
     let mut runs: Vec<Run> = seen
         .reports
         .iter()
-        .flat_map(|r| sluice_positions::wire::runs_from_flat(&r.runs).unwrap())
+        .flat_map(|r| {
+            let mut runs = sluice_positions::wire::runs_from_flat(&r.runs).unwrap();
+            // Spans of first records, one unit at a time.
+            for (b, n) in sluice_positions::wire::spans_from_flat(&r.firsts).unwrap() {
+                runs.extend((b..b + n).map(|u| Run::record(u, 0)));
+            }
+            runs
+        })
         .collect();
     runs.sort();
     runs

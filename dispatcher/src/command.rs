@@ -187,6 +187,19 @@ pub enum Command {
         order: Order,
         ordered: Result<(), String>,
     },
+    /// `ReportConsumed` with spans of first records: `firsts` are
+    /// `(begin, count)` pairs, record 0 of each unit of the span (one entry for
+    /// many one-element units, docs/performance.md "Exactly once"). A report
+    /// without spans is still proposed as `ReportConsumed`. Persisted layout
+    /// version 4.
+    ReportConsumedSpans {
+        client_id: ClientId,
+        generation: u64,
+        runs: Vec<Run>,
+        firsts: Vec<(u64, u64)>,
+        unit_ends: Vec<(u64, u64)>,
+        lost_tasks_done: Vec<TaskId>,
+    },
 }
 
 /// A decoded `Position` as `RestoreIteration` needs it.
@@ -244,6 +257,7 @@ impl Command {
             Command::RestoreIteration { .. } => "RestoreIteration",
             Command::SweepIteration { .. } => "SweepIteration",
             Command::GetOrCreateOrderedJob { .. } => "GetOrCreateOrderedJob",
+            Command::ReportConsumedSpans { .. } => "ReportConsumedSpans",
         }
     }
 }

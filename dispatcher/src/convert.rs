@@ -188,9 +188,17 @@ mod tests {
             ..Default::default()
         };
         let replay = rule.ok_or_else(|| "not asked".to_string());
-        let cmd =
-            job_command(&req, Mode::Dynamic, TargetWorkers::Auto, vec![], replay, Ok(()), limits)
-                .unwrap();
+        let cmd = job_command(
+            &req,
+            Mode::Dynamic,
+            TargetWorkers::Auto,
+            vec![],
+            replay,
+            Ok(()),
+            limits,
+            false,
+        )
+        .unwrap();
         crate::apply(&mut s, cmd).unwrap();
         let w = Command::RegisterWorker {
             address: "w:1".into(),

@@ -16,6 +16,7 @@ use crate::state::{Mode, State, TargetWorkers};
 /// The job command of a `GetOrCreateJob`: with `require_exactly_once`, the
 /// exactly-once one carrying the handler's replayability check; with a
 /// deterministic order too, the ordered one carrying its order check.
+#[allow(clippy::too_many_arguments)]
 pub fn job_command(
     req: &pb::GetOrCreateJobRequest,
     mode: Mode,
@@ -24,11 +25,20 @@ pub fn job_command(
     replay: Result<UnitRecords, String>,
     ordered: Result<(), String>,
     limits: Limits,
+    existing_at_most_once: bool,
 ) -> Result<Command, Status> {
     check_deterministic(req)?;
     let dataset_id = req.dataset_id.clone();
     let job_name = Some(req.job_name.clone()).filter(|n| !n.is_empty());
     let (cross_trainer_cache, num_consumers) = (req.use_cross_trainer_cache, req.num_consumers);
+    // Asked "where possible": exactly-once only where the state machine would
+    // not refuse it (`at_most_once_reason` names why not).
+    let preferred = req.prefer_exactly_once
+        && !existing_at_most_once
+        && mode == Mode::Dynamic
+        && !cross_trainer_cache
+        && num_consumers.is_none()
+        && replay.is_ok();
     Ok(if let (true, Some(d)) = (req.require_exactly_once, &req.deterministic) {
         Command::GetOrCreateOrderedJob {
             dataset_id,
@@ -43,7 +53,7 @@ pub fn job_command(
             order: Order { seed: d.seed, consumers: d.num_consumers },
             ordered,
         }
-    } else if req.require_exactly_once {
+    } else if req.require_exactly_once || preferred {
         Command::GetOrCreateExactlyOnceJob {
             dataset_id,
             mode,
@@ -135,6 +145,7 @@ pub fn at_most_once_reason(
     cross_trainer_cache: bool,
     num_consumers: Option<u32>,
     replay: Result<UnitRecords, String>,
+    existing_at_most_once: Option<&str>,
 ) -> String {
     if mode != Mode::Dynamic {
         return format!(
@@ -148,10 +159,17 @@ pub fn at_most_once_reason(
     if num_consumers.is_some() {
         return "jobs with coordinated reads (num_consumers) are at-most-once".into();
     }
-    match replay {
-        Err(why) => format!("the pipeline cannot be replayed: {why}"),
-        Ok(_) => "exactly-once delivery is opt-in: create the job with require_exactly_once \
-                  (Rust ReadOptions::exactly_once(true), Python exactly_once=True)"
+    match (replay, existing_at_most_once) {
+        (Err(why), _) => format!("the pipeline cannot be replayed: {why}"),
+        (Ok(_), Some(name)) => format!(
+            "job `{name}` was created at-most-once by a reader that did not ask for \
+             exactly-once; readers joining it get what it was created with (use another job \
+             name for an exactly-once read)"
+        ),
+        (Ok(_), None) => "exactly-once delivery is opt-in: create the job with \
+                          require_exactly_once or prefer_exactly_once (Rust \
+                          ReadOptions::exactly_once(true) or exactly_once_auto(true), Python \
+                          exactly_once=True or \"auto\")"
             .into(),
     }
 }
@@ -160,6 +178,7 @@ pub fn at_most_once_reason(
 /// acknowledgements, or a generation to record.
 pub fn report_matters(r: &pb::ConsumedReport) -> bool {
     !r.runs.is_empty()
+        || !r.firsts.is_empty()
         || !r.unit_ends.is_empty()
         || !r.lost_tasks_done.is_empty()
         || r.generation > 0
@@ -167,7 +186,10 @@ pub fn report_matters(r: &pb::ConsumedReport) -> bool {
 
 /// Whether a report carries nothing but its generation.
 pub fn report_is_only_known_generation(r: &pb::ConsumedReport) -> bool {
-    r.runs.is_empty() && r.unit_ends.is_empty() && r.lost_tasks_done.is_empty()
+    r.runs.is_empty()
+        && r.firsts.is_empty()
+        && r.unit_ends.is_empty()
+        && r.lost_tasks_done.is_empty()
 }
 
 /// The generation recorded for an exactly-once iteration's consumer.
@@ -192,17 +214,35 @@ pub fn report_command(client_id: u64, r: &pb::ConsumedReport) -> Result<Command,
     if r.unit_ends.len() / 2 > MAX_REPORT_RUNS {
         return Err(too_many(r.unit_ends.len() / 2, "unit ends"));
     }
+    if r.firsts.len() / 2 > MAX_REPORT_RUNS {
+        return Err(too_many(r.firsts.len() / 2, "spans of first records"));
+    }
     if r.lost_tasks_done.len() > MAX_REPORT_RUNS {
         return Err(too_many(r.lost_tasks_done.len(), "lost tasks"));
     }
     let bad = |e: sluice_positions::PositionError| {
         Status::invalid_argument(format!("ClientHeartbeatRequest.consumed: {e}"))
     };
-    Ok(Command::ReportConsumed {
+    let runs = sluice_positions::wire::runs_from_flat(&r.runs).map_err(bad)?;
+    let unit_ends = sluice_positions::wire::ends_from_flat(&r.unit_ends).map_err(bad)?;
+    let lost_tasks_done = r.lost_tasks_done.clone();
+    let generation = r.generation;
+    if r.firsts.is_empty() {
+        return Ok(Command::ReportConsumed {
+            client_id,
+            generation,
+            runs,
+            unit_ends,
+            lost_tasks_done,
+        });
+    }
+    let firsts = sluice_positions::wire::spans_from_flat(&r.firsts).map_err(bad)?;
+    Ok(Command::ReportConsumedSpans {
         client_id,
-        generation: r.generation,
-        runs: sluice_positions::wire::runs_from_flat(&r.runs).map_err(bad)?,
-        unit_ends: sluice_positions::wire::ends_from_flat(&r.unit_ends).map_err(bad)?,
-        lost_tasks_done: r.lost_tasks_done.clone(),
+        generation,
+        runs,
+        firsts,
+        unit_ends,
+        lost_tasks_done,
     })
 }

@@ -139,7 +139,7 @@ impl Progress {
     /// Adds a report of generation `g` to every per-generation entry it belongs
     /// to (creating entry `g` from the one below it), then folds what no live
     /// consumer can ask about.
-    pub fn record_generation(&mut self, g: u64, runs: &[Run], ends: &[(u64, u64)]) {
+    pub fn record_generation(&mut self, g: u64, insert: impl Fn(&mut RecordSet)) {
         if !self.generations.contains_key(&g) {
             let below =
                 self.generations.range(..g).next_back().map(|(_, s)| s.clone()).unwrap_or_else(
@@ -153,12 +153,7 @@ impl Progress {
         }
         let rule = self.rule;
         for (_, set) in self.generations.range_mut(g..) {
-            for r in runs {
-                set.insert(*r);
-            }
-            for (u, n) in ends {
-                set.insert_end(*u, *n);
-            }
+            insert(set);
             set.advance(rule);
         }
         self.fold_generations();

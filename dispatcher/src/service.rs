@@ -247,12 +247,15 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let static_workers = self.config.worker_addresses.clone();
         // The replayability check, stamped into the command (apply stays pure);
         // read on the leader with the dataset's definition.
-        let checks = self
+        let (checks, existing_at_most_once) = self
             .core
             .read_leader(|s| {
-                s.datasets
+                let checks = s
+                    .datasets
                     .get(&req.dataset_id)
-                    .map(|d| (d.def.exactly_once(), d.def.deterministic_order()))
+                    .map(|d| (d.def.exactly_once(), d.def.deterministic_order()));
+                let existing = s.jobs_by_name.get(&req.job_name);
+                (checks, existing.is_some_and(|id| !s.exactly_once.is_exactly_once(*id)))
             })
             .await?;
         let (replay, ordered) = checks.unwrap_or_else(|| {
@@ -268,17 +271,20 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             replay.clone(),
             ordered,
             limits,
+            existing_at_most_once,
         )?;
         match self.core.propose(cmd).await? {
             R::Job { job_id, job_name, exactly_once } => {
                 let at_most_once_reason = if exactly_once {
                     String::new()
                 } else {
+                    let named = Some(job_name.as_str()).filter(|_| existing_at_most_once);
                     at_most_once_reason(
                         mode,
                         req.use_cross_trainer_cache,
                         req.num_consumers,
                         replay,
+                        named,
                     )
                 };
                 Ok(Response::new(pb::GetOrCreateJobResponse {

@@ -249,3 +249,43 @@ fn forgetting_an_iteration_drops_its_progress_and_its_jobs_delivery() {
     assert_eq!(r, Response::IterationForgotten { changed: true, job_forgotten: true });
     assert_eq!(s.exactly_once, Default::default());
 }
+
+/// A worker that registers at its cap of unfinished tasks gets no task for
+/// lost units either (found by `apply_properties`, seed 190 of the span
+/// reports' generator): the next worker with room reads them.
+#[test]
+fn a_reader_for_lost_units_is_made_only_on_a_worker_below_its_cap() {
+    let mut s = State::default();
+    let (it, t1, t2, _, _) = two_by_two(&mut s);
+    let ds = register(&mut s);
+    let plain = common::job(&mut s, &ds, sluice_dispatcher::Mode::Dynamic, None);
+    let (plain_it, _) = iteration(&mut s, plain.unwrap(), 1);
+    eo_grant(&mut s, t1, 1, 0, 2);
+    lose(&mut s, "w1:1", 1);
+    assert_eq!(s.exactly_once.iterations[&it].orphans.len(), 1);
+    finish(&mut s, "w2:1", vec![t2]);
+    let w2_tasks = s.workers["w2:1"].active_tasks.clone();
+    assert_eq!(w2_tasks.len(), 1, "its task of the at-most-once iteration {plain_it}");
+    let limits = sluice_dispatcher::Limits { max_tasks_per_worker: 1, ..Default::default() };
+    let again = Command::RegisterWorker {
+        address: "w2:1".into(),
+        worker_uid: 2,
+        functions: vec![],
+        python_version: None,
+        limits,
+    };
+    ok(&mut s, again);
+    assert_eq!(s.workers["w2:1"].active_tasks, w2_tasks, "at its cap of 1: no new task");
+    worker(&mut s, "w3:1", 3);
+    let readers: Vec<u64> = s.iterations[&it]
+        .tasks
+        .iter()
+        .copied()
+        .filter(|t| s.tasks[t].worker_address == "w3:1")
+        .collect();
+    assert_eq!(readers.len(), 1, "the worker with room reads the lost units");
+}
+
+fn register(s: &mut State) -> String {
+    common::register(s, sluice_dataset::DatasetDef::range(4))
+}

@@ -7,7 +7,7 @@ use sluice_dispatcher::{apply, Command, Limits, Mode, State, StateError, TargetW
 use sluice_positions::UnitRecords;
 
 mod common;
-use common::eo::{eo_job_cmd, eo_setup, job_answer, report};
+use common::eo::{eo_job_cmd, eo_setup, job_answer, report, report_spans};
 use common::{iteration, job, off_job, register};
 
 #[test]
@@ -120,6 +120,51 @@ fn bad_reports_are_refused_and_change_nothing() {
     let (_, pc) = iteration(&mut s, plain, 1);
     let err = report(&mut s, pc, 0, &[(1, 0, 1)], &[], &[]).unwrap_err();
     assert!(err.to_string().contains("not exactly-once"), "{err}");
+}
+
+/// docs/performance.md, "Exactly once": one-element units are reported as spans
+/// of first records, applied as one entry each, with the same effect as one
+/// run per unit.
+#[test]
+fn spans_of_first_records_count_as_a_run_per_unit() {
+    let mut s = State::default();
+    let (_, job) = eo_setup(&mut s, 10_000, UnitRecords::One);
+    let (it, c) = iteration(&mut s, job, 1);
+    let (_, c2) = iteration(&mut s, job, 1);
+    report_spans(&mut s, c, 0, &[], &[(5_000, 4_000)]).unwrap();
+    let p = &s.exactly_once.iterations[&it];
+    assert_eq!(p.consumed.watermark(), 0, "units 0..5000 are not consumed yet");
+    assert_eq!(p.consumed.run_count(), 1, "4,000 units held as one span");
+    // The same records as runs, from another consumer: nothing changes.
+    let before = s.exactly_once.iterations[&it].consumed.clone();
+    let runs: Vec<(u64, u64, u64)> = (5_000..9_000).map(|u| (u, 0, 1)).collect();
+    report(&mut s, c2, 0, &runs, &[], &[]).unwrap();
+    assert_eq!(s.exactly_once.iterations[&it].consumed, before);
+    report_spans(&mut s, c2, 0, &[], &[(0, 5_000)]).unwrap();
+    let p = &s.exactly_once.iterations[&it];
+    assert_eq!(p.consumed.watermark(), 9_000, "every unit below 9000 is whole");
+    assert_eq!(p.checkpoint(0), (9_000, 0), "the generation's record has the spans too");
+    let before = s.clone();
+    report_spans(&mut s, c2, 0, &[], &[(0, 5_000)]).unwrap();
+    assert_eq!(s, before, "applying a report twice is harmless");
+}
+
+#[test]
+fn bad_spans_are_refused_and_change_nothing() {
+    let mut s = State::default();
+    let (_, job) = eo_setup(&mut s, 10, UnitRecords::One);
+    let (_, c) = iteration(&mut s, job, 1);
+    let before = s.clone();
+    let err = report_spans(&mut s, c, 0, &[], &[(8, 3)]).unwrap_err().to_string();
+    assert!(err.contains("unit 10") && err.contains("10 units"), "{err}");
+    let err = report_spans(&mut s, c, 0, &[], &[(2, 0)]).unwrap_err().to_string();
+    assert!(err.contains("invalid span") && err.contains("0 units from unit 2"), "{err}");
+    let err = report_spans(&mut s, c, 0, &[], &[(u64::MAX, 2)]).unwrap_err();
+    assert!(matches!(err, StateError::InvalidArgument(_)), "{err:?}");
+    let many: Vec<(u64, u64)> = (0..65_537).map(|i| (i % 10, 1)).collect();
+    let err = report_spans(&mut s, c, 0, &[], &many).unwrap_err().to_string();
+    assert!(err.contains("65537 spans of first records"), "{err}");
+    assert_eq!(s, before);
 }
 
 fn job_with_name(s: &mut State, ds: &str, name: &str) -> u64 {

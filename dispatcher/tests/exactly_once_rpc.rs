@@ -51,6 +51,44 @@ fn job_req(ds: &str, name: &str, require: bool) -> pb::GetOrCreateJobRequest {
     }
 }
 
+/// `prefer_exactly_once` (Rust `exactly_once_auto`, Python `exactly_once="auto"`):
+/// exactly-once where the job can have it, at-most-once with the reason where
+/// it cannot, never a refusal.
+#[tokio::test]
+async fn preferred_exactly_once_falls_back_to_at_most_once_with_the_reason() {
+    let (_handle, mut c) = start().await;
+    let prefer = |ds: &str, name: &str| pb::GetOrCreateJobRequest {
+        prefer_exactly_once: true,
+        ..job_req(ds, name, false)
+    };
+    let ds = register(&mut c, &DatasetDef::range(10)).await;
+    let eo = c.get_or_create_job(prefer(&ds, "auto")).await.unwrap().into_inner();
+    assert_eq!(eo.delivery, pb::Delivery::ExactlyOnce as i32);
+    assert!(eo.at_most_once_reason.is_empty());
+    let repeated = register(&mut c, &DatasetDef::range(10).repeat(2)).await;
+    let amo = c.get_or_create_job(prefer(&repeated, "auto-r")).await.unwrap().into_inner();
+    assert_eq!(amo.delivery, pb::Delivery::AtMostOnce as i32);
+    assert!(amo.at_most_once_reason.contains("repeat"), "{amo:?}");
+    let off = pb::GetOrCreateJobRequest {
+        mode: pb::ProcessingMode::Off as i32,
+        ..prefer(&ds, "auto-off")
+    };
+    let amo = c.get_or_create_job(off).await.unwrap().into_inner();
+    assert_eq!(amo.delivery, pb::Delivery::AtMostOnce as i32);
+    assert!(amo.at_most_once_reason.contains("DYNAMIC"), "{amo:?}");
+    // A job of that name created at-most-once is joined as it is, saying why.
+    c.get_or_create_job(job_req(&ds, "plain", false)).await.unwrap();
+    let joined = c.get_or_create_job(prefer(&ds, "plain")).await.unwrap().into_inner();
+    assert_eq!(joined.delivery, pb::Delivery::AtMostOnce as i32);
+    assert!(joined.at_most_once_reason.contains("created at-most-once"), "{joined:?}");
+    // An exactly-once job is joined exactly-once; require still refuses.
+    let again = c.get_or_create_job(prefer(&ds, "auto")).await.unwrap().into_inner();
+    assert_eq!((again.job_id, again.delivery), (eo.job_id, pb::Delivery::ExactlyOnce as i32));
+    let both = pb::GetOrCreateJobRequest { require_exactly_once: true, ..prefer(&repeated, "x") };
+    let err = c.get_or_create_job(both).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "require wins over prefer");
+}
+
 #[tokio::test]
 async fn exactly_once_jobs_reports_and_restores_over_grpc() {
     let (handle, mut c) = start().await;
@@ -116,6 +154,14 @@ async fn exactly_once_jobs_reports_and_restores_over_grpc() {
     let err = c.client_heartbeat(hb(Some(flood), 0)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("65537 runs"), "{err}");
+    // A span of first records: units 2 and 3 in one entry.
+    let spans = pb::ConsumedReport { firsts: vec![2, 2], ..Default::default() };
+    let third = c.client_heartbeat(hb(Some(spans), 0)).await.unwrap().into_inner();
+    assert_eq!((third.checkpoint_watermark, third.checkpoint_generation), (4, 0));
+    let ragged = pb::ConsumedReport { firsts: vec![4, 1, 5], ..Default::default() };
+    let err = c.client_heartbeat(hb(Some(ragged), 0)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("3 span numbers"), "{err}");
 
     let position = |job_name: &str| Position {
         job_name: job_name.into(),

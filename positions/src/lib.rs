@@ -22,6 +22,7 @@
 //! or a user's bytes is checked against [`limits`] before it allocates.
 
 mod error;
+mod log;
 mod origin;
 mod position;
 mod records;
@@ -29,6 +30,7 @@ mod tag;
 pub mod wire;
 
 pub use error::PositionError;
+pub use log::ConsumedLog;
 pub use origin::{Origin, Run};
 pub use position::{Position, POSITION_FORMAT};
 pub use records::{RecordSet, UnitRecords};

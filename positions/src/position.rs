@@ -9,8 +9,11 @@ use crate::error::PositionError;
 use crate::limits::MAX_POSITION_BYTES;
 use crate::records::RecordSet;
 
-/// The [`pb::Position`] format this build writes and the newest it reads.
-pub const POSITION_FORMAT: u32 = 1;
+/// The newest [`pb::Position`] format this build reads. It writes format 2
+/// when the position holds spans of first records (`ConsumedRecords.firsts`:
+/// one entry for many one-element units, ~10× smaller), else format 1, which
+/// builds before format 2 read too.
+pub const POSITION_FORMAT: u32 = 2;
 
 /// A consumer's checkpoint. `consumed` holds the records this consumer
 /// consumed, plus (below its watermark) every unit all consumers had consumed
@@ -31,7 +34,7 @@ pub struct Position {
 impl Position {
     pub fn to_pb(&self) -> pb::Position {
         pb::Position {
-            format: POSITION_FORMAT,
+            format: if self.consumed.has_spans() { 2 } else { 1 },
             job_name: self.job_name.clone(),
             dataset_id: self.dataset_id.clone(),
             repetition: self.repetition,
@@ -180,6 +183,51 @@ mod tests {
         p.format = POSITION_FORMAT + 1;
         let err = Position::from_pb(&p).unwrap_err();
         assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn one_element_units_travel_as_spans_in_format_2_and_plain_runs_in_format_1() {
+        // Every other unit of 10,000 from unit 100, plus one unit of two records.
+        let mut p = pos(3, 100, &[(20_000, 0), (20_000, 1)]);
+        for u in (100..20_100).step_by(2) {
+            p.consumed.insert(Run::record(u, 0));
+        }
+        let bytes = p.encode();
+        assert_eq!(p.to_pb().format, 2);
+        assert_eq!(Position::decode(&bytes).unwrap(), p);
+        let units: Vec<(u64, u64)> = (100..20_100).step_by(2).map(|u| (u, 0)).collect();
+        let mut as_runs = pb::ConsumedRecords { watermark: 100, ..Default::default() };
+        crate::wire::runs_to_flat(
+            units.iter().map(|(u, r)| Run::record(*u, *r)),
+            &mut as_runs.runs,
+        );
+        // Spans of one unit each here (every other unit): a pair instead of a
+        // triple per unit; consecutive units (below) save nearly all of it.
+        assert!(
+            bytes.len() < as_runs.encoded_len(),
+            "{} vs {}",
+            bytes.len(),
+            as_runs.encoded_len()
+        );
+        let mut dense = pos(3, 100, &[]);
+        dense.consumed.insert_firsts(100, 50_000);
+        assert!(dense.encode().len() < 64, "{} bytes for 50,000 units", dense.encode().len());
+        assert_eq!(Position::decode(&dense.encode()).unwrap(), dense);
+        let plain = pos(3, 100, &[(200, 1), (200, 2)]);
+        assert_eq!(plain.to_pb().format, 1, "no spans: a format builds before spans read");
+    }
+
+    #[test]
+    fn spans_past_the_unit_bound_or_ragged_are_refused() {
+        let mut p = pos(1, 0, &[]).to_pb();
+        let c = p.consumed.as_mut().unwrap();
+        c.firsts = vec![0, crate::limits::MAX_RUNS as u64 + 1];
+        let err = Position::from_pb(&p).unwrap_err();
+        assert!(err.to_string().contains("more than"), "{err}");
+        p.consumed.as_mut().unwrap().firsts = vec![0, 5, 9];
+        assert!(Position::from_pb(&p).is_err());
+        p.consumed.as_mut().unwrap().firsts = vec![u64::MAX, 5];
+        assert!(Position::from_pb(&p).is_err(), "a span past u64");
     }
 
     #[test]

@@ -27,9 +27,18 @@ pub enum UnitRecords {
 /// dispatcher and every reader insert one run per consumed element (a unit of
 /// one record, most often), and a map per unit cost a node allocation per
 /// element and a lookup in two maps; the flat map shares its nodes between
-/// units (docs/performance.md, "Exactly once"). The persisted and serialised
-/// form stays the per-unit one ([`Layout`]), so journals and snapshots written
-/// before read the same.
+/// units (docs/performance.md, "Exactly once").
+///
+/// Why `firsts` beside it: a unit of one element (`range`, `from_tensor_slices`)
+/// is consumed as its record 0 alone, and consecutive units arrive together, so
+/// a span of units whose only consumed record is record 0 is one entry, and a
+/// report of a span (`insert_firsts`) costs one insert, not one per element.
+/// A unit is in at most one of the two maps: `partial` never holds a unit whose
+/// only range is `[0, 1)` (that unit is in a span), so the representation of a
+/// set is unique and `==` compares sets.
+///
+/// The persisted and serialised form stays the per-unit one ([`Layout`]), so
+/// journals and snapshots written before read the same.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "Layout", into = "Layout")]
 pub struct RecordSet {
@@ -38,13 +47,16 @@ pub struct RecordSet {
     /// (unit (>= watermark), first) → end: each unit's consumed records as
     /// disjoint, non-touching `first → end` ranges.
     partial: BTreeMap<(u64, u64), u64>,
+    /// begin → end: disjoint, non-touching spans of units (>= watermark) whose
+    /// consumed records are exactly record 0.
+    firsts: BTreeMap<u64, u64>,
     /// unit (>= watermark) → how many records it has, where reported.
     ends: BTreeMap<u64, u64>,
 }
 
 /// The serialised form of a [`RecordSet`] (state layout version 2,
 /// `dispatcher/src/raft/versioned.rs`): its fields in this order, the ranges
-/// grouped per unit.
+/// grouped per unit (a span's units each as `{0: 1}`).
 #[derive(Serialize, Deserialize)]
 struct Layout {
     watermark: u64,
@@ -55,8 +67,8 @@ struct Layout {
 impl From<RecordSet> for Layout {
     fn from(s: RecordSet) -> Self {
         let mut partial: BTreeMap<u64, BTreeMap<u64, u64>> = BTreeMap::new();
-        for ((unit, first), end) in s.partial {
-            partial.entry(unit).or_default().insert(first, end);
+        for r in s.runs() {
+            partial.entry(r.unit).or_default().insert(r.first, r.end());
         }
         Layout { watermark: s.watermark, partial, ends: s.ends }
     }
@@ -87,9 +99,10 @@ impl RecordSet {
         self.watermark
     }
 
-    /// Number of record ranges held above the watermark (what bounds its size).
+    /// Number of record ranges and unit spans held above the watermark (what
+    /// bounds its size in memory).
     pub fn run_count(&self) -> usize {
-        self.partial.len()
+        self.partial.len() + self.firsts.len()
     }
 
     /// Units above the watermark with records or an end held.
@@ -102,12 +115,27 @@ impl RecordSet {
                 last = Some(*unit);
             }
         }
-        units + self.ends.keys().filter(|u| !self.has_records(**u)).count()
+        let spans: u64 = self.firsts.iter().map(|(b, e)| e - b).sum();
+        let bare = self.ends.keys().filter(|u| !self.has_records(**u)).count();
+        units + spans as usize + bare
     }
 
     /// Whether `unit` has consumed records held (above the watermark).
     fn has_records(&self, unit: u64) -> bool {
+        self.in_firsts(unit) || self.has_partial(unit)
+    }
+
+    fn has_partial(&self, unit: u64) -> bool {
         self.partial.range((unit, 0)..=(unit, u64::MAX)).next().is_some()
+    }
+
+    /// The span holding `unit`, if any.
+    fn span_of(&self, unit: u64) -> Option<(u64, u64)> {
+        self.firsts.range(..=unit).next_back().filter(|(_, e)| **e > unit).map(|(b, e)| (*b, *e))
+    }
+
+    fn in_firsts(&self, unit: u64) -> bool {
+        self.span_of(unit).is_some()
     }
 
     /// Adds `run` (ignored below the watermark).
@@ -116,7 +144,16 @@ impl RecordSet {
             return;
         }
         let unit = run.unit;
+        if run.first == 0 && run.count == 1 && !self.has_partial(unit) {
+            self.add_span(unit, unit + 1);
+            return;
+        }
         let (mut start, mut end) = (run.first, run.end());
+        if let Some((b, e)) = self.span_of(unit) {
+            // The unit leaves its span: its records are more than record 0 now.
+            self.remove_from_span(b, e, unit);
+            self.partial.insert((unit, 0), 1);
+        }
         // Merge with every range of the unit that overlaps or touches [start, end).
         // Most inserts touch none (a new unit) or one (a record continuing a run).
         loop {
@@ -132,6 +169,68 @@ impl RecordSet {
             end = end.max(e);
         }
         self.partial.insert((unit, start), end);
+    }
+
+    /// Adds record 0 of every unit in `[begin, begin + count)` (the part at or
+    /// above the watermark): what consecutive one-element units report.
+    pub fn insert_firsts(&mut self, begin: u64, count: u64) {
+        let end = begin.saturating_add(count);
+        let begin = begin.max(self.watermark);
+        if begin >= end {
+            return;
+        }
+        // Units of the span with other records take record 0 into their ranges;
+        // the gaps between them join the spans.
+        let mut with_ranges: Vec<u64> =
+            self.partial.range((begin, 0)..(end, 0)).map(|((u, _), _)| *u).collect();
+        with_ranges.dedup();
+        let mut from = begin;
+        for u in with_ranges {
+            self.add_span(from, u);
+            self.insert(Run::record(u, 0));
+            from = u + 1;
+        }
+        self.add_span(from, end);
+    }
+
+    /// Adds the span `[begin, end)` of units without partial ranges, merging
+    /// spans it overlaps or touches.
+    fn add_span(&mut self, begin: u64, end: u64) {
+        if begin >= end {
+            return;
+        }
+        let (mut b, mut e) = (begin, end);
+        if let Some((pb, pe)) = self.firsts.range(..=b).next_back().map(|(s, t)| (*s, *t)) {
+            if pe >= b {
+                if pe >= e {
+                    return;
+                }
+                b = pb;
+                // The common case: the span continues the one before it and
+                // reaches no other.
+                if self.firsts.range(pb + 1..=e).next().is_none() {
+                    self.firsts.insert(pb, e);
+                    return;
+                }
+                e = e.max(pe);
+            }
+        }
+        let covered: Vec<(u64, u64)> = self.firsts.range(b..=e).map(|(s, t)| (*s, *t)).collect();
+        for (s, t) in covered {
+            self.firsts.remove(&s);
+            e = e.max(t);
+        }
+        self.firsts.insert(b, e);
+    }
+
+    fn remove_from_span(&mut self, b: u64, e: u64, unit: u64) {
+        self.firsts.remove(&b);
+        if b < unit {
+            self.firsts.insert(b, unit);
+        }
+        if unit + 1 < e {
+            self.firsts.insert(unit + 1, e);
+        }
     }
 
     /// Records that `unit` has `records` records (ignored below the watermark).
@@ -156,8 +255,11 @@ impl RecordSet {
         if other.watermark > self.watermark {
             self.raise_watermark(other.watermark);
         }
-        for r in other.runs() {
-            self.insert(r);
+        for ((unit, s), e) in &other.partial {
+            self.insert(Run { unit: *unit, first: *s, count: e - s });
+        }
+        for (b, e) in &other.firsts {
+            self.insert_firsts(*b, e - b);
         }
         for (u, n) in &other.ends {
             self.insert_end(*u, *n);
@@ -173,6 +275,21 @@ impl RecordSet {
         self.watermark = w;
         self.partial = self.partial.split_off(&(w, 0));
         self.ends = self.ends.split_off(&w);
+        let straddling = self.span_of(w).filter(|(b, _)| *b < w);
+        self.firsts = self.firsts.split_off(&w);
+        if let Some((_, e)) = straddling {
+            self.firsts.insert(w, e);
+        }
+    }
+
+    /// How many records `unit` has by its reported end or `rule` (`None`:
+    /// unknown).
+    fn records_of(&self, unit: u64, rule: UnitRecords) -> Option<u64> {
+        match (self.ends.get(&unit), rule) {
+            (Some(n), _) => Some(*n),
+            (None, UnitRecords::One) => Some(1),
+            (None, UnitRecords::Counted) => None,
+        }
     }
 
     /// Whether every record of `unit` is in the set, by `rule` for a unit with no
@@ -181,21 +298,43 @@ impl RecordSet {
         if unit < self.watermark {
             return true;
         }
-        let records = match (self.ends.get(&unit), rule) {
-            (Some(n), _) => *n,
-            (None, UnitRecords::One) => 1,
-            (None, UnitRecords::Counted) => return false,
-        };
-        if records == 0 {
-            return true;
+        match self.records_of(unit, rule) {
+            None => false,
+            Some(0) => true,
+            Some(1) if self.in_firsts(unit) => true,
+            Some(records) => self.partial.get(&(unit, 0)).is_some_and(|end| *end >= records),
         }
-        self.partial.get(&(unit, 0)).is_some_and(|end| *end >= records)
     }
 
     /// Moves the watermark over every whole unit at it; returns the new watermark.
     pub fn advance(&mut self, rule: UnitRecords) -> u64 {
         let mut w = self.watermark;
-        while self.unit_complete(w, rule) {
+        loop {
+            // A span of one-record units is whole up to its first unit with an
+            // end above 1 (or, counted, without an end): one step for the span.
+            if let Some((_, e)) = self.span_of(w) {
+                let stop = match rule {
+                    UnitRecords::One => {
+                        self.ends.range(w..e).find(|(_, n)| **n > 1).map(|(u, _)| *u)
+                    }
+                    UnitRecords::Counted => {
+                        (w..e).find(|u| self.ends.get(u).is_none_or(|n| *n > 1))
+                    }
+                };
+                match stop {
+                    Some(u) => {
+                        w = u;
+                        break;
+                    }
+                    None => {
+                        w = e;
+                        continue;
+                    }
+                }
+            }
+            if !self.unit_complete(w, rule) {
+                break;
+            }
             w += 1;
         }
         self.raise_watermark(w);
@@ -204,6 +343,9 @@ impl RecordSet {
 
     pub fn contains(&self, unit: u64, record: u64) -> bool {
         if unit < self.watermark {
+            return true;
+        }
+        if record == 0 && self.in_firsts(unit) {
             return true;
         }
         self.partial
@@ -217,9 +359,26 @@ impl RecordSet {
         self.ends.get(&unit).copied()
     }
 
-    /// Every held range above the watermark, as runs in (unit, first) order.
+    /// Every held range above the watermark, as runs in (unit, first) order
+    /// (a span's units one run each).
     pub fn runs(&self) -> impl Iterator<Item = Run> + '_ {
-        self.partial.iter().map(|((unit, s), e)| Run { unit: *unit, first: *s, count: e - s })
+        merge_runs(self.partial_runs(0, u64::MAX), self.first_runs(0, u64::MAX))
+    }
+
+    /// The held ranges of units not in a span (what `runs` lists besides the
+    /// spans' units), in (unit, first) order.
+    pub fn ranges(&self) -> impl Iterator<Item = Run> + '_ {
+        self.partial_runs(0, u64::MAX)
+    }
+
+    /// Whether any unit is held in a span of first records.
+    pub fn has_spans(&self) -> bool {
+        !self.firsts.is_empty()
+    }
+
+    /// Spans `(begin, end)` of units whose only consumed record is record 0.
+    pub fn first_spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.firsts.iter().map(|(b, e)| (*b, *e))
     }
 
     /// Held (unit, records) ends above the watermark.
@@ -235,10 +394,27 @@ impl RecordSet {
         if begin >= end {
             return vec![];
         }
-        self.partial
-            .range((begin, 0)..(end, 0))
-            .map(|((unit, s), e)| Run { unit: *unit, first: *s, count: e - s })
-            .collect()
+        merge_runs(self.partial_runs(begin, end), self.first_runs(begin, end)).collect()
+    }
+
+    fn partial_runs(&self, begin: u64, end: u64) -> impl Iterator<Item = Run> + '_ {
+        let range = if end == u64::MAX {
+            self.partial.range((begin, 0)..)
+        } else {
+            self.partial.range((begin, 0)..(end, 0))
+        };
+        range.map(|((unit, s), e)| Run { unit: *unit, first: *s, count: e - s })
+    }
+
+    /// Record 0 of every span unit in `[begin, end)`.
+    fn first_runs(&self, begin: u64, end: u64) -> impl Iterator<Item = Run> + '_ {
+        let straddling = self.span_of(begin).filter(|(b, _)| *b < begin);
+        straddling
+            .into_iter()
+            .chain(self.firsts.range(begin..).map(|(b, e)| (*b, *e)))
+            .map(move |(b, e)| (b.max(begin), e.min(end)))
+            .take_while(move |(b, _)| *b < end)
+            .flat_map(|(b, e)| (b..e).map(|u| Run::record(u, 0)))
     }
 
     /// Rebuilds a set from its parts (decoding); runs and ends below the
@@ -259,144 +435,21 @@ impl RecordSet {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(unit: u64, first: u64, count: u64) -> Run {
-        Run { unit, first, count }
-    }
-
-    #[test]
-    fn overlapping_and_touching_ranges_merge() {
-        let mut s = RecordSet::new();
-        s.insert(run(3, 5, 2)); // [5,7)
-        s.insert(run(3, 0, 2)); // [0,2)
-        s.insert(run(3, 2, 3)); // [2,5) touches both
-        assert_eq!(s.runs().collect::<Vec<_>>(), vec![run(3, 0, 7)]);
-        s.insert(run(3, 10, 1));
-        s.insert(run(3, 4, 8)); // overlaps [0,7) and [10,11)
-        assert_eq!(s.runs().collect::<Vec<_>>(), vec![run(3, 0, 12)]);
-        assert!(s.contains(3, 11) && !s.contains(3, 12) && !s.contains(4, 0));
-    }
-
-    #[test]
-    fn watermark_advances_over_whole_units_only() {
-        let mut s = RecordSet::new();
-        s.insert(run(0, 0, 1));
-        s.insert(run(2, 0, 1));
-        assert_eq!(s.advance(UnitRecords::One), 1, "unit 1 is missing");
-        s.insert(run(1, 0, 1));
-        assert_eq!(s.advance(UnitRecords::One), 3);
-        assert_eq!(s.run_count(), 0, "whole units fold into the watermark");
-    }
-
-    #[test]
-    fn counted_units_need_their_end() {
-        let mut s = RecordSet::new();
-        s.insert(run(0, 0, 4));
-        assert_eq!(s.advance(UnitRecords::Counted), 0, "the end is not known yet");
-        s.insert_end(0, 5);
-        assert_eq!(s.advance(UnitRecords::Counted), 0, "record 4 is missing");
-        s.insert(run(0, 4, 1));
-        s.insert_end(1, 0); // an empty file is whole at once
-        assert_eq!(s.advance(UnitRecords::Counted), 2);
-    }
-
-    #[test]
-    fn union_takes_the_higher_watermark_and_all_runs() {
-        let mut a = RecordSet::from_parts(5, [run(6, 0, 1)], []);
-        let b = RecordSet::from_parts(3, [run(4, 0, 1), run(7, 0, 1)], [(8, 3)]);
-        a.union(&b);
-        assert_eq!(a.watermark(), 5);
-        assert_eq!(a.runs().collect::<Vec<_>>(), vec![run(6, 0, 1), run(7, 0, 1)]);
-        assert_eq!(a.unit_end(8), Some(3));
-        assert_eq!(a.runs_in(0, 7), vec![run(6, 0, 1)]);
-    }
-
-    #[test]
-    fn the_serialised_form_is_the_per_unit_layout() {
-        // The layout journals and snapshots hold (state layout version 2).
-        #[derive(Serialize, Deserialize)]
-        struct PerUnit {
-            watermark: u64,
-            partial: BTreeMap<u64, BTreeMap<u64, u64>>,
-            ends: BTreeMap<u64, u64>,
-        }
-        let set = RecordSet::from_parts(2, [run(3, 0, 2), run(3, 5, 1), run(4, 0, 1)], [(9, 3)]);
-        let json = serde_json::to_string(&set).unwrap();
-        let per_unit = PerUnit {
-            watermark: 2,
-            partial: BTreeMap::from([
-                (3, BTreeMap::from([(0, 2), (5, 6)])),
-                (4, BTreeMap::from([(0, 1)])),
-            ]),
-            ends: BTreeMap::from([(9, 3)]),
-        };
-        assert_eq!(json, serde_json::to_string(&per_unit).unwrap());
-        assert_eq!(serde_json::from_str::<RecordSet>(&json).unwrap(), set);
-        // A written state with touching or stale ranges reads back canonical.
-        let odd = r#"{"watermark":2,"partial":{"1":{"0":1},"3":{"0":2,"2":4}},"ends":{}}"#;
-        let read: RecordSet = serde_json::from_str(odd).unwrap();
-        assert_eq!(read.runs().collect::<Vec<_>>(), vec![run(3, 0, 4)]);
-    }
-
-    #[test]
-    fn units_held_and_lookups_see_each_unit_apart() {
-        let mut s = RecordSet::below(5);
-        s.insert(run(5, 2, 3)); // [2,5)
-        s.insert(run(6, 0, 1));
-        s.insert_end(7, 4);
-        s.insert_end(5, 9);
-        assert_eq!((s.units_held(), s.run_count()), (3, 2));
-        assert!(s.contains(5, 4) && !s.contains(5, 5) && !s.contains(5, 1));
-        assert!(!s.contains(6, 1) && s.contains(6, 0) && !s.contains(7, 0));
-        assert_eq!(s.runs_in(6, 7), vec![run(6, 0, 1)]);
-        s.insert(run(5, 0, 2)); // touches [2,5) from below
-        assert!(s.unit_complete(6, UnitRecords::One) && !s.unit_complete(5, UnitRecords::Counted));
-        s.insert(run(5, 5, 4));
-        assert_eq!(s.advance(UnitRecords::Counted), 6, "unit 5 whole; 6 has no end");
-        assert_eq!(s.advance(UnitRecords::One), 7, "as one record, 6 is whole; 7 is not");
-        assert_eq!((s.units_held(), s.run_count()), (1, 0));
-    }
-
-    #[test]
-    fn random_inserts_agree_with_a_set_of_records() {
-        // A plain set of (unit, record) as the model; a fixed LCG for the inserts.
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |n: u64| {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            (x >> 33) % n
-        };
-        let (mut set, mut model) = (RecordSet::below(2), std::collections::BTreeSet::new());
-        for _ in 0..2000 {
-            let r = run(next(8), next(20), 1 + next(4));
-            set.insert(r);
-            for rec in r.first..r.end() {
-                if r.unit >= 2 {
-                    model.insert((r.unit, rec));
-                }
-            }
-        }
-        for unit in 0..8 {
-            for rec in 0..30 {
-                let want = unit < 2 || model.contains(&(unit, rec));
-                assert_eq!(set.contains(unit, rec), want, "({unit}, {rec})");
-            }
-        }
-        let runs: Vec<Run> = set.runs().collect();
-        let covered: u64 = runs.iter().map(|r| r.count).sum();
-        assert_eq!(covered, model.len() as u64, "runs cover each record once");
-        for w in runs.windows(2) {
-            assert!(w[0].unit < w[1].unit || w[0].end() < w[1].first, "{w:?} touch");
-        }
-    }
-
-    #[test]
-    fn below_the_watermark_everything_is_contained() {
-        let s = RecordSet::below(10);
-        assert!(s.contains(9, 1_000));
-        assert!(s.unit_complete(9, UnitRecords::Counted));
-        assert!(!s.unit_complete(10, UnitRecords::One));
-    }
+/// Two runs iterators in (unit, first) order merged into one (they never hold
+/// the same unit).
+fn merge_runs(
+    a: impl Iterator<Item = Run>,
+    b: impl Iterator<Item = Run>,
+) -> impl Iterator<Item = Run> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if (x.unit, x.first) <= (y.unit, y.first) => a.next(),
+        (Some(_), Some(_)) => b.next(),
+        (Some(_), None) => a.next(),
+        (None, _) => b.next(),
+    })
 }
+
+#[cfg(test)]
+#[path = "records_tests.rs"]
+mod tests;

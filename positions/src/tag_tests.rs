@@ -119,8 +119,9 @@ fn columns_are_what_join_positions_writes_and_split_back() {
         tags.iter().map(|t| t.clone().map(Tag::into_origin).unwrap_or_default()).collect();
     assert_eq!(p, join_positions(origins.clone(), message.clone()));
     let (per, own) = split_positions(&p, tags.len()).expect("well formed");
-    for (got, want) in per.iter().zip(&origins) {
-        assert_eq!(got.runs, want.runs);
+    assert_eq!(per.len(), origins.len());
+    for (i, want) in origins.iter().enumerate() {
+        assert_eq!(per.runs_of(i), want.runs);
     }
     assert_eq!(own.runs, message.runs);
     let ends: Vec<(u64, u64)> =

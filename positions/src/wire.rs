@@ -40,6 +40,19 @@ pub fn runs_from_flat(flat: &[u64]) -> Result<Vec<Run>, PositionError> {
         .collect()
 }
 
+/// Reads `(begin, count)` span pairs (`ConsumedReport.firsts`); refuses a
+/// ragged column, an empty span, a span past u64 or more than [`MAX_RUNS`].
+pub fn spans_from_flat(flat: &[u64]) -> Result<Vec<(u64, u64)>, PositionError> {
+    if !flat.len().is_multiple_of(2) {
+        return Err(malformed(format!("{} span numbers is not a multiple of 2", flat.len())));
+    }
+    let spans = ends_from_flat(flat)?;
+    if let Some((b, n)) = spans.iter().find(|(b, n)| *n == 0 || b.checked_add(*n).is_none()) {
+        return Err(malformed(format!("invalid span of first records: {n} units from unit {b}")));
+    }
+    Ok(spans)
+}
+
 pub fn ends_to_flat(ends: impl IntoIterator<Item = (u64, u64)>, out: &mut Vec<u64>) {
     for (u, n) in ends {
         out.extend([u, n]);
@@ -71,30 +84,82 @@ impl Origin {
 }
 
 impl RecordSet {
+    /// The wire form: spans of first records as `firsts` (Position format 2),
+    /// the other units' ranges as `runs`; a set without spans is format 1.
     pub fn to_pb(&self) -> pb::ConsumedRecords {
         let mut runs = Vec::new();
-        runs_to_flat(self.runs(), &mut runs);
+        runs_to_flat(self.ranges(), &mut runs);
         let mut unit_ends = Vec::new();
         ends_to_flat(self.ends(), &mut unit_ends);
-        pb::ConsumedRecords { watermark: self.watermark(), runs, unit_ends }
+        let mut firsts = Vec::new();
+        ends_to_flat(self.first_spans().map(|(b, e)| (b, e - b)), &mut firsts);
+        pb::ConsumedRecords { watermark: self.watermark(), runs, unit_ends, firsts }
     }
 
+    /// Refuses what [`runs_from_flat`] and [`spans_from_flat`] refuse, and
+    /// more than [`MAX_RUNS`] units held in runs and spans together: a span is
+    /// one entry here, but the dispatcher's persisted form lists its units one by
+    /// one, so the bound of format 1 (one run per unit) is kept.
     pub fn from_pb(c: &pb::ConsumedRecords) -> Result<RecordSet, PositionError> {
-        Ok(RecordSet::from_parts(
-            c.watermark,
-            runs_from_flat(&c.runs)?,
-            ends_from_flat(&c.unit_ends)?,
-        ))
+        let runs = runs_from_flat(&c.runs)?;
+        let spans = spans_from_flat(&c.firsts)?;
+        let units = spans.iter().try_fold(runs.len() as u64, |n, (_, count)| n.checked_add(*count));
+        if units.is_none_or(|n| n > MAX_RUNS as u64) {
+            return Err(malformed(format!(
+                "{} runs and {} spans hold more than {MAX_RUNS} units",
+                runs.len(),
+                spans.len()
+            )));
+        }
+        let mut set = RecordSet::from_parts(c.watermark, runs, ends_from_flat(&c.unit_ends)?);
+        for (begin, count) in spans {
+            set.insert_firsts(begin, count);
+        }
+        Ok(set)
     }
 }
 
-/// Splits a batch's `Positions` columns into one origin per element plus the
-/// message's own (the last, records dropped after the last element, and the
+/// The origins of a message's elements, flat: element `i`'s runs are
+/// `runs[bounds[i]..bounds[i + 1]]`. One allocation per message, not one per
+/// element (a reader takes elements one by one, at up to a million a second).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ElementOrigins {
+    runs: Vec<Run>,
+    /// `elements + 1` offsets into `runs`, from 0 (empty when no element).
+    bounds: Vec<usize>,
+}
+
+impl ElementOrigins {
+    /// How many elements it has origins for.
+    pub fn len(&self) -> usize {
+        self.bounds.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i`'s runs (empty past the end).
+    pub fn runs_of(&self, i: usize) -> &[Run] {
+        match (self.bounds.get(i), self.bounds.get(i + 1)) {
+            (Some(a), Some(b)) => &self.runs[*a..*b],
+            _ => &[],
+        }
+    }
+
+    /// Element `i`'s origin, as its own value.
+    pub fn origin(&self, i: usize) -> Origin {
+        Origin { runs: self.runs_of(i).to_vec(), unit_ends: vec![] }
+    }
+}
+
+/// Splits a batch's `Positions` columns into the origins of its elements plus
+/// the message's own (the last, records dropped after the last element, and the
 /// unit ends). Refuses columns that do not match `elements`.
 pub fn split_positions(
     p: &pb::Positions,
     elements: usize,
-) -> Result<(Vec<Origin>, Origin), PositionError> {
+) -> Result<(ElementOrigins, Origin), PositionError> {
     if p.runs_per_element.len() != elements + 1 {
         return Err(malformed(format!(
             "{} run counts for {elements} elements (want one per element and one for the message)",
@@ -109,14 +174,16 @@ pub fn split_positions(
             runs.len()
         )));
     }
-    let mut it = runs.into_iter();
-    let mut per_element = Vec::with_capacity(elements);
+    let mut bounds = Vec::with_capacity(elements + 1);
+    bounds.push(0);
+    let mut at = 0usize;
     for n in &p.runs_per_element[..elements] {
-        per_element
-            .push(Origin { runs: it.by_ref().take(*n as usize).collect(), unit_ends: vec![] });
+        at += *n as usize;
+        bounds.push(at);
     }
-    let message = Origin { runs: it.collect(), unit_ends: ends_from_flat(&p.unit_ends)? };
-    Ok((per_element, message))
+    let mut runs = runs;
+    let message = Origin { runs: runs.split_off(at), unit_ends: ends_from_flat(&p.unit_ends)? };
+    Ok((ElementOrigins { runs, bounds }, message))
 }
 
 /// Builds a batch's `Positions` from its elements' origins (taken out of them)
@@ -151,8 +218,10 @@ mod tests {
         let msg = Origin { runs: vec![Run::record(9, 0)], unit_ends: vec![(9, 4)] };
         let p = join_positions([a.clone(), b.clone()], msg);
         let (per, message) = split_positions(&p, 2).unwrap();
-        assert_eq!(per[0].runs, a.runs);
-        assert_eq!(per[1].runs, b.runs);
+        assert_eq!(per.len(), 2);
+        assert_eq!(per.runs_of(0), a.runs);
+        assert_eq!(per.origin(1), b);
+        assert!(per.runs_of(2).is_empty());
         assert_eq!(message.runs, vec![Run::record(9, 0)]);
         assert_eq!(message.unit_ends, vec![(1, 1), (9, 4)], "ends travel with the message");
     }

@@ -86,6 +86,10 @@ class Reader(Iterator[Any]):
     def delivery(self) -> str:
         """"exactly_once" or "at_most_once", as the dispatcher answered."""
     @property
+    def at_most_once_reason(self) -> Optional[str]:
+        """Why the read is at-most-once (the stage that keeps the pipeline from
+        being replayed, or the option); ``None`` when exactly-once."""
+    @property
     def loss_report(self) -> Optional[list[tuple[int, str]]]:
         """After a read that accepted loss and lost data: (task_id, worker_address)
         of each task ended with its lost worker; ``None`` otherwise."""
@@ -128,8 +132,11 @@ class Client:
         restore_from: Optional[bytes] = None,
         deterministic: bool = False,
         seed: int = 0,
+        exactly_once_auto: bool = False,
     ) -> Reader:
         """``exactly_once``: ask for exactly-once delivery (docs/exactly-once.md);
+        ``exactly_once_auto``: exactly-once where the job can have it, else
+        at-most-once (``Reader.at_most_once_reason`` says why);
         ``restore_from``: a position to restore the iteration from (needs
         ``exactly_once``, the position's job name and repetition).
         ``compression``: "auto" (zstd from workers off this host, raw over

@@ -190,7 +190,9 @@ class Position:
 
     @property
     def exactly_once(self) -> bool:
-        return bool(getattr(self.dataset, "exactly_once", False))
+        """Whether the dataset asks for exactly-once (``True``, or ``"auto"``:
+        where the job can have it; the reader's ``delivery`` says what it got)."""
+        return getattr(self.dataset, "exactly_once", False) in (True, "auto")
 
     def state(self) -> dict[str, Any]:
         """The position as a JSON-able dict (see the module docstring)."""
@@ -205,7 +207,12 @@ class Position:
         }
         if self.exactly_once:
             reader = self._own_reader()
-            position = reader.position() if reader is not None else self._restore
+            if reader is None:
+                position = self._restore
+            elif reader.delivery == "exactly_once":
+                position = reader.position()
+            else:  # exactly_once="auto" fell back to at-most-once
+                position = None
             state["position"] = (
                 None if position is None else base64.b64encode(position).decode("ascii")
             )

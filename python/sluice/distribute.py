@@ -256,7 +256,7 @@ class DistributedDataset:
         token: str | None = None,
         accept_data_loss: bool = False,
         compression: str | None = "AUTO",
-        exactly_once: bool = False,
+        exactly_once: bool | str = False,
         deterministic: bool = False,
         seed: int = 0,
     ) -> None:
@@ -281,8 +281,10 @@ class DistributedDataset:
         self.token = token
         self.accept_data_loss = bool(accept_data_loss)
         self.compression = _compression(compression)
-        if not isinstance(exactly_once, bool):
-            raise InvalidArgumentError(f"exactly_once must be True or False, got {exactly_once!r}")
+        if not isinstance(exactly_once, bool) and exactly_once != "auto":
+            raise InvalidArgumentError(
+                f'exactly_once must be True, False or "auto", got {exactly_once!r}'
+            )
         self.exactly_once = exactly_once
         if not isinstance(deterministic, bool):
             raise InvalidArgumentError(f"deterministic must be True or False, got {deterministic!r}")
@@ -360,10 +362,11 @@ class DistributedDataset:
             trainer_id=trainer,
             accept_data_loss=self.accept_data_loss,
             compression=self.compression,
-            exactly_once=exactly_once,
+            exactly_once=exactly_once is True,
             restore_from=restore_from,
             deterministic=getattr(self, "deterministic", False),
             seed=getattr(self, "seed", 0),
+            exactly_once_auto=exactly_once == "auto",
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -407,7 +410,7 @@ def distribute(
     token: str | None = None,
     accept_data_loss: bool = False,
     compression: str | None = "AUTO",
-    exactly_once: bool = False,
+    exactly_once: bool | str = False,
     deterministic: bool = False,
     seed: int = 0,
 ) -> Callable[["Dataset"], DistributedDataset]:
@@ -433,7 +436,9 @@ def distribute(
     only; the job is refused unless its pipeline can be replayed, and then no
     element is lost or repeated through worker deaths, and ``reader.position()``
     checkpoints the read (restore with ``read(restore_from=...)``; see
-    docs/exactly-once.md). ``deterministic`` (Sluice's, with ``exactly_once``):
+    docs/exactly-once.md); ``exactly_once="auto"``: exactly-once where the job can
+    have it, else at-most-once, never refused: ``reader.delivery`` says which and
+    ``reader.at_most_once_reason`` why. ``deterministic`` (Sluice's, with ``exactly_once``):
     this reader is consumer ``consumer_index`` of ``num_consumers`` of the named
     job, and its sequence depends only on ``seed``, the dataset and
     ``num_consumers`` (not on the workers, their deaths or a restore); every
@@ -481,7 +486,7 @@ def from_dataset_id(
     token: str | None = None,
     accept_data_loss: bool = False,
     compression: str | None = "AUTO",
-    exactly_once: bool = False,
+    exactly_once: bool | str = False,
     deterministic: bool = False,
     seed: int = 0,
 ) -> DistributedDataset:

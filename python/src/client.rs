@@ -86,7 +86,7 @@ impl Client {
         max_outstanding_requests = None, repetition = 0, num_consumers = None,
         consumer_index = None, trainer_id = None, accept_data_loss = false,
         compression = "auto", exactly_once = false, restore_from = None, deterministic = false,
-        seed = 0))]
+        seed = 0, exactly_once_auto = false))]
     #[allow(clippy::too_many_arguments)]
     fn read(
         &self,
@@ -106,6 +106,7 @@ impl Client {
         restore_from: Option<Bound<'_, PyBytes>>,
         deterministic: bool,
         seed: u64,
+        exactly_once_auto: bool,
     ) -> PyResult<Reader> {
         let mode: ProcessingMode = processing_mode.parse().map_err(errors::from_client)?;
         let target: TargetWorkers = target_workers.parse().map_err(errors::from_client)?;
@@ -131,6 +132,7 @@ impl Client {
             (false, ..) => opts.kind = read_kind(num_consumers, consumer_index, trainer_id)?,
         }
         opts.exactly_once = exactly_once;
+        opts.exactly_once_auto = exactly_once_auto;
         if let Some(bytes) = restore_from {
             opts = opts.restore(crate::positions::decode(bytes.as_bytes())?);
             if opts.repetition != repetition {
@@ -188,6 +190,7 @@ pub struct Reader {
     job_name: String,
     iteration_id: u64,
     delivery: sluice_client::Delivery,
+    at_most_once_reason: Option<String>,
     /// An async mutex: a read holds it while it waits (in `block_on`), and a
     /// second thread reading the same reader waits its turn.
     state: Mutex<Option<Owned<ElementStream>>>,
@@ -201,6 +204,7 @@ impl Reader {
             job_name: stream.job_name().to_string(),
             iteration_id: stream.iteration_id(),
             delivery: stream.delivery(),
+            at_most_once_reason: stream.at_most_once_reason().map(str::to_string),
             state: Mutex::new(Some(Owned::new(runtime.clone(), stream))),
             elements: Default::default(),
             runtime,
@@ -310,6 +314,13 @@ impl Reader {
     #[getter]
     fn delivery(&self) -> String {
         self.delivery.to_string()
+    }
+
+    /// Why this read is at-most-once, as the dispatcher said (what an
+    /// `exactly_once="auto"` read fell back for); `None` when exactly-once.
+    #[getter]
+    fn at_most_once_reason(&self) -> Option<String> {
+        self.at_most_once_reason.clone()
     }
 
     /// The job's name (generated for an anonymous job).

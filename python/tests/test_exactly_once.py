@@ -66,8 +66,9 @@ def test_position_info_says_what_a_position_is_of():
 def test_bytes_that_are_not_a_position_are_refused_saying_why():
     with pytest.raises(sluice.InvalidArgumentError, match="not a usable Sluice position"):
         _native.position_info(b"\xff\xff\xff")
+    assert _native.position_info(position(fmt=2))["job_name"] == "j", "format 2 is read"
     with pytest.raises(sluice.InvalidArgumentError, match="newer"):
-        _native.position_info(position(fmt=2))
+        _native.position_info(position(fmt=3))
     with pytest.raises(sluice.InvalidArgumentError, match="no job name"):
         _native.position_info(position(job=""))
 
@@ -94,8 +95,9 @@ def test_the_exactly_once_keyword_is_carried_and_checked():
     fid = sluice.from_dataset_id("dynamic", NOWHERE, "ds", job_name="j", exactly_once=True)
     assert fid.exactly_once is True
     assert sluice.from_dataset_id("dynamic", NOWHERE, "ds").exactly_once is False
-    with pytest.raises(sluice.InvalidArgumentError, match="exactly_once must be True or False"):
-        sluice.from_dataset_id("dynamic", NOWHERE, "ds", exactly_once="yes")  # type: ignore[arg-type]
+    assert sluice.from_dataset_id("dynamic", NOWHERE, "ds", exactly_once="auto").exactly_once == "auto"
+    with pytest.raises(sluice.InvalidArgumentError, match='True, False or "auto"'):
+        sluice.from_dataset_id("dynamic", NOWHERE, "ds", exactly_once="yes")
 
 
 def test_reads_that_cannot_be_exactly_once_are_refused_before_any_call():

@@ -54,6 +54,31 @@ def test_a_pipeline_that_cannot_be_replayed_is_refused_naming_the_stage(cluster)
         ds.read()
 
 
+def test_auto_is_exactly_once_where_it_can_be_and_at_most_once_saying_why_elsewhere(cluster):
+    d, _ = cluster
+    auto = sluice.Dataset.range(N).distribute("dynamic", d.target, job_name="auto", exactly_once="auto")
+    it = JaxIterator(auto)
+    got = [int(next(it)) for _ in range(300)]
+    state = it.get_state()
+    assert state["position"], "an exactly-once read's state carries its position"
+    it.close()
+    again = JaxIterator(auto)
+    again.set_state(state)
+    got.extend(int(x) for x in again)
+    _once(got)
+
+    taken = sluice.Dataset.range(N).take(10).distribute("dynamic", d.target, exactly_once="auto")
+    reader = taken.read()
+    assert reader.delivery == "at_most_once"
+    assert "take" in reader.at_most_once_reason
+    values = [int(x) for x in reader]
+    assert values and len(values) == len(set(values)), values
+    fallback = JaxIterator(taken)
+    next(fallback)
+    assert fallback.get_state()["position"] is None, "no position for an at-most-once read"
+    fallback.close()
+
+
 def test_a_worker_death_loses_and_repeats_nothing(cluster):
     d, workers = cluster
     reader = _eo(d, max_outstanding_requests=1).read()

@@ -1,7 +1,9 @@
 //! A dispatcher and worker *processes* for the exactly-once tests
 //! (`tests/exactly_once.rs`, `tests/exactly_once_deterministic.rs`): 4 units per
-//! split, short worker and client timeouts (a SIGKILLed worker is declared lost
-//! within seconds), a client once every worker registered. Killed on drop.
+//! split, a short worker timeout (a SIGKILLed worker is declared lost within
+//! seconds), a client timeout long enough that a loaded machine never expires
+//! a live reader (3 s once did: "iteration client not found" in a
+//! deterministic read), a client once every worker registered. Killed on drop.
 
 use sluice_client::{Client, RetryPolicy};
 
@@ -15,7 +17,7 @@ pub fn dispatcher() -> Proc {
         "--worker-timeout-secs",
         "2",
         "--client-timeout-secs",
-        "3",
+        "20",
         "--elements-per-split",
         "4",
     ])

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use sluice_positions::wire::{ends_to_flat, runs_to_flat};
-use sluice_positions::{Origin, Position, RecordSet, UnitRecords};
+use sluice_positions::{ConsumedLog, Origin, Position, RecordSet, Run, UnitRecords};
 use sluice_proto::v1 as pb;
 use tokio::sync::Notify;
 
@@ -19,11 +19,11 @@ use tokio::sync::Notify;
 /// the next one (docs/exactly-once.md, "Bounds").
 pub const MAX_REPORT_RUNS: usize = 65_536;
 
-/// Runs (and unit ends) the position log holds before they are folded into
-/// the own set. Appending to a vector is cheap and inserting into a
-/// `RecordSet` is not (a map per unit), so the log is folded when a position
-/// is taken, and pruned below the watermark as answers arrive; this bound only
-/// matters when no watermark comes.
+/// Entries (runs, spans, unit ends) the position log holds before they are
+/// folded into the own set. Appending to a log is cheap and inserting into a
+/// `RecordSet` is not (a B-tree search per entry), so the log is folded when a
+/// position is taken, and pruned below the watermark as answers arrive; this
+/// bound only matters when no watermark comes.
 const FOLD_EVERY: usize = 1 << 20;
 
 /// Watermarks answered for generations the reader has not reached yet are kept
@@ -34,7 +34,7 @@ const MAX_LATER_WATERMARKS: usize = 64;
 #[derive(Debug, Default)]
 struct Pending {
     generation: u64,
-    origin: Origin,
+    log: ConsumedLog,
 }
 
 /// A report sent and not answered yet.
@@ -64,7 +64,7 @@ struct State {
     /// above the watermark.
     own: RecordSet,
     /// Consumed since the last fold into `own` (above the watermark).
-    unfolded: Origin,
+    unfolded: ConsumedLog,
     /// The highest checkpoint watermark answered for a generation <= `generation`.
     watermark: u64,
     /// generation (> `generation`) → the highest watermark answered for it.
@@ -112,13 +112,13 @@ impl Consumption {
         };
         let state = State {
             generation,
-            queue: VecDeque::from([Pending { generation, origin: Origin::default() }]),
+            queue: VecDeque::from([Pending { generation, log: ConsumedLog::default() }]),
             in_flight: None,
             next_seq: 1,
             acks: Vec::new(),
             lost: HashSet::new(),
             own,
-            unfolded: Origin::default(),
+            unfolded: ConsumedLog::default(),
             watermark: 0,
             later: BTreeMap::new(),
             announced: generation,
@@ -141,15 +141,26 @@ impl Consumption {
     /// Records `origin`, taken from `task`: an element the application took, or
     /// a message's own records when it arrives. `false` (and nothing recorded)
     /// when the task was lost: its elements must be dropped.
-    pub(crate) fn consume(&self, task: u64, origin: Origin) -> bool {
+    pub(crate) fn consume(&self, task: u64, origin: &Origin) -> bool {
+        self.consume_records(task, &origin.runs, &origin.unit_ends)
+    }
+
+    /// [`Self::consume`] of runs and unit ends (an element's, without making it
+    /// an `Origin`).
+    pub(crate) fn consume_records(
+        &self,
+        task: u64,
+        runs: &[Run],
+        unit_ends: &[(u64, u64)],
+    ) -> bool {
         let mut s = self.lock();
         if !s.lost.is_empty() && s.lost.contains(&task) {
             return false;
         }
-        if origin.is_empty() {
+        if runs.is_empty() && unit_ends.is_empty() {
             return true;
         }
-        let became_pending = s.record(origin);
+        let became_pending = s.record(runs, unit_ends);
         drop(s);
         if became_pending {
             self.pending.notify_one();
@@ -219,12 +230,10 @@ impl Consumption {
     /// with every position.
     pub(crate) fn backlog(&self) -> bool {
         let s = self.lock();
-        let mut pending = s.queue.iter().filter(|p| !p.origin.is_empty());
+        let mut pending = s.queue.iter().filter(|p| !p.log.is_empty());
         match (pending.next(), pending.next()) {
             (Some(_), Some(_)) => true,
-            (Some(p), None) => {
-                p.origin.runs.len() > MAX_REPORT_RUNS || p.origin.unit_ends.len() > MAX_REPORT_RUNS
-            }
+            (Some(p), None) => p.log.exceeds(MAX_REPORT_RUNS),
             _ => false,
         }
     }
@@ -256,8 +265,10 @@ impl Consumption {
             drained_tasks: f.drained,
             ..Default::default()
         };
-        runs_to_flat(f.pending.origin.runs.iter().copied(), &mut consumed.runs);
-        ends_to_flat(f.pending.origin.unit_ends.iter().copied(), &mut consumed.unit_ends);
+        let log = &f.pending.log;
+        runs_to_flat(log.runs.iter().copied(), &mut consumed.runs);
+        ends_to_flat(log.unit_ends.iter().copied(), &mut consumed.unit_ends);
+        ends_to_flat(log.firsts.iter().copied(), &mut consumed.firsts);
         Some(Report { consumed, seq: f.seq })
     }
 
@@ -292,8 +303,8 @@ impl Consumption {
         s.generation += 1;
         let next = s.generation;
         match s.queue.back_mut() {
-            Some(back) if back.origin.is_empty() => back.generation = next,
-            _ => s.queue.push_back(Pending { generation: next, origin: Origin::default() }),
+            Some(back) if back.log.is_empty() => back.generation = next,
+            _ => s.queue.push_back(Pending { generation: next, log: ConsumedLog::default() }),
         }
         s.promote_later();
         Position {
@@ -315,23 +326,19 @@ impl Consumption {
     #[cfg(test)]
     pub(crate) fn own_run_count(&self) -> usize {
         let s = self.lock();
-        s.own.run_count() + s.unfolded.runs.len()
+        s.own.run_count() + s.unfolded.len()
     }
 }
 
 impl State {
     /// Appends `origin` to the current generation's pending report and to the
     /// position log; whether that made something pending.
-    fn record(&mut self, origin: Origin) -> bool {
+    fn record(&mut self, runs: &[Run], unit_ends: &[(u64, u64)]) -> bool {
         let back = self.queue.back_mut().expect("the queue is never empty");
-        let was_empty = back.origin.is_empty();
-        for r in &origin.runs {
-            back.origin.push_run(*r);
-            self.unfolded.push_run(*r);
-        }
-        back.origin.unit_ends.extend_from_slice(&origin.unit_ends);
-        self.unfolded.unit_ends.extend(origin.unit_ends);
-        if self.unfolded.runs.len() + self.unfolded.unit_ends.len() >= FOLD_EVERY {
+        let was_empty = back.log.is_empty();
+        back.log.push(runs, unit_ends);
+        self.unfolded.push(runs, unit_ends);
+        if self.unfolded.len() >= FOLD_EVERY {
             self.fold();
         }
         was_empty
@@ -339,13 +346,13 @@ impl State {
 
     fn fold(&mut self) {
         let unfolded = std::mem::take(&mut self.unfolded);
-        self.own.insert_origin(&unfolded);
+        unfolded.insert_into(&mut self.own);
     }
 
     fn has_pending(&self) -> bool {
         self.in_flight.is_some()
             || !self.acks.is_empty()
-            || self.queue.iter().any(|p| !p.origin.is_empty())
+            || self.queue.iter().any(|p| !p.log.is_empty())
             || self.generation > self.announced
             || self.drained_due()
     }
@@ -358,13 +365,13 @@ impl State {
     /// Moves the oldest pending consumption (or, with nothing consumed, the news
     /// of a new generation) out of the queue as the report in flight.
     fn take_pending(&mut self) -> Option<InFlight> {
-        while self.queue.len() > 1 && self.queue.front().is_some_and(|p| p.origin.is_empty()) {
+        while self.queue.len() > 1 && self.queue.front().is_some_and(|p| p.log.is_empty()) {
             self.queue.pop_front();
         }
         let only = self.queue.len() == 1;
         let drained_due = self.drained_due();
         let front = self.queue.front_mut().expect("the queue is never empty");
-        if front.origin.is_empty()
+        if front.log.is_empty()
             && self.acks.is_empty()
             && front.generation <= self.announced
             && !drained_due
@@ -372,18 +379,15 @@ impl State {
             return None;
         }
         let generation = front.generation;
-        let origin = &mut front.origin;
-        let head =
-            if origin.runs.len() > MAX_REPORT_RUNS || origin.unit_ends.len() > MAX_REPORT_RUNS {
-                let runs = origin.runs.split_off(MAX_REPORT_RUNS.min(origin.runs.len()));
-                let ends = origin.unit_ends.split_off(MAX_REPORT_RUNS.min(origin.unit_ends.len()));
-                std::mem::replace(origin, Origin { runs, unit_ends: ends })
-            } else if only {
-                std::mem::take(origin)
-            } else {
-                self.queue.pop_front().expect("front exists").origin
-            };
-        let rest_empty = self.queue.iter().all(|p| p.origin.is_empty());
+        let log = &mut front.log;
+        let head = if log.exceeds(MAX_REPORT_RUNS) {
+            log.take_front(MAX_REPORT_RUNS)
+        } else if only {
+            std::mem::take(log)
+        } else {
+            self.queue.pop_front().expect("front exists").log
+        };
+        let rest_empty = self.queue.iter().all(|p| p.log.is_empty());
         // An acknowledgement promises that everything consumed from the task is in
         // this report or an earlier one.
         let acks = if rest_empty { self.acks.clone() } else { Vec::new() };
@@ -391,7 +395,7 @@ impl State {
         let drained = if rest_empty { self.drained } else { 0 };
         let seq = self.next_seq;
         self.next_seq += 1;
-        Some(InFlight { seq, pending: Pending { generation, origin: head }, acks, drained })
+        Some(InFlight { seq, pending: Pending { generation, log: head }, acks, drained })
     }
 
     fn note_watermark(&mut self, watermark: u64, generation: u64) {
@@ -403,8 +407,7 @@ impl State {
                 self.watermark = watermark;
                 // Every later position claims the units below it anyway.
                 self.own.raise_watermark(watermark);
-                self.unfolded.runs.retain(|r| r.unit >= watermark);
-                self.unfolded.unit_ends.retain(|(u, _)| *u >= watermark);
+                self.unfolded.prune_below(watermark);
             }
             return;
         }

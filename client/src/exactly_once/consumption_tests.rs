@@ -15,8 +15,26 @@ fn ok(watermark: u64, generation: u64) -> pb::ClientHeartbeatResponse {
     }
 }
 
+/// The report's records as runs: its runs, then its spans of first records one
+/// unit at a time.
 fn runs(r: &Report) -> Vec<Run> {
-    runs_from_flat(&r.consumed.runs).unwrap()
+    let mut runs = runs_from_flat(&r.consumed.runs).unwrap();
+    for (begin, count) in ends_from_flat(&r.consumed.firsts).unwrap() {
+        runs.extend((begin..begin + count).map(|u| Run::record(u, 0)));
+    }
+    runs
+}
+
+#[test]
+fn first_records_of_consecutive_units_go_as_one_span() {
+    let c = consumption();
+    for u in 100..1100 {
+        assert!(c.consume(1, &Origin::record(u, 0)));
+    }
+    let r = c.take_report().unwrap();
+    assert!(r.consumed.runs.is_empty());
+    assert_eq!(r.consumed.firsts, vec![100, 1000], "one (first unit, count) pair");
+    assert_eq!(c.own_run_count(), 1, "the position log holds one span too");
 }
 
 #[test]
@@ -24,15 +42,15 @@ fn consumed_records_are_reported_coalesced_and_cleared_only_when_answered() {
     let c = consumption();
     assert!(c.take_report().is_none(), "nothing consumed, nothing to report");
     for r in 0..3 {
-        assert!(c.consume(1, Origin::record(5, r)));
+        assert!(c.consume(1, &Origin::record(5, r)));
     }
-    c.consume(1, Origin { runs: vec![], unit_ends: vec![(5, 3)] });
+    c.consume(1, &Origin { runs: vec![], unit_ends: vec![(5, 3)] });
     let first = c.take_report().expect("pending");
     assert_eq!(runs(&first), vec![Run { unit: 5, first: 0, count: 3 }]);
     assert_eq!(ends_from_flat(&first.consumed.unit_ends).unwrap(), vec![(5, 3)]);
     assert_eq!(first.consumed.generation, 0);
     // Consumed while the report is in flight: not merged into it.
-    c.consume(1, Origin::record(5, 3));
+    c.consume(1, &Origin::record(5, 3));
     // The call failed: the same report goes again.
     let again = c.take_report().unwrap();
     assert_eq!((again.seq, runs(&again)), (first.seq, runs(&first)));
@@ -48,7 +66,7 @@ fn a_report_carries_at_most_the_limit_of_runs_and_the_rest_follows() {
     let c = consumption();
     let n = MAX_REPORT_RUNS as u64 + 10;
     for u in 0..n {
-        c.consume(1, Origin::record(2 * u, 0)); // never coalesce
+        c.consume(1, &Origin::record(2 * u, 0)); // never coalesce
     }
     let first = c.take_report().unwrap();
     assert_eq!(runs(&first).len(), MAX_REPORT_RUNS);
@@ -61,10 +79,10 @@ fn a_report_carries_at_most_the_limit_of_runs_and_the_rest_follows() {
 #[test]
 fn reports_keep_generations_apart_and_announce_a_new_one() {
     let c = consumption();
-    c.consume(1, Origin::record(0, 0));
+    c.consume(1, &Origin::record(0, 0));
     let p = c.position();
     assert_eq!(p.generation, 0);
-    c.consume(1, Origin::record(1, 0));
+    c.consume(1, &Origin::record(1, 0));
     let a = c.take_report().unwrap();
     assert_eq!((a.consumed.generation, runs(&a)), (0, vec![Run::record(0, 0)]));
     c.answered(a.seq, &ok(0, 0));
@@ -75,7 +93,7 @@ fn reports_keep_generations_apart_and_announce_a_new_one() {
     // generation, once.
     c.position();
     let e = c.take_report().expect("announce generation 2");
-    assert_eq!((e.consumed.generation, e.consumed.runs.len()), (2, 0));
+    assert_eq!((e.consumed.generation, runs(&e).len()), (2, 0));
     c.answered(e.seq, &ok(0, 0));
     assert!(c.take_report().is_none());
 }
@@ -83,11 +101,11 @@ fn reports_keep_generations_apart_and_announce_a_new_one() {
 #[test]
 fn a_lost_task_is_acknowledged_only_with_everything_consumed_before() {
     let c = consumption();
-    c.consume(7, Origin::record(0, 0));
+    c.consume(7, &Origin::record(0, 0));
     c.position();
-    c.consume(7, Origin::record(1, 0));
+    c.consume(7, &Origin::record(1, 0));
     c.task_lost(7);
-    assert!(!c.consume(7, Origin::record(2, 0)), "nothing more is taken from a lost task");
+    assert!(!c.consume(7, &Origin::record(2, 0)), "nothing more is taken from a lost task");
     assert!(c.is_lost(7));
     let a = c.take_report().unwrap();
     assert!(a.consumed.lost_tasks_done.is_empty(), "generation 1's record is not in this one");
@@ -108,7 +126,7 @@ fn a_lost_task_is_acknowledged_only_with_everything_consumed_before() {
 fn a_position_is_the_watermark_and_own_records_above_it() {
     let c = consumption();
     for u in [0, 1, 3, 4] {
-        c.consume(1, Origin::record(u, 0));
+        c.consume(1, &Origin::record(u, 0));
     }
     let p = c.position();
     assert_eq!((p.job_name.as_str(), p.dataset_id.as_str(), p.repetition), ("job", "ds", 2));
@@ -121,13 +139,13 @@ fn a_position_is_the_watermark_and_own_records_above_it() {
     assert_eq!((p.generation, p.consumed.watermark()), (1, 3));
     assert!(p.consumed.contains(2, 0), "unit 2 was consumed by another reader");
     assert!(p.consumed.contains(4, 0) && !p.consumed.contains(5, 0));
-    assert_eq!(c.own_run_count(), 2, "own records below the watermark are pruned");
+    assert_eq!(c.own_run_count(), 1, "own records below the watermark are pruned: one span (3, 4)");
 }
 
 #[test]
 fn a_watermark_of_a_later_generation_waits_until_it_is_reached() {
     let c = consumption();
-    c.consume(1, Origin::record(0, 0));
+    c.consume(1, &Origin::record(0, 0));
     c.note_watermark(10, 1);
     let p = c.position();
     assert_eq!(p.consumed.watermark(), 0, "generation 0 may not claim checkpoint 1's units");
@@ -143,7 +161,7 @@ fn a_watermark_of_a_later_generation_waits_until_it_is_reached() {
 fn the_own_set_stays_small_without_positions_as_watermarks_arrive() {
     let c = consumption();
     for u in 0..20_000u64 {
-        c.consume(1, Origin::record(u, 0));
+        c.consume(1, &Origin::record(u, 0));
         if u % 1000 == 999 {
             c.note_watermark(u - 10, 0);
         }
@@ -165,7 +183,7 @@ fn a_restored_reader_continues_the_generation_and_claims_the_restored_records() 
     };
     let c = Consumption::new("job".into(), "ds".into(), 2, Some(&pos));
     assert!(c.take_report().is_none(), "nothing new to report");
-    c.consume(1, Origin::record(5, 0));
+    c.consume(1, &Origin::record(5, 0));
     let p = c.position();
     assert_eq!((p.generation, p.merged_consumers), (6, 1));
     assert!(p.consumed.contains(3, 0) && p.consumed.contains(5, 0) && p.consumed.contains(6, 0));
@@ -177,13 +195,13 @@ fn a_restored_reader_continues_the_generation_and_claims_the_restored_records() 
 #[test]
 fn drained_is_said_only_with_everything_consumed_reported_and_again_when_asked() {
     let c = consumption();
-    c.consume(1, Origin::record(0, 0));
+    c.consume(1, &Origin::record(0, 0));
     let first = c.take_report().expect("pending");
     assert_eq!(first.consumed.drained_tasks, 0, "taken before the reader drained");
     c.set_drained(2);
     c.answered(first.seq, &ok(0, 0));
     let said = c.take_report().expect("the drained state is news");
-    assert_eq!((said.consumed.drained_tasks, said.consumed.runs.len()), (2, 0));
+    assert_eq!((said.consumed.drained_tasks, runs(&said).len()), (2, 0));
     c.answered(said.seq, &ok(0, 0));
     assert!(c.take_report().is_none(), "said once");
     c.resend_drained();
@@ -194,7 +212,7 @@ fn drained_is_said_only_with_everything_consumed_reported_and_again_when_asked()
     // Split reports: only the last one, which leaves nothing behind, says it.
     let n = MAX_REPORT_RUNS as u64 + 1;
     for u in 0..n {
-        c.consume(1, Origin::record(2 * u + 10, 0));
+        c.consume(1, &Origin::record(2 * u + 10, 0));
     }
     c.set_drained(3);
     let head = c.take_report().unwrap();
@@ -214,10 +232,10 @@ fn drained_is_said_only_with_everything_consumed_reported_and_again_when_asked()
 fn positions_faster_than_reports_or_a_full_report_are_a_backlog() {
     let c = consumption();
     assert!(!c.backlog(), "nothing pending");
-    c.consume(1, Origin::record(0, 0));
+    c.consume(1, &Origin::record(0, 0));
     assert!(!c.backlog(), "one generation's records go in one report");
     c.position();
-    c.consume(1, Origin::record(1, 0));
+    c.consume(1, &Origin::record(1, 0));
     assert!(c.backlog(), "two generations pending take two reports");
     let first = c.take_report().expect("generation 0");
     c.answered(first.seq, &ok(0, 0));
@@ -225,7 +243,7 @@ fn positions_faster_than_reports_or_a_full_report_are_a_backlog() {
     let second = c.take_report().expect("generation 1");
     c.answered(second.seq, &ok(0, 1));
     for u in 0..=MAX_REPORT_RUNS as u64 {
-        c.consume(1, Origin::record(10 + 2 * u, 0));
+        c.consume(1, &Origin::record(10 + 2 * u, 0));
     }
     assert!(c.backlog(), "more runs than one report carries");
 }

@@ -1,7 +1,6 @@
 //! An exactly-once message's positions, as a task reader receives them.
 
-use sluice_positions::wire::split_positions;
-use sluice_positions::Origin;
+use sluice_positions::wire::{split_positions, ElementOrigins};
 use sluice_proto::v1 as pb;
 
 use super::consumption::Consumption;
@@ -18,7 +17,7 @@ pub(crate) fn take_origins(
     task_id: u64,
     consumption: &Consumption,
     worker: &str,
-) -> Result<Option<Vec<Origin>>, ClientError> {
+) -> Result<Option<ElementOrigins>, ClientError> {
     let protocol = |message: String| ClientError::Protocol { address: worker.to_string(), message };
     let Some(positions) = positions else {
         if elements > 0 {
@@ -28,18 +27,18 @@ pub(crate) fn take_origins(
                  the dispatcher's version"
             )));
         }
-        return Ok((!consumption.is_lost(task_id)).then(Vec::new));
+        return Ok((!consumption.is_lost(task_id)).then(ElementOrigins::default));
     };
     let (per_element, own) = split_positions(&positions, elements).map_err(|e| {
         protocol(format!("task {task_id} sent positions that do not match its elements: {e}"))
     })?;
-    Ok(consumption.consume(task_id, own).then_some(per_element))
+    Ok(consumption.consume(task_id, &own).then_some(per_element))
 }
 
 #[cfg(test)]
 mod tests {
     use sluice_positions::wire::join_positions;
-    use sluice_positions::Run;
+    use sluice_positions::{Origin, Run};
 
     use super::*;
 
@@ -53,9 +52,11 @@ mod tests {
         let dropped = Origin { runs: vec![Run::record(9, 0)], unit_ends: vec![(3, 2)] };
         let p = join_positions([Origin::record(3, 0), Origin::record(3, 1)], dropped);
         let origins = take_origins(Some(p), 2, 1, &c, "w:1").unwrap().expect("not lost");
-        assert_eq!(origins, vec![Origin::record(3, 0), Origin::record(3, 1)]);
+        assert_eq!((origins.len(), origins.runs_of(0)), (2, &[Run::record(3, 0)][..]));
+        assert_eq!(origins.origin(1), Origin::record(3, 1));
         let report = c.take_report().expect("the message's own records");
-        assert_eq!(report.consumed.runs, vec![9, 0, 1], "only the dropped record so far");
+        assert_eq!(report.consumed.firsts, vec![9, 1], "only the dropped record so far");
+        assert!(report.consumed.runs.is_empty());
         assert_eq!(report.consumed.unit_ends, vec![3, 2]);
     }
 
@@ -70,7 +71,7 @@ mod tests {
         assert!(take_origins(Some(lying), 1, 1, &c, "w:1").is_err());
         let e = take_origins(None, 1, 1, &c, "w:1").unwrap_err();
         assert!(e.to_string().contains("without their positions"), "{e}");
-        assert_eq!(take_origins(None, 0, 1, &c, "w:1").unwrap(), Some(vec![]));
+        assert_eq!(take_origins(None, 0, 1, &c, "w:1").unwrap(), Some(ElementOrigins::default()));
         assert!(c.take_report().is_none(), "nothing recorded from refused messages");
     }
 
@@ -82,6 +83,7 @@ mod tests {
         assert_eq!(take_origins(Some(p), 1, 4, &c, "w:1").unwrap(), None);
         assert_eq!(take_origins(None, 0, 4, &c, "w:1").unwrap(), None);
         let r = c.take_report().unwrap();
-        assert!(r.consumed.runs.is_empty() && r.consumed.lost_tasks_done == vec![4]);
+        assert!(r.consumed.runs.is_empty() && r.consumed.firsts.is_empty());
+        assert_eq!(r.consumed.lost_tasks_done, vec![4]);
     }
 }

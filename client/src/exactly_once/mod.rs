@@ -45,6 +45,7 @@ use sluice_proto::v1 as pb;
 pub(crate) use consumption::Consumption;
 pub use consumption::MAX_REPORT_RUNS;
 pub(crate) use message::take_origins;
+pub use reporter::ORDERED_REPORT_INTERVAL;
 pub use reporter::REPORT_INTERVAL;
 pub(crate) use reporter::{flush, report_loop};
 

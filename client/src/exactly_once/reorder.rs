@@ -235,7 +235,7 @@ impl Shared {
             };
             drop(g);
             // A lost task's element is dropped: its split waits for the re-grant.
-            if c.consume(item.task_id, item.origin) {
+            if c.consume(item.task_id, &item.origin) {
                 return Poll::Ready(Some(Ok((item.source, item.element))));
             }
         }

@@ -16,6 +16,13 @@ use crate::dispatcher::DispatcherClient;
 /// keeps consuming.
 pub const REPORT_INTERVAL: Duration = Duration::from_millis(200);
 
+/// [`REPORT_INTERVAL`] of a read in a deterministic order. The dispatcher hands
+/// out its splits only within two blocks of 128 places past the consumed
+/// watermark (`dispatcher/src/order.rs`), and the watermark moves with reports,
+/// so the interval bounds the rate: at most the window's units per interval
+/// (~60,000 elements/s with 100-element splits at 200 ms, docs/performance.md).
+pub const ORDERED_REPORT_INTERVAL: Duration = Duration::from_millis(50);
+
 /// How often a drained reader says so again (the leader keeps it in memory
 /// only; see `ConsumedReport.drained_tasks`).
 pub const DRAINED_RESEND_INTERVAL: Duration = Duration::from_secs(1);
@@ -24,13 +31,15 @@ pub const DRAINED_RESEND_INTERVAL: Duration = Duration::from_secs(1);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sends reports while the stream lives: one as soon as something is pending,
-/// then at most one per [`REPORT_INTERVAL`]; a drained reader's state again
-/// every [`DRAINED_RESEND_INTERVAL`]. A failed report is sent again (the
-/// dispatcher client already retried it up to its deadline).
+/// then at most one per `interval` ([`REPORT_INTERVAL`], or
+/// [`ORDERED_REPORT_INTERVAL`]); a drained reader's state again every
+/// [`DRAINED_RESEND_INTERVAL`]. A failed report is sent again (the dispatcher
+/// client already retried it up to its deadline).
 pub(crate) async fn report_loop(
     dispatcher: DispatcherClient,
     client_id: u64,
     consumption: Arc<Consumption>,
+    interval: Duration,
 ) {
     let mut last_start: Option<Instant> = None;
     loop {
@@ -40,7 +49,7 @@ pub(crate) async fn report_loop(
             continue;
         }
         if let Some(start) = last_start {
-            tokio::time::sleep_until(start + REPORT_INTERVAL).await;
+            tokio::time::sleep_until(start + interval).await;
         }
         last_start = Some(Instant::now());
         // A backlog (a full report, or positions taken faster than one per

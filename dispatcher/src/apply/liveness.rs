@@ -69,7 +69,7 @@ pub(super) fn worker_lost(
         touched.insert(iteration_id);
     }
     for iteration_id in touched {
-        orphans::ensure_reader(state, iteration_id);
+        orphans::ensure_reader(state, iteration_id, u64::MAX);
         finish_if_complete(state, iteration_id);
     }
     Ok(Response::WorkerLost { changed: true })

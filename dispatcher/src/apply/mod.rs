@@ -41,6 +41,7 @@ pub use splits::{next_split, MAX_SPLITS_PER_GRANT};
 use crate::command::{Command, Response};
 use crate::error::StateError;
 use crate::state::State;
+pub(crate) use exactly_once::consumed::Reported;
 use jobs::NewJob;
 
 pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
@@ -89,7 +90,7 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
                 &limits,
             )?;
             // A worker that can read lost units again, where no task can.
-            exactly_once::orphans::ensure_readers(state);
+            exactly_once::orphans::ensure_readers(state, limits.max_tasks_per_worker);
             // Its answer lists its tasks as they are now.
             Ok(match registered {
                 Response::WorkerRegistered { .. } => Response::WorkerRegistered {
@@ -167,14 +168,19 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
             exactly_once::jobs::get_or_create_ordered(state, eo, order, ordered, &limits)
         }
         Command::ReportConsumed { client_id, generation, runs, unit_ends, lost_tasks_done } => {
-            exactly_once::consumed::report(
-                state,
-                client_id,
-                generation,
-                &runs,
-                &unit_ends,
-                &lost_tasks_done,
-            )
+            let records = Reported { runs: &runs, firsts: &[], unit_ends: &unit_ends };
+            exactly_once::consumed::report(state, client_id, generation, records, &lost_tasks_done)
+        }
+        Command::ReportConsumedSpans {
+            client_id,
+            generation,
+            runs,
+            firsts,
+            unit_ends,
+            lost_tasks_done,
+        } => {
+            let records = Reported { runs: &runs, firsts: &firsts, unit_ends: &unit_ends };
+            exactly_once::consumed::report(state, client_id, generation, records, &lost_tasks_done)
         }
         Command::RestoreIteration { job_id, repetition, elements_per_split, position, limits } => {
             exactly_once::restore::restore(

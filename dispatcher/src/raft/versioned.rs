@@ -25,6 +25,11 @@
 //!   order, docs/exactly-once.md) and `Command` a variant at its end. A version-2
 //!   snapshot is decoded as the frozen `layout_v2::Applied` and migrated (no
 //!   orders); the other kinds decode unchanged, as for version 2.
+//! - **4**: `Command` gains `ReportConsumedSpans` at its end (consumed reports
+//!   with spans of first records); `State` is unchanged, so every kind of
+//!   version 3 decodes as it is. The bump makes a build of version 3 refuse a
+//!   journal that may hold the new command, with the message above, instead of
+//!   failing to decode an entry.
 //!
 //! # Unversioned records (written before the header existed)
 //! A record that does not start with the header is read as version 1. That is
@@ -64,7 +69,7 @@ use sluice_journal::Journal;
 use super::codec::{decode, encode};
 
 /// The payload format this build writes, and the newest it reads.
-pub const CURRENT: u16 = 3;
+pub const CURRENT: u16 = 4;
 /// The oldest payload format this build reads.
 pub const OLDEST: u16 = 1;
 

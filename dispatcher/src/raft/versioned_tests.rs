@@ -287,6 +287,37 @@ mod layout_v2 {
         assert_eq!(State::from(old.state), without);
     }
 
+    /// Version 3 → 4: `Command` gained `ReportConsumedSpans`; a version-3
+    /// snapshot and entry open unchanged, and a journal holding a version-4
+    /// record is refused by a version-3 build before it decodes anything.
+    #[test]
+    fn version_3_records_open_unchanged_and_a_version_3_build_refuses_version_4() {
+        let (mut applied, _) = v1_snapshot();
+        applied.state.exactly_once.jobs.insert(5003, UnitRecords::One);
+        let plain = encode(&applied).unwrap();
+        let mut sealed = header(Kind::Snapshot, 3).to_vec();
+        sealed.extend_from_slice(&plain);
+        let got: Applied = unseal(&sealed, LOC).unwrap();
+        assert_eq!(got.state, applied.state);
+        let spans = Entry::<TypeConfig> {
+            log_id: log_id(4, 11),
+            payload: EntryPayload::Normal(Command::ReportConsumedSpans {
+                client_id: 7,
+                generation: 1,
+                runs: vec![],
+                firsts: vec![(100, 4_000)],
+                unit_ends: vec![],
+                lost_tasks_done: vec![],
+            }),
+        };
+        let sealed = seal(&spans).unwrap();
+        assert_eq!(sealed[4..6], 4u16.to_le_bytes());
+        let back: Entry<TypeConfig> = unseal(&sealed, LOC).unwrap();
+        assert_eq!(encode(&back).unwrap(), encode(&spans).unwrap());
+        let err = unseal_up_to::<Entry<TypeConfig>>(&sealed, 3, LOC).map(|_| ()).unwrap_err();
+        assert!(matches!(err, FormatError::Newer { found: 4, supported: 3, .. }), "{err:?}");
+    }
+
     #[test]
     fn version_1_log_entries_decode_as_the_current_command() {
         let plain = encode(&entry(2, 4)).unwrap();

@@ -93,9 +93,22 @@ fn report(g: &mut Gen, state: &State) -> Command {
         .unwrap_or_default();
     let unit_ends =
         (0..g.below(3)).map(|_| (g.rng.gen_range(0..9), g.rng.gen_range(0..4))).collect();
+    let generation = g.rng.gen_range(0..3);
+    if g.chance(0.5) {
+        let firsts =
+            (0..g.below(3)).map(|_| (g.rng.gen_range(0..9), g.rng.gen_range(0..4))).collect();
+        return Command::ReportConsumedSpans {
+            client_id,
+            generation,
+            runs: runs(g),
+            firsts,
+            unit_ends,
+            lost_tasks_done: lost,
+        };
+    }
     Command::ReportConsumed {
         client_id,
-        generation: g.rng.gen_range(0..3),
+        generation,
         runs: runs(g),
         unit_ends,
         lost_tasks_done: lost,

@@ -64,6 +64,26 @@ pub fn report(
     apply(s, c)
 }
 
+/// A `ReportConsumedSpans`: record 0 of each unit of the `(begin, count)` spans,
+/// beside runs.
+pub fn report_spans(
+    s: &mut State,
+    client_id: u64,
+    generation: u64,
+    runs: &[(u64, u64, u64)],
+    firsts: &[(u64, u64)],
+) -> Result<Response, StateError> {
+    let c = Command::ReportConsumedSpans {
+        client_id,
+        generation,
+        runs: runs.iter().map(|&(unit, first, count)| Run { unit, first, count }).collect(),
+        firsts: firsts.to_vec(),
+        unit_ends: vec![],
+        lost_tasks_done: vec![],
+    };
+    apply(s, c)
+}
+
 /// A GetSplit's answer and skip runs.
 pub fn eo_grant(
     s: &mut State,

@@ -53,7 +53,8 @@ fn decode(batches: Vec<pb::ElementBatch>) -> (Vec<(Vec<i64>, Origin)>, Vec<Origi
         let positions = batch.positions.as_ref().expect("every message carries positions");
         let (per_element, message) =
             split_positions(positions, received.len()).expect("well-formed positions");
-        for (e, origin) in received.into_iter().zip(per_element) {
+        let origins = (0..per_element.len()).map(|i| per_element.origin(i));
+        for (e, origin) in received.into_iter().zip(origins) {
             assert!(e.origin.is_none(), "origins travel in positions, not in the elements");
             elements.push((values(e), origin));
         }

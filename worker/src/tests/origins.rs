@@ -21,7 +21,9 @@ fn tagged(v: i64, origin: Option<Tag>) -> Element {
 
 /// What the batch's positions say of each element, and its own origin.
 fn split(batch: &Batch, own: Origin) -> (Vec<Origin>, Origin) {
-    split_positions(&positions(batch, own), batch.elements.len()).expect("well formed")
+    let (per, own) =
+        split_positions(&positions(batch, own), batch.elements.len()).expect("well formed");
+    ((0..per.len()).map(|i| per.origin(i)).collect(), own)
 }
 
 #[tokio::test]

@@ -11,23 +11,55 @@
 
 use std::collections::BTreeSet;
 
-use sluice_positions::Run;
+use sluice_positions::{RecordSet, Run};
 
 use crate::command::Response;
 use crate::error::StateError;
 use crate::exactly_once::MAX_REPORT_RUNS;
 use crate::state::{ClientId, State, TaskId};
 
+/// The records of one report: runs, spans of first records `(begin, count)`
+/// (record 0 of each unit of the span) and unit ends.
+#[derive(Clone, Copy)]
+pub(crate) struct Reported<'a> {
+    pub runs: &'a [Run],
+    pub firsts: &'a [(u64, u64)],
+    pub unit_ends: &'a [(u64, u64)],
+}
+
+impl Reported<'_> {
+    /// Adds the records to `set`.
+    pub(crate) fn insert_into(&self, set: &mut RecordSet) {
+        for r in self.runs {
+            set.insert(*r);
+        }
+        for (b, n) in self.firsts {
+            set.insert_firsts(*b, *n);
+        }
+        for (u, n) in self.unit_ends {
+            set.insert_end(*u, *n);
+        }
+    }
+
+    /// The highest unit named, if any.
+    fn last_unit(&self) -> Option<u64> {
+        let runs = self.runs.iter().map(|r| r.unit);
+        let spans = self.firsts.iter().map(|(b, n)| b.saturating_add(n.saturating_sub(1)));
+        runs.chain(spans).chain(self.unit_ends.iter().map(|e| e.0)).max()
+    }
+}
+
 pub(crate) fn report(
     state: &mut State,
     client_id: ClientId,
     generation: u64,
-    runs: &[Run],
-    unit_ends: &[(u64, u64)],
+    records: Reported<'_>,
     lost_tasks_done: &[TaskId],
 ) -> Result<Response, StateError> {
+    let Reported { runs, firsts, unit_ends } = records;
     for (what, n) in [
         ("runs", runs.len()),
+        ("spans of first records", firsts.len()),
         ("unit ends", unit_ends.len()),
         ("lost tasks", lost_tasks_done.len()),
     ] {
@@ -43,9 +75,7 @@ pub(crate) fn report(
     })?;
     let cardinality = state.job_of(iteration_id).and_then(|j| state.source_cardinality_of(j.id));
     if let Some(n) = cardinality {
-        let bad =
-            runs.iter().map(|r| r.unit).chain(unit_ends.iter().map(|e| e.0)).find(|u| *u >= n);
-        if let Some(unit) = bad {
+        if let Some(unit) = records.last_unit().filter(|u| *u >= n) {
             return Err(StateError::InvalidArgument(format!(
                 "client {client_id} reported unit {unit} consumed, and the source has {n} units; \
                  a report names only units of elements read from this iteration"
@@ -55,22 +85,22 @@ pub(crate) fn report(
     if let Some(r) = runs.iter().find(|r| r.first.checked_add(r.count).is_none()) {
         return Err(StateError::InvalidArgument(format!("invalid consumed run {r:?}")));
     }
+    if let Some((b, n)) = firsts.iter().find(|(b, n)| *n == 0 || b.checked_add(*n).is_none()) {
+        return Err(StateError::InvalidArgument(format!(
+            "invalid span of first records: {n} units from unit {b}"
+        )));
+    }
     let p = state.exactly_once.iterations.get_mut(&iteration_id).ok_or_else(|| {
         StateError::FailedPrecondition(format!(
             "iteration {iteration_id} is not exactly-once (its job was created without \
              require_exactly_once): its consumers send no consumed reports"
         ))
     })?;
-    for r in runs {
-        p.consumed.insert(*r);
-    }
-    for (u, n) in unit_ends {
-        p.consumed.insert_end(*u, *n);
-    }
+    records.insert_into(&mut p.consumed);
     p.consumed.advance(p.rule);
     let g = p.client_generations.entry(client_id).or_insert(generation);
     *g = (*g).max(generation);
-    p.record_generation(generation, runs, unit_ends);
+    p.record_generation(generation, |set| records.insert_into(set));
     let done: BTreeSet<TaskId> = lost_tasks_done.iter().copied().collect();
     for o in &mut p.orphans {
         if done.contains(&o.task_id) {

@@ -99,10 +99,13 @@ fn can_read(state: &State, task_id: TaskId) -> bool {
 }
 
 /// If the live iteration has orphans and no task that can still read them,
-/// gives one live worker that takes part a new task in it (the worker with the
-/// fewest unfinished tasks, then by address). Without such a worker, the next
-/// worker to register gets one (`RegisterWorker` calls this again).
-pub(crate) fn ensure_reader(state: &mut State, iteration_id: IterationId) {
+/// gives one live worker that takes part, and has fewer than `cap` unfinished
+/// tasks, a new task in it (the worker with the fewest, then by address).
+/// Without such a worker, the next worker to register gets one
+/// (`RegisterWorker` calls this again). `cap` is the command's
+/// `max_tasks_per_worker` where it carries limits (`RegisterWorker`), else
+/// `u64::MAX`: a worker loss or sweep must not leave orphans without a reader.
+pub(crate) fn ensure_reader(state: &mut State, iteration_id: IterationId, cap: u64) {
     let Some(it) = state.iterations.get(&iteration_id) else { return };
     if !it.is_live() || !state.exactly_once.has_orphans(iteration_id) {
         return;
@@ -115,6 +118,7 @@ pub(crate) fn ensure_reader(state: &mut State, iteration_id: IterationId) {
         .workers
         .values()
         .filter(|w| !w.lost && state.takes_part(iteration_id, &w.address))
+        .filter(|w| (w.active_tasks.len() as u64) < cap)
         .min_by_key(|w| (w.active_tasks.len(), w.address.clone()))
         .map(|w| w.address.clone());
     if let Some(address) = worker {
@@ -126,9 +130,9 @@ pub(crate) fn ensure_reader(state: &mut State, iteration_id: IterationId) {
 }
 
 /// [`ensure_reader`] for every exactly-once iteration (a worker registered).
-pub(crate) fn ensure_readers(state: &mut State) {
+pub(crate) fn ensure_readers(state: &mut State, cap: u64) {
     let ids: Vec<IterationId> = state.exactly_once.iterations.keys().copied().collect();
     for id in ids {
-        ensure_reader(state, id);
+        ensure_reader(state, id, cap);
     }
 }

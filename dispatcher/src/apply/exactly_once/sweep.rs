@@ -50,6 +50,6 @@ pub(crate) fn sweep(
             }
         }
     }
-    orphans::ensure_reader(state, iteration_id);
+    orphans::ensure_reader(state, iteration_id, u64::MAX);
     Response::Swept { orphans: orphaned }
 }
