@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use sluice_positions::Origin;
+use sluice_positions::Tag;
 
 use crate::error::DatasetError;
 
@@ -348,9 +348,9 @@ pub struct Element {
     /// shared between the elements of one stage; `None` for a plain tuple.
     pub names: Option<Arc<[String]>>,
     /// Exactly-once pipelines only (`DatasetDef::iter_tagged`): the source records
-    /// this element stands for (docs/exactly-once.md). `None` in every other
-    /// pipeline, so an untagged element pays one pointer for it.
-    pub origin: Option<Box<Origin>>,
+    /// this element stands for (docs/exactly-once.md), one run inline (no
+    /// allocation for an element of one record). `None` in every other pipeline.
+    pub origin: Option<Tag>,
 }
 
 impl Element {

@@ -1,6 +1,7 @@
 //! Conversions between this crate's domain types and the protobuf wire types.
 //! The only module of the crate that knows `sluice_proto`.
 
+use sluice_positions::Tag;
 use sluice_proto::v1 as pb;
 
 use crate::def::DatasetDef;
@@ -55,12 +56,24 @@ impl TryFrom<pb::Tensor> for Tensor {
 
 impl From<Element> for pb::Element {
     fn from(e: Element) -> Self {
-        let names = e.names.as_deref().map(<[String]>::to_vec).unwrap_or_default();
-        pb::Element {
-            components: e.components.into_iter().map(Into::into).collect(),
+        let (mut element, origin) = e.into_pb_and_origin();
+        element.origin = origin.as_ref().map(Tag::to_pb);
+        element
+    }
+}
+
+impl Element {
+    /// The wire form without the origin, and the origin apart: a worker packs
+    /// its messages' origins into their `Positions` columns
+    /// (`sluice_positions::PositionColumns`), never per element.
+    pub fn into_pb_and_origin(self) -> (pb::Element, Option<Tag>) {
+        let names = self.names.as_deref().map(<[String]>::to_vec).unwrap_or_default();
+        let element = pb::Element {
+            components: self.components.into_iter().map(Into::into).collect(),
             names,
-            origin: e.origin.map(|o| o.to_pb()),
-        }
+            origin: None,
+        };
+        (element, self.origin)
     }
 }
 

@@ -257,7 +257,7 @@ fn tagged_python_stages_keep_origins_and_sink_what_they_drop() {
         let mut seen = BTreeMap::new();
         for item in tagged.elements {
             let e = item.unwrap();
-            let origin = e.origin.clone().expect("an origin");
+            let origin = e.origin.clone().expect("an origin").into_origin();
             assert_eq!(origin.runs.len(), 1);
             assert_eq!(origin.runs[0].unit as i64, unit_of(int(&e)), "{def:?}");
             *seen.entry(origin.runs[0].unit).or_insert(0) += 1;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sluice_dataset::{
     Arg, DatasetDef, DatasetError, FunctionRegistry, SplitProvider, SplitRange, Stage, TaggedIter,
 };
-use sluice_positions::{Origin, Run};
+use sluice_positions::{Origin, Run, Tag};
 
 /// Hands out fixed splits with their skip runs, once.
 struct Splits(Vec<(u64, u64, Vec<Run>)>, Vec<Run>);
@@ -47,7 +47,8 @@ fn drain(tagged: TaggedIter, read: impl Fn(&sluice_dataset::Element) -> Vec<i64>
     let mut out = Output { elements: vec![], dropped: Origin::default() };
     for item in elements {
         let mut e = item.expect("no error");
-        let origin = *e.origin.take().expect("every element of a tagged pipeline has an origin");
+        let origin = e.origin.take().expect("every element of a tagged pipeline has an origin");
+        let origin = origin.into_origin();
         out.elements.push((read(&e), origin));
         out.dropped.append(dropped.take());
     }
@@ -211,4 +212,31 @@ fn untagged_pipelines_carry_no_origins() {
     for e in def.iter_local(&FunctionRegistry::builtin()).expect("starts") {
         assert!(e.expect("ok").origin.is_none());
     }
+}
+
+/// The origins a tagged run gives its elements, as the pipeline carries them.
+fn tags(def: &DatasetDef) -> Vec<Tag> {
+    let tagged = def.iter_tagged(&FunctionRegistry::builtin(), None).expect("starts");
+    tagged.elements.map(|e| e.expect("ok").origin.expect("tagged")).collect()
+}
+
+#[test]
+fn one_run_origins_are_inline_and_a_dropped_remainder_is_one_run_in_the_sink() {
+    assert!(tags(&DatasetDef::range(5)).iter().all(|t| matches!(t, Tag::Run(_))));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines = DatasetDef::text_lines(text_files(dir.path(), &[5]));
+    assert_eq!(
+        tags(&lines.clone().batch(4, false)),
+        vec![Tag::Run(Run { unit: 0, first: 0, count: 4 }), Tag::Run(Run::record(0, 4))],
+        "a batch of one file's consecutive records is one inline run"
+    );
+    let batched = tags(&DatasetDef::range(3).batch(3, false));
+    assert!(matches!(&batched[..], [Tag::Origin(_)]), "one run per unit: {batched:?}");
+    assert_eq!(batched[0].runs(), &[Run::record(0, 0), Run::record(1, 0), Run::record(2, 0)]);
+
+    let tagged = lines.batch(3, true).iter_tagged(&FunctionRegistry::builtin(), None);
+    let run = drain(tagged.expect("starts"), |_| vec![]);
+    assert_eq!(run.elements.len(), 1);
+    assert_eq!(run.dropped.runs, vec![Run { unit: 0, first: 3, count: 2 }], "the remainder");
+    assert_eq!(run.dropped.unit_ends, vec![(0, 5)]);
 }

@@ -5,7 +5,9 @@
 //! `range` / `from_tensor_slices`, a file of a file source) and each unit into
 //! *records* (a file's records, or the elements a `flat_map` / `interleave` makes
 //! of one unit; a unit that is one element has the single record 0). Every
-//! element a worker produces names the records it was made of ([`Origin`]);
+//! element a worker produces names the records it was made of ([`Origin`]; in
+//! the worker's pipeline a [`Tag`], which holds the common one-run case inline,
+//! packed into a message by [`PositionColumns`]);
 //! consumers report what they consumed, the dispatcher keeps the consumed
 //! records of an iteration as a [`RecordSet`] and re-reads only the others, and
 //! a consumer's checkpoint is a [`Position`].
@@ -24,6 +26,7 @@ mod log;
 mod origin;
 mod position;
 mod records;
+mod tag;
 pub mod wire;
 
 pub use error::PositionError;
@@ -31,6 +34,7 @@ pub use log::ConsumedLog;
 pub use origin::{Origin, Run};
 pub use position::{Position, POSITION_FORMAT};
 pub use records::{RecordSet, UnitRecords};
+pub use tag::{PositionColumns, Tag};
 
 /// Bounds on what is decoded from the wire or from a user's checkpoint bytes.
 pub mod limits {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use prost::Message;
 use sluice_dataset::{DatasetError, Element};
-use sluice_positions::Origin;
+use sluice_positions::{Origin, Tag};
 use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tokio::sync::{mpsc, watch, Mutex};
@@ -136,6 +136,12 @@ pub(crate) fn framed_len(element: &pb::Element) -> u64 {
     (1 + prost::length_delimiter_len(len) + len) as u64
 }
 
+/// Bytes a taken element adds to its message: [`framed_len`] and its origin's
+/// numbers in the message's positions.
+fn taken_len((element, origin): &Taken) -> u64 {
+    framed_len(element) + origin.as_ref().map_or(0, Tag::wire_len) as u64
+}
+
 /// Per-message bounds of one GetElements stream.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
@@ -230,12 +236,35 @@ impl StopSignal {
 #[derive(Default)]
 pub(crate) struct Batch {
     pub elements: Vec<pb::Element>,
+    /// Exactly-once: the elements' origins, one per element ([`Batch::push`]);
+    /// empty while no element has one, so other tasks pay nothing for it.
+    pub origins: Vec<Option<Tag>>,
     pub end_of_sequence: bool,
     /// Deterministic order (`ordered.rs`): the message's own origin (records of
     /// its split dropped by the pipeline) and the split it belongs to.
     pub own: Origin,
     pub split: Option<pb::SplitNotice>,
 }
+
+impl Batch {
+    /// Adds an element and its origin.
+    pub(crate) fn push(&mut self, element: pb::Element, origin: Option<Tag>) {
+        if origin.is_some() || !self.origins.is_empty() {
+            self.origins.resize_with(self.elements.len(), || None);
+            self.origins.push(origin);
+        }
+        self.elements.push(element);
+    }
+
+    /// The origin of element `i`, if it has one.
+    pub(crate) fn origin(&self, i: usize) -> Option<&Tag> {
+        self.origins.get(i).and_then(Option::as_ref)
+    }
+}
+
+/// An element taken from the channel, as the wire carries it, and its origin
+/// (exactly-once tasks), which the message carries apart.
+type Taken = (pb::Element, Option<Tag>);
 
 /// What [`TaskBuffer::take_one`] found.
 pub(crate) enum Took {
@@ -260,7 +289,7 @@ pub(crate) struct TaskBuffer {
 struct Inner {
     rx: mpsc::Receiver<Item>,
     /// An element taken from `rx` that did not fit the previous message's byte bound.
-    carry: Option<pb::Element>,
+    carry: Option<Taken>,
     state: State,
 }
 
@@ -288,10 +317,10 @@ impl TaskBuffer {
         self.end_origin.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// An element taken from the channel, as the wire carries it.
-    fn took(&self, element: Element) -> pb::Element {
+    /// An element taken from the channel, as the wire carries it, and its origin.
+    fn took(&self, element: Element) -> Taken {
         self.occupancy.sub(element.byte_len() as u64);
-        pb::Element::from(element)
+        element.into_pb_and_origin()
     }
 
     /// The pipeline could not start: every request gets `message` as its error.
@@ -322,19 +351,20 @@ impl TaskBuffer {
                 },
             },
         };
-        let mut bytes = framed_len(&first);
-        let mut elements = vec![first];
-        while elements.len() < limits.max_elements {
+        let mut bytes = taken_len(&first);
+        let mut batch = Batch::default();
+        batch.push(first.0, first.1);
+        while batch.elements.len() < limits.max_elements {
             match buf.rx.try_recv() {
                 Ok(Ok(element)) => {
-                    let element = self.took(element);
-                    let len = framed_len(&element);
+                    let taken = self.took(element);
+                    let len = taken_len(&taken);
                     if bytes.saturating_add(len) > limits.max_bytes {
-                        buf.carry = Some(element);
+                        buf.carry = Some(taken);
                         break;
                     }
                     bytes += len;
-                    elements.push(element);
+                    batch.push(taken.0, taken.1);
                 }
                 // Deliver what was taken; the next request gets the error.
                 Ok(Err(e)) => {
@@ -344,11 +374,12 @@ impl TaskBuffer {
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => {
                     buf.state = State::Ended;
-                    return Ok(Batch { elements, end_of_sequence: true, ..Batch::default() });
+                    batch.end_of_sequence = true;
+                    return Ok(batch);
                 }
             }
         }
-        Ok(Batch { elements, ..Batch::default() })
+        Ok(batch)
     }
 
     /// Once the pipeline thread returned: if every element it produced has been
@@ -384,7 +415,8 @@ impl TaskBuffer {
     pub(crate) async fn take_one(&self, wait: std::time::Duration) -> Result<Took, Status> {
         let mut buf = self.inner.lock().await;
         // Taken from the channel by `ended_when_drained`, not yet delivered.
-        if let Some(element) = buf.carry.take() {
+        // (Coordinated reads are never exactly-once: no origin to keep.)
+        if let Some((element, _)) = buf.carry.take() {
             return Ok(Took::Element(element));
         }
         match &buf.state {
@@ -394,7 +426,7 @@ impl TaskBuffer {
         }
         match tokio::time::timeout(wait, buf.rx.recv()).await {
             Err(_) => Ok(Took::Nothing),
-            Ok(Some(Ok(element))) => Ok(Took::Element(self.took(element))),
+            Ok(Some(Ok(element))) => Ok(Took::Element(self.took(element).0)),
             Ok(Some(Err(e))) => Err(self.fail(&mut buf, e)),
             Ok(None) => {
                 buf.state = State::Ended;

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use sluice_positions::{Origin, Run};
+use sluice_positions::{Origin, Run, Tag};
 use sluice_proto::v1 as pb;
 use tokio::sync::{mpsc, Notify};
 use tonic::Status;
@@ -205,26 +205,22 @@ impl Router {
     /// Cuts a batch of the pipeline's elements by place and sends the pieces.
     async fn route(&mut self, batch: Batch, buffer: &TaskBuffer) -> Result<(), ()> {
         self.announce().await?;
-        for mut element in batch.elements {
-            let origin = element.origin.take().map(|o| Origin::from_pb(&o)).transpose();
-            let origin = match origin {
-                Ok(o) => o.unwrap_or_default(),
-                Err(e) => return self.fail(format!("an element's origin: {e}")).await,
-            };
+        let mut origins = batch.origins.into_iter();
+        for element in batch.elements {
+            let origin = origins.next().flatten().map(Tag::into_origin).unwrap_or_default();
             let Some(own) = origin.runs.first().and_then(|r| self.grants.split_of(r.unit)) else {
                 return self
                     .fail(format!("an element of units {:?} outside every grant", origin.runs))
                     .await;
             };
             let (kept, others) = cut(origin, own, &self.grants);
-            element.origin = Some(kept.to_pb());
             // A message holds one split's elements in order: send what another
             // split filled before this element, then add it.
             self.flush_except(own.order_index).await?;
             self.add_others(others);
             let held = self.held.entry(own.order_index).or_default();
             held.split = Some(own);
-            held.elements.push(element);
+            held.push(element, Some(Tag::from(kept)));
         }
         if batch.end_of_sequence {
             let (_, others) = cut(buffer.end_origin(), pb::SplitNotice::default(), &self.grants);

@@ -8,16 +8,16 @@
 //! layer (`route`) encodes them, so there is one producer whatever the encoding.
 //!
 //! An exactly-once task's messages carry their elements' origins in `positions`
-//! (moved out of the elements before compression, so they stay readable without
+//! (outside the elements and their compression, so they stay readable without
 //! decompressing), and the end_of_sequence message the records dropped after
-//! the last element.
+//! the last element. The buffer keeps each element's origin apart from its wire
+//! form (`Batch::origins`), and the columns are written from them directly.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
-use sluice_positions::wire::join_positions;
-use sluice_positions::Origin;
+use sluice_positions::{Origin, PositionColumns};
 use sluice_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -84,30 +84,15 @@ async fn next_batch(task: &Task, reader: &Reader, limits: Limits) -> Result<Batc
     }
 }
 
-/// Moves the origins of `elements` (exactly-once tasks) into the message's
-/// `positions`, outside what compression packs; `message` is the message's own
-/// origin (records dropped after its last element, at the end of the sequence).
-///
-/// The elements' origins are already packed (`Origin::to_pb`, made in this
-/// process, so well formed): their columns are moved as they are, which is
-/// `join_positions` without decoding each origin again.
-pub(crate) fn take_positions(elements: &mut [pb::Element], message: Origin) -> pb::Positions {
-    let mut p = pb::Positions {
-        runs_per_element: Vec::with_capacity(elements.len() + 1),
-        runs: Vec::with_capacity(elements.len() * 3),
-        unit_ends: Vec::new(),
-    };
-    for e in elements {
-        let o = e.origin.take().unwrap_or_default();
-        p.runs_per_element.push((o.runs.len() / 3) as u32);
-        p.runs.extend_from_slice(&o.runs);
-        p.unit_ends.extend_from_slice(&o.unit_ends);
+/// The `positions` of a message of `batch`'s elements (exactly-once tasks):
+/// their origins, and `message`, the message's own origin (records dropped
+/// after its last element, at the end of the sequence).
+pub(crate) fn positions(batch: &Batch, message: Origin) -> pb::Positions {
+    let mut columns = PositionColumns::with_capacity(batch.elements.len());
+    for i in 0..batch.elements.len() {
+        columns.push(batch.origin(i));
     }
-    let message = join_positions([], message);
-    p.runs_per_element.extend(message.runs_per_element);
-    p.runs.extend(message.runs);
-    p.unit_ends.extend(message.unit_ends);
-    p
+    columns.finish(message)
 }
 
 pub(crate) async fn produce(
@@ -143,7 +128,7 @@ pub(crate) async fn produce(
             _ = tx.closed() => break,
         };
         match batch {
-            Ok(batch) => {
+            Ok(mut batch) => {
                 let end = batch.end_of_sequence;
                 sent += batch.elements.len() as u64;
                 // The first stream to see the end finishes the task for everyone;
@@ -152,22 +137,22 @@ pub(crate) async fn produce(
                     worker.finish(&task);
                 }
                 let elements = batch.elements.len();
-                let mut message = pb::ElementBatch {
-                    elements: batch.elements,
-                    end_of_sequence: end,
-                    compressed: None,
-                    positions: None,
-                    split: batch.split,
-                };
-                if task.exactly_once {
+                let positions = task.exactly_once.then(|| {
                     // A deterministic order's router cut the end origin by split.
                     let end_origin = if end && task.ordered.is_none() {
                         task.buffer.end_origin()
                     } else {
-                        batch.own
+                        std::mem::take(&mut batch.own)
                     };
-                    message.positions = Some(take_positions(&mut message.elements, end_origin));
-                }
+                    positions(&batch, end_origin)
+                });
+                let message = pb::ElementBatch {
+                    elements: batch.elements,
+                    end_of_sequence: end,
+                    compressed: None,
+                    positions,
+                    split: batch.split,
+                };
                 // With a channel slot reserved and no lock held (a large message on
                 // the blocking pool): the HTTP layer then only writes the bytes.
                 let Some((codec, message)) = compression.apply_off_runtime(message).await else {

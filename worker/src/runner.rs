@@ -28,7 +28,7 @@ use sluice_client::DispatcherClient;
 use sluice_dataset::{
     DatasetDef, DatasetError, DroppedSink, Element, FunctionRegistry, StaticPolicy,
 };
-use sluice_positions::UnitRecords;
+use sluice_positions::{Tag, UnitRecords};
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
@@ -267,7 +267,10 @@ fn check_replayable(def: &DatasetDef, counted_units: bool) -> Result<(), String>
 fn with_dropped(mut element: Element, dropped: &DroppedSink) -> Element {
     let before = dropped.take();
     if !before.is_empty() {
-        element.origin.get_or_insert_with(Default::default).append(before);
+        match &mut element.origin {
+            Some(origin) => origin.append_origin(before),
+            None => element.origin = Some(Tag::from(before)),
+        }
     }
     element
 }

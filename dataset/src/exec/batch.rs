@@ -6,7 +6,7 @@
 //! `[n] + shape`; no value is decoded.
 
 use bytes::BytesMut;
-use sluice_positions::Origin;
+use sluice_positions::Tag;
 
 use crate::error::DatasetError;
 use crate::tensor::{Element, Tensor};
@@ -71,18 +71,21 @@ impl Iterator for Batch {
             }
             return Some(stack(&elements));
         };
-        let mut origin = Origin::default();
+        // Consecutive records of one unit stay one inline run (no allocation).
+        let mut origin: Option<Tag> = None;
         for e in &mut elements {
-            if let Some(o) = e.origin.take() {
-                origin.append(*o);
+            match (&mut origin, e.origin.take()) {
+                (Some(origin), Some(o)) => origin.append(o),
+                (origin @ None, o) => *origin = o,
+                (Some(_), None) => {}
             }
         }
         if elements.is_empty() || (elements.len() < self.size && self.drop_remainder) {
-            dropped.drop_origin(Some(Box::new(origin)));
+            dropped.drop_origin(origin);
             return None;
         }
         Some(stack(&elements).map(|mut batch| {
-            batch.origin = Some(Box::new(origin));
+            batch.origin = origin;
             batch
         }))
     }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
-use sluice_positions::Origin;
+use sluice_positions::Tag;
 
 use crate::error::DatasetError;
 use crate::python::{
@@ -70,7 +70,7 @@ pub(super) struct PythonMap {
     dropped: Option<Dropped>,
     /// Tagged: each call's inputs' origins, kept here while the inputs cross to
     /// Python, put back on the outputs (a map's, a filter's kept inputs).
-    origins: BTreeMap<u64, Vec<Option<Box<Origin>>>>,
+    origins: BTreeMap<u64, Vec<Option<Tag>>>,
     reply_tx: Sender<PyReply>,
     reply_rx: Receiver<PyReply>,
 }
@@ -300,7 +300,7 @@ impl PythonMap {
         }
     }
 
-    fn drop_origin(&self, origin: Option<Box<Origin>>) {
+    fn drop_origin(&self, origin: Option<Tag>) {
         if let Some(dropped) = &self.dropped {
             dropped.drop_origin(origin);
         }

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use sluice_positions::Origin;
+use sluice_positions::Tag;
 
 use super::files::{self, FileFormat};
 use super::plan::Plan;
@@ -108,7 +108,7 @@ fn tag_unit(
         return None;
     }
     Some(element.map(|mut e| {
-        e.origin = Some(Box::new(Origin::record(i, 0)));
+        e.origin = Some(Tag::record(i, 0));
         e
     }))
 }
@@ -161,7 +161,7 @@ impl Source {
             match item {
                 Ok(_) if tags.skips.contains(unit, record) => {}
                 Ok(mut e) => {
-                    e.origin = Some(Box::new(Origin::record(unit, record)));
+                    e.origin = Some(Tag::record(unit, record));
                     return Some(Ok(e));
                 }
                 Err(e) => return Some(Err(e)),

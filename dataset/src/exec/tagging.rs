@@ -25,7 +25,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use sluice_positions::{Origin, RecordSet, Run};
+use sluice_positions::{Origin, RecordSet, Run, Tag};
 
 use super::stream::{lock, ElementIter};
 use crate::registry::DatasetFn;
@@ -84,16 +84,16 @@ pub(super) struct Dropped {
 
 impl Dropped {
     /// Records that `origin`'s records were dropped (no-op for `None`).
-    pub(super) fn drop_origin(&self, origin: Option<Box<Origin>>) {
+    pub(super) fn drop_origin(&self, origin: Option<Tag>) {
         let Some(origin) = origin else { return };
         self.sink.with(|sink| {
             if self.before_expansion {
-                for run in &origin.runs {
+                for run in origin.runs() {
                     sink.push_end(run.unit, 0);
                 }
-                sink.unit_ends.extend(origin.unit_ends);
+                sink.unit_ends.extend_from_slice(origin.unit_ends());
             } else {
-                sink.append(*origin);
+                origin.append_to(sink);
             }
         });
     }
@@ -145,7 +145,7 @@ impl Tags {
         let dropped = self.dropped_at(stage);
         let skips = self.skips.clone();
         Arc::new(move |mut element: Element, args| {
-            let unit = element.origin.take().and_then(|o| o.runs.first().map(|r| r.unit));
+            let unit = element.origin.take().and_then(|o| o.runs().first().map(|r| r.unit));
             let stream = f(element, args)?;
             Ok(match unit {
                 Some(unit) => Box::new(Records {
@@ -208,14 +208,14 @@ impl Iterator for Records {
             match item {
                 Ok(_) if self.skips.contains(self.unit, record) => {}
                 Ok(mut e) => {
-                    e.origin = Some(Box::new(Origin::record(self.unit, record)));
+                    e.origin = Some(Tag::record(self.unit, record));
                     return Some(Ok(e));
                 }
                 Err(e) => {
                     // An element error `ignore_errors` may skip: its record is
                     // consumed with the next element.
                     if e.is_element_error() {
-                        self.dropped.drop_origin(Some(Box::new(Origin::record(self.unit, record))));
+                        self.dropped.drop_origin(Some(Tag::record(self.unit, record)));
                     }
                     return Some(Err(e));
                 }

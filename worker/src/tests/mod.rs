@@ -10,6 +10,7 @@ mod exactly_once;
 mod fixtures;
 mod lifecycle;
 mod mock_dispatcher;
+mod origins;
 mod route;
 mod scatter;
 mod splits;

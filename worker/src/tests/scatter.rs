@@ -170,6 +170,19 @@ fn batches() -> Vec<(&'static str, pb::ElementBatch)> {
             },
         ),
         (
+            "long positions columns of every varint width",
+            pb::ElementBatch {
+                positions: Some(pb::Positions {
+                    runs_per_element: (0..300).map(|i| i % 3).collect(),
+                    runs: (0..600)
+                        .map(|i| if i % 7 == 0 { u64::MAX } else { 1 << (i % 64) })
+                        .collect(),
+                    unit_ends: vec![u64::MAX, 0, 127, 128, 16_383, 16_384],
+                }),
+                ..Default::default()
+            },
+        ),
+        (
             "positions outside a compressed frame",
             pb::ElementBatch {
                 compressed: Some(pb::CompressedElements {
