@@ -205,7 +205,7 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             exactly_once: true,
             deterministic: true,
-            dataset_len: by_build(4_000),
+            dataset_len: by_build(12_000),
             epochs: 2,
             first: &[KillWorker, RestartTrainers, KillLeader],
             kinds: &[KillWorker, RestartTrainers, KillLeader],
