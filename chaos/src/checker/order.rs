@@ -54,7 +54,8 @@ pub(super) fn expected(spec: &OrderSpec, consumers: u32, dataset_len: u64) -> Ve
 pub(super) fn check(ep: &EpochOrder, expected: &[Vec<i64>]) -> Vec<Violation> {
     let epoch = ep.epoch;
     let mut violations = Vec::new();
-    let mut got: Vec<Vec<(usize, i64)>> = vec![Vec::new(); expected.len()];
+    // Per consumer index: (line, value, trainer) of what its trainers kept.
+    let mut got: Vec<Vec<(usize, i64, u32)>> = vec![Vec::new(); expected.len()];
     for trainers in ep.incarnations {
         if trainers.len() != expected.len() {
             violations.push(Violation {
@@ -72,7 +73,7 @@ pub(super) fn check(ep: &EpochOrder, expected: &[Vec<i64>]) -> Vec<Violation> {
             return violations;
         }
         for (i, t) in trainers.iter().enumerate() {
-            got[i].extend(ep.kept.get(t).into_iter().flatten().copied());
+            got[i].extend(ep.kept.get(t).into_iter().flatten().map(|&(l, v)| (l, v, *t)));
         }
     }
     for (i, (got, want)) in got.iter().zip(expected).enumerate() {
@@ -89,12 +90,17 @@ pub(super) fn check(ep: &EpochOrder, expected: &[Vec<i64>]) -> Vec<Violation> {
         } else {
             format!("has {} at index {d} where the order has {}", values[d], want[d])
         };
+        // The trainer (history `consumer`) that consumed the first difference.
+        let who = match got.get(d).or(got.last()) {
+            Some(e) => format!(" (trainer {})", e.2),
+            None => String::new(),
+        };
         let lo = d.saturating_sub(AROUND);
         let window = |s: &[i64]| s[lo.min(s.len())..(d + AROUND + 1).min(s.len())].to_vec();
         violations.push(Violation {
             invariant: DETERMINISTIC_ORDER,
             message: format!(
-                "epoch {epoch}: consumer {i} {what}: from index {lo} it consumed {:?}, the \
+                "epoch {epoch}: consumer {i}{who} {what}: from index {lo} it consumed {:?}, the \
                  order is {:?}",
                 window(&values),
                 window(want)
@@ -189,7 +195,7 @@ mod tests {
         let r = trainers::check(&history([&swapped, &exp[1]]));
         assert_eq!(r.violations.len(), 1, "exactly once still holds: {:?}", r.violations);
         let want = format!(
-            "epoch 0: consumer 0 has {} at index 2 where the order has {}",
+            "epoch 0: consumer 0 (trainer 0) has {} at index 2 where the order has {}",
             exp[0][3], exp[0][2]
         );
         assert!(r.violations[0].message.starts_with(&want), "{:?}", r.violations);
@@ -206,22 +212,29 @@ mod tests {
         let mut missing = exp[1].clone();
         missing.remove(3);
         let events = history([&exp[0], &missing]);
-        let want =
-            format!("consumer 1 has {} at index 3 where the order has {}", exp[1][4], exp[1][3]);
+        let want = format!(
+            "consumer 1 (trainer 1) has {} at index 3 where the order has {}",
+            exp[1][4], exp[1][3]
+        );
         assert!(order_messages(&events)[0].contains(&want), "{:?}", order_messages(&events));
         assert!(trainers::check(&events).violations.iter().any(|v| v.invariant == EXACTLY_ONCE));
 
         let mut repeated = exp[0].clone();
         repeated.insert(3, exp[0][2]);
-        let want =
-            format!("consumer 0 has {} at index 3 where the order has {}", exp[0][2], exp[0][3]);
+        let want = format!(
+            "consumer 0 (trainer 0) has {} at index 3 where the order has {}",
+            exp[0][2], exp[0][3]
+        );
         let messages = order_messages(&history([&repeated, &exp[1]]));
         assert!(messages.len() == 1 && messages[0].contains(&want), "{messages:?}");
 
         // The last element missing: the sequence ends early.
         let short = &exp[0][..5];
         let messages = order_messages(&history([short, &exp[1]]));
-        assert!(messages[0].contains("consumer 0 ended after 5 of its 6 elements"), "{messages:?}");
+        assert!(
+            messages[0].contains("consumer 0 (trainer 0) ended after 5 of its 6 elements"),
+            "{messages:?}"
+        );
     }
 
     #[test]
@@ -260,7 +273,8 @@ mod tests {
         .concat();
         let messages = order_messages(&swapped);
         assert_eq!(messages.len(), 2, "{messages:?}");
-        assert!(messages[0].contains("consumer 0 has") && messages[0].contains("at index 3"));
+        assert!(messages[0].contains("consumer 0 (trainer 2) has"), "{messages:?}");
+        assert!(messages[0].contains("at index 3"), "{messages:?}");
 
         // A restore with another number of trainers breaks the order.
         let fewer = [before, vec![restore(vec![2])], els(2, &exp[0][3..]), vec![end(2)]].concat();
