@@ -251,26 +251,16 @@ mod tests {
             els(0, &exp[0][3..4]),
         ]
         .concat();
-        let ok = [
-            before.clone(),
-            vec![restore(vec![2, 3])],
-            els(3, &exp[1][2..]),
-            els(2, &exp[0][3..]),
-            vec![end(2), end(3)],
-        ]
-        .concat();
-        let r = trainers::check(&ok);
+        // Trainer 2 reads `a` (index 0), trainer 3 `b` (index 1), after the restore.
+        let restored = |a: &[i64], b: &[i64]| {
+            let after = [vec![restore(vec![2, 3])], els(3, b), els(2, a), vec![end(2), end(3)]];
+            [vec![before.clone()], after.to_vec()].concat().concat()
+        };
+        let r = trainers::check(&restored(&exp[0][3..], &exp[1][2..]));
         assert!(r.passed(), "{:?}", r.violations);
 
         // The restored trainers swap indexes: each continues the other's sequence.
-        let swapped = [
-            before.clone(),
-            vec![restore(vec![2, 3])],
-            els(2, &exp[1][2..]),
-            els(3, &exp[0][3..]),
-            vec![end(2), end(3)],
-        ]
-        .concat();
+        let swapped = restored(&exp[1][2..], &exp[0][3..]);
         let messages = order_messages(&swapped);
         assert_eq!(messages.len(), 2, "{messages:?}");
         assert!(messages[0].contains("consumer 0 (trainer 2) has"), "{messages:?}");
