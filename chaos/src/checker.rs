@@ -13,7 +13,8 @@
 //! ```
 //!
 //! An exactly-once run (its `Start` says so) is checked by `trainers` instead:
-//! trainers restored from checkpoints roll back what they consumed after them.
+//! trainers restored from checkpoints roll back what they consumed after them;
+//! with a deterministic order, `order` also demands each consumer's sequence.
 //!
 //! Violations come in that order: problems with the history itself ("history",
 //! "in-range"), then deliveries epoch by epoch, then completion, then registry.
@@ -24,6 +25,7 @@
 mod completion;
 mod deliveries;
 mod explain;
+mod order;
 mod run;
 mod trainers;
 mod verdict;
@@ -32,8 +34,8 @@ use crate::history::{Event, Fault, Millis};
 pub use explain::explain;
 use run::Run;
 pub use verdict::{
-    CheckOptions, CheckResult, Summary, Violation, BOUNDED_LOSS, COMPLETION, EXACTLY_ONCE, HISTORY,
-    IN_RANGE, NO_DUPLICATES, OFF_COPIES, REGISTRY,
+    CheckOptions, CheckResult, Summary, Violation, BOUNDED_LOSS, COMPLETION, DETERMINISTIC_ORDER,
+    EXACTLY_ONCE, HISTORY, IN_RANGE, NO_DUPLICATES, OFF_COPIES, REGISTRY,
 };
 
 /// Checks a history; never panics on a malformed or truncated one (what cannot

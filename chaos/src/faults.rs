@@ -182,7 +182,9 @@ fn draw(kind: FaultKind, scenario: &Scenario, rng: &mut ChaCha8Rng) -> (Planned,
             (Planned::KillWorker { worker }, ms(rng, 500..=3_000))
         }
         FaultKind::RestartTrainers => {
-            let consumers = rng.gen_range(1..=3);
+            // The deterministic order depends on the number of consumers: keep it.
+            let consumers =
+                if scenario.deterministic { scenario.consumers } else { rng.gen_range(1..=3) };
             (Planned::RestartTrainers { consumers }, ms(rng, 0..=500))
         }
     }

@@ -32,6 +32,11 @@ pub enum Event {
         /// among what was consumed and not rolled back (`checker/trainers.rs`).
         #[serde(default)]
         exactly_once: bool,
+        /// Exactly-once runs in the deterministic order: consumer `i` of the
+        /// `consumers` restores as consumer `i` and must see the order's
+        /// sequence `i` (`checker/order.rs`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        order: Option<OrderSpec>,
     },
     /// A consumer received an element of an epoch.
     Element { t_ms: Millis, consumer: u32, epoch: u32, value: i64 },
@@ -60,6 +65,17 @@ pub enum Event {
     /// The dispatchers' durable registry (datasets, jobs, cursors) as `sluice
     /// status` reports it, before and after a full-cluster restart.
     Registry { t_ms: Millis, when: String, digest: String },
+}
+
+/// What an exactly-once run's deterministic order is a function of
+/// (docs/exactly-once.md, "Deterministic order"): with the dataset
+/// `range(dataset_len)`, each consumer's sequence follows from these alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderSpec {
+    /// `ReadOptions::deterministic`'s seed.
+    pub seed: u64,
+    /// The dispatchers' `--elements-per-split`: a split's units.
+    pub elements_per_split: u64,
 }
 
 /// A fault the harness can inject.

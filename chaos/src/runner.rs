@@ -26,7 +26,7 @@ use crate::checker::{self, CheckOptions, CheckResult};
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::faults::execute::{self, Quiesce};
 use crate::faults::Schedule;
-use crate::history::Event;
+use crate::history::{Event, OrderSpec};
 use crate::recorder::Recorder;
 use crate::report;
 use crate::scenarios::Scenario;
@@ -129,6 +129,8 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
     let schedule = Schedule::plan(scenario, seed);
     std::fs::write(cfg.dir.join("schedule.txt"), format!("{schedule:#?}\n"))?;
     let (recorder, writer) = Recorder::create(&cfg.dir.join("history.jsonl"))?;
+    // The deterministic order is seeded with the run's seed.
+    let order = (scenario.exactly_once && scenario.deterministic).then_some(seed);
     recorder
         .record(Event::Start {
             seed,
@@ -140,13 +142,17 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
             epochs: scenario.epochs,
             work_dir_kind: scenario.storage.kind_name().to_string(),
             exactly_once: scenario.exactly_once,
+            order: order
+                .map(|seed| OrderSpec { seed, elements_per_split: scenario.elements_per_split }),
         })
         .await;
 
     let notes = {
         let mut cluster = Cluster::start(cluster_config(scenario, cfg)).await?;
         let client = cluster.client(dispatcher_policy())?;
-        let def = if scenario.exactly_once {
+        let def = if order.is_some() {
+            crate::trainers::ordered_dataset(scenario.dataset_len)
+        } else if scenario.exactly_once {
             crate::trainers::dataset(scenario.dataset_len)
         } else {
             DatasetDef::range(scenario.dataset_len as i64)
@@ -171,6 +177,7 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
                 elements_per_message: ELEMENTS_PER_MESSAGE,
                 outstanding: OUTSTANDING_MESSAGES,
                 epoch_deadline: EPOCH_DEADLINE,
+                order,
             };
             consumers.spawn(group.run(rx));
         }

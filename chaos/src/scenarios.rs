@@ -82,6 +82,10 @@ pub struct Scenario {
     /// Consumers read exactly-once, take positions and restore from them
     /// (`trainers.rs`); the checker demands exactly once through every fault.
     pub exactly_once: bool,
+    /// Exactly-once reads in the deterministic order (seeded with the run's
+    /// seed): every restart restores the same number of trainers, each with its
+    /// consumer index, and the checker demands each index's sequence.
+    pub deterministic: bool,
 }
 
 use FaultKind::*;
@@ -115,6 +119,7 @@ const fn base(name: &'static str, about: &'static str) -> Scenario {
         kinds: &[],
         faults: 4,
         exactly_once: false,
+        deterministic: false,
     }
 }
 
@@ -197,6 +202,21 @@ pub fn all() -> Vec<Scenario> {
                  restarts, some leader kills",
             )
         },
+        Scenario {
+            exactly_once: true,
+            deterministic: true,
+            dataset_len: by_build(12_000),
+            epochs: 2,
+            first: &[KillWorker, RestartTrainers, KillLeader],
+            kinds: &[KillWorker, RestartTrainers, KillLeader],
+            faults: 6,
+            ..base(
+                "deterministic",
+                "exactly-once reads in the deterministic order: kill workers, restart the \
+                 trainers from their last checkpoint (same count), kill the leader; each \
+                 consumer sees its seeded sequence",
+            )
+        },
     ]
 }
 
@@ -223,4 +243,5 @@ pub const CI: &[(&str, u64)] = &[
     ("workers", 1),
     ("off", 1),
     ("exactly-once", 1),
+    ("deterministic", 1),
 ];

@@ -53,6 +53,12 @@ pub fn dataset(n: u64) -> DatasetDef {
     .expect("a valid pipeline")
 }
 
+/// `range(n)` alone, for the deterministic order: it refuses stages that mix
+/// splits or reorder elements (a shuffle, a batch), so element `v` is unit `v`.
+pub fn ordered_dataset(n: u64) -> DatasetDef {
+    DatasetDef::range(n as i64)
+}
+
 pub struct TrainerGroup {
     pub client: Client,
     pub dataset_id: String,
@@ -67,6 +73,9 @@ pub struct TrainerGroup {
     pub elements_per_message: u32,
     pub outstanding: usize,
     pub epoch_deadline: Duration,
+    /// The deterministic order's seed: trainer `i` of every incarnation reads
+    /// as consumer `i` of `consumers`, and a restart keeps `consumers`.
+    pub order: Option<u64>,
 }
 
 /// Every position each trainer of an incarnation took: trainer → generation → it.
@@ -86,9 +95,10 @@ impl TrainerGroup {
                 let positions: Positions = Arc::default();
                 let (round_tx, round_rx) = watch::channel(0u64);
                 let mut trainers = JoinSet::new();
-                for &id in &ids {
+                for (index, &id) in (0u32..).zip(&ids) {
                     let t = Trainer {
                         id,
+                        deterministic: self.order.map(|seed| (seed, count, index)),
                         epoch,
                         client: self.client.clone(),
                         dataset_id: self.dataset_id.clone(),
@@ -145,7 +155,10 @@ impl TrainerGroup {
                     None => (None, restore.clone()),
                 };
                 drop(taken);
-                count = request.consumers.max(1);
+                // A deterministic order is a function of the number of consumers.
+                if self.order.is_none() {
+                    count = request.consumers.max(1);
+                }
                 let started: Vec<u32> = (next_id..next_id + count).collect();
                 let t_ms = self.recorder.now();
                 self.recorder
@@ -194,6 +207,8 @@ fn newest_common(
 
 struct Trainer {
     id: u32,
+    /// (seed, consumers, this trainer's consumer index) of a deterministic read.
+    deterministic: Option<(u64, u32, u32)>,
     epoch: u32,
     client: Client,
     dataset_id: String,
@@ -218,6 +233,9 @@ impl Trainer {
             .exactly_once(true);
         opts.max_elements_per_message = self.elements_per_message;
         opts.repetition = u64::from(self.epoch);
+        if let Some((seed, n, i)) = self.deterministic {
+            opts = opts.deterministic(seed, n, i);
+        }
         if let Some(p) = self.restore.take() {
             opts = opts.restore(p);
         }

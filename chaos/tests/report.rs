@@ -77,6 +77,7 @@ fn run_with_faults() -> Vec<Event> {
         epochs: 2,
         work_dir_kind: "s3".into(),
         exactly_once: false,
+        order: None,
     }];
     let faults: [(Millis, Millis, Fault); 4] = [
         (2_000, 3_500, Fault::KillDispatcher { node: 1, was_leader: true }),

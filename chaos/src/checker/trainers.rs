@@ -9,14 +9,18 @@
 //! `Restore` with no generation kept nothing. Then, per epoch:
 //! - **exactly-once**: every value of `0..dataset_len` kept exactly once;
 //! - **completion**: every trainer of the epoch's last incarnation ended with "end";
-//! - **history**: a restore names a generation one of its ended trainers never took.
+//! - **history**: a restore names a generation one of its ended trainers never took;
+//! - **deterministic-order** (when the `Start` names an order): what the trainers
+//!   at each consumer index kept, incarnation after incarnation, is that index's
+//!   sequence of the order (`order.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::order::{self, EpochOrder};
 use super::verdict::{
     first_lines, CheckResult, Summary, Violation, COMPLETION, EXACTLY_ONCE, HISTORY,
 };
-use crate::history::Event;
+use crate::history::{Event, OrderSpec};
 
 /// Per epoch: each trainer's element lines, checkpoints and how it ended.
 #[derive(Default)]
@@ -32,19 +36,36 @@ struct Epoch {
     /// Trainers started by restores.
     started: BTreeSet<u32>,
     restores: usize,
+    /// Each incarnation's trainers in consumer-index order: the first restore's
+    /// `ended`, then every restore's `started`.
+    incarnations: Vec<Vec<u32>>,
 }
 
 pub(super) fn check(events: &[Event]) -> CheckResult {
     let mut violations = Vec::new();
     let mut summary = Summary::default();
     let mut dataset_len = 0u64;
+    let mut ordered: Option<(OrderSpec, u32)> = None;
     let mut epochs: BTreeMap<u32, Epoch> = BTreeMap::new();
     for (line, e) in events.iter().enumerate() {
         match e {
-            Event::Start { seed, scenario, mode, dataset_len: n, epochs: count, .. } => {
+            Event::Start {
+                seed,
+                scenario,
+                mode,
+                dataset_len: n,
+                epochs: count,
+                order,
+                consumers,
+                ..
+            } => {
                 summary.seed = *seed;
                 summary.scenario = scenario.clone();
                 summary.mode = format!("{mode} exactly-once");
+                if let Some(spec) = order {
+                    summary.mode.push_str(" deterministic");
+                    ordered = Some((*spec, *consumers));
+                }
                 dataset_len = *n;
                 for epoch in 0..*count {
                     epochs.entry(epoch).or_default();
@@ -66,6 +87,10 @@ pub(super) fn check(events: &[Event]) -> CheckResult {
             Event::Restore { epoch, generation, ended, started, .. } => {
                 let ep = epochs.entry(*epoch).or_default();
                 ep.restores += 1;
+                if ep.incarnations.is_empty() {
+                    ep.incarnations.push(ended.clone());
+                }
+                ep.incarnations.push(started.clone());
                 ep.started.extend(started.iter().copied());
                 for t in ended {
                     ep.stopped.insert(*t, (line, *generation));
@@ -77,9 +102,16 @@ pub(super) fn check(events: &[Event]) -> CheckResult {
             _ => {}
         }
     }
+    let expected = ordered.map(|(spec, n)| order::expected(&spec, n, dataset_len));
     let (mut duplicates, mut losses) = (0u64, 0u64);
-    for (epoch, ep) in &epochs {
+    for (epoch, ep) in &mut epochs {
+        if ep.incarnations.is_empty() {
+            let ids: BTreeSet<u32> = ep.elements.keys().chain(ep.ends.keys()).copied().collect();
+            ep.incarnations.push(ids.into_iter().collect());
+        }
+        let ep = &*ep;
         let mut kept: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        let mut kept_by: BTreeMap<u32, Vec<(usize, i64)>> = BTreeMap::new();
         for (trainer, elements) in &ep.elements {
             let until = match ep.stopped.get(trainer) {
                 None => usize::MAX,
@@ -103,6 +135,7 @@ pub(super) fn check(events: &[Event]) -> CheckResult {
             };
             for (line, value) in elements.iter().filter(|(l, _)| *l < until) {
                 kept.entry(*value).or_default().push(*line);
+                kept_by.entry(*trainer).or_default().push((*line, *value));
             }
         }
         let repeated: Vec<(&i64, &Vec<usize>)> = kept.iter().filter(|(_, l)| l.len() > 1).collect();
@@ -135,6 +168,11 @@ pub(super) fn check(events: &[Event]) -> CheckResult {
                 ),
                 lines: first_lines(repeated.iter().flat_map(|(_, l)| l.iter().copied()).collect()),
             });
+        }
+        if let Some(expected) = &expected {
+            let incarnations = &ep.incarnations;
+            let this = EpochOrder { epoch: *epoch, incarnations, kept: &kept_by, finished };
+            violations.extend(order::check(&this, expected));
         }
         let unfinished: BTreeSet<u32> = ep
             .ends
@@ -177,6 +215,7 @@ mod tests {
             epochs: 1,
             work_dir_kind: "local disk".into(),
             exactly_once: true,
+            order: None,
         }
     }
     fn el(consumer: u32, value: i64) -> Event {

@@ -18,6 +18,7 @@ pub const HISTORY: &str = "history";
 pub const IN_RANGE: &str = "in-range";
 pub const NO_DUPLICATES: &str = "no-duplicates";
 pub const EXACTLY_ONCE: &str = "exactly-once";
+pub const DETERMINISTIC_ORDER: &str = "deterministic-order";
 pub const BOUNDED_LOSS: &str = "bounded-loss";
 pub const OFF_COPIES: &str = "off-copies";
 pub const COMPLETION: &str = "completion";
