@@ -12,7 +12,7 @@ use sluice_chaos::campaign::{self, CampaignConfig, Plan};
 #[derive(Args, Debug)]
 pub struct ChaosArgs {
     /// Scenarios, comma-separated (default: all): leader, quorum, network, wipe, s3,
-    /// workers, off.
+    /// workers, off, exactly-once, exactly-once-long, deterministic (docs/chaos.md).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
     /// The seed of every scenario run (default: a random one, printed).
