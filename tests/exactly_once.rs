@@ -217,6 +217,16 @@ async fn an_auto_read_is_exactly_once_where_it_can_be_and_says_why_not_elsewhere
     values.sort();
     assert!(!values.is_empty() && values.iter().all(|v| (0..10).contains(v)), "{values:?}");
     assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    // The CLI: `sluice read --exactly-once-auto` says what it got on stderr.
+    let spec = r#"{"stages": [{"range": {"stop": 10}}, {"take": {"count": 5}}]}"#;
+    let d = cl.address.as_str();
+    let args = ["read", "--dispatcher", d, "--spec", "-", "--exactly-once-auto", "--quiet"];
+    let (ok, _, err) = common::run_sluice(&args, Some(spec));
+    assert!(ok && err.contains("delivery: at-most-once") && err.contains("take"), "{err}");
+    let plain = r#"{"stages": [{"range": {"stop": 10}}]}"#;
+    let args = ["read", "--dispatcher", d, "--spec", "-", "--exactly-once-auto", "--quiet"];
+    let (ok, _, err) = common::run_sluice(&args, Some(plain));
+    assert!(ok && err.contains("delivery: exactly-once"), "{err}");
 
     let mut stream = c.distribute(&pipeline(N), auto("auto")).await.unwrap();
     assert_eq!(stream.delivery(), sluice_client::Delivery::ExactlyOnce);

@@ -71,6 +71,10 @@ pub struct ReadArgs {
     /// pipeline; docs/exactly-once.md): refused if the pipeline cannot be replayed.
     #[arg(long)]
     pub exactly_once: bool,
+    /// Exactly-once where the job can have it (a replayable DYNAMIC pipeline),
+    /// else at-most-once, never refused; stderr says which and why.
+    #[arg(long, conflicts_with = "exactly_once")]
+    pub exactly_once_auto: bool,
     /// With --exactly-once: keep this reader's position in FILE. If FILE exists
     /// the read restores from it (a restarted reader gets exactly what it had not
     /// consumed); every --checkpoint-every elements the position is written
@@ -106,6 +110,7 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         }
         opts = opts.exactly_once(true);
     }
+    opts = opts.exactly_once_auto(a.exactly_once_auto);
     let checkpoint = match &a.checkpoint {
         Some(path) => {
             let saved = super::checkpoint::load(path)?;
@@ -147,6 +152,12 @@ pub async fn run(a: ReadArgs) -> anyhow::Result<()> {
         (None, Some(spec)) => client.distribute(&super::read_spec(spec)?, opts).await?,
         (None, None) => bail!("say what to read: --dataset-id ID or --spec FILE"),
     };
+    if a.exactly_once_auto {
+        match stream.at_most_once_reason() {
+            None => eprintln!("delivery: exactly-once"),
+            Some(why) => eprintln!("delivery: at-most-once ({why})"),
+        }
+    }
     let summary = print_elements(stream, a.quiet, checkpoint).await?;
     eprintln!("read {}", summary.line());
     Ok(())
