@@ -77,20 +77,6 @@ impl ConsumedLog {
         self.unit_ends.extend_from_slice(unit_ends);
     }
 
-    /// Moves everything of `other` to the end of this log.
-    pub fn append(&mut self, other: &ConsumedLog) {
-        for r in &other.runs {
-            self.push_run(*r);
-        }
-        for (b, n) in &other.firsts {
-            match self.firsts.last_mut() {
-                Some((lb, ln)) if lb.checked_add(*ln) == Some(*b) => *ln += n,
-                _ => self.firsts.push((*b, *n)),
-            }
-        }
-        self.unit_ends.extend_from_slice(&other.unit_ends);
-    }
-
     /// Takes at most `max` entries of each column from the front, leaving the
     /// rest.
     pub fn take_front(&mut self, max: usize) -> ConsumedLog {
@@ -129,15 +115,7 @@ impl ConsumedLog {
 
     /// Adds every entry to `set`.
     pub fn insert_into(&self, set: &mut RecordSet) {
-        for r in &self.runs {
-            set.insert(*r);
-        }
-        for (b, n) in &self.firsts {
-            set.insert_firsts(*b, *n);
-        }
-        for (u, n) in &self.unit_ends {
-            set.insert_end(*u, *n);
-        }
+        set.insert_records(&self.runs, &self.firsts, &self.unit_ends);
     }
 }
 
@@ -175,10 +153,8 @@ mod tests {
         let head = log.take_front(2);
         assert_eq!(head.firsts, vec![(1, 2), (5, 2)]);
         assert_eq!(log.firsts, vec![(9, 1)]);
-        let mut other = ConsumedLog::default();
-        other.push_run(Run::record(3, 0));
         let mut joined = head.clone();
-        joined.append(&other);
+        joined.push_run(Run::record(3, 0));
         assert_eq!(joined.firsts, vec![(1, 2), (5, 2), (3, 1)]);
         joined.prune_below(6);
         assert_eq!(joined.firsts, vec![(6, 1)]);

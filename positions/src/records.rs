@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::origin::{Origin, Run};
+use crate::origin::Run;
 
 /// How many records a unit has when no end was reported for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,12 +240,16 @@ impl RecordSet {
         }
     }
 
-    /// Adds everything an element's origin names.
-    pub fn insert_origin(&mut self, origin: &Origin) {
-        for r in &origin.runs {
+    /// Adds runs, spans of first records `(begin, count)` and unit ends: a
+    /// consumed report's records (the reader's log and the dispatcher's command).
+    pub fn insert_records(&mut self, runs: &[Run], firsts: &[(u64, u64)], ends: &[(u64, u64)]) {
+        for r in runs {
             self.insert(*r);
         }
-        for (u, n) in &origin.unit_ends {
+        for (b, n) in firsts {
+            self.insert_firsts(*b, *n);
+        }
+        for (u, n) in ends {
             self.insert_end(*u, *n);
         }
     }

@@ -30,15 +30,7 @@ pub(crate) struct Reported<'a> {
 impl Reported<'_> {
     /// Adds the records to `set`.
     pub(crate) fn insert_into(&self, set: &mut RecordSet) {
-        for r in self.runs {
-            set.insert(*r);
-        }
-        for (b, n) in self.firsts {
-            set.insert_firsts(*b, *n);
-        }
-        for (u, n) in self.unit_ends {
-            set.insert_end(*u, *n);
-        }
+        set.insert_records(self.runs, self.firsts, self.unit_ends);
     }
 
     /// The highest unit named, if any.
