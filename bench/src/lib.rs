@@ -303,18 +303,21 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         );
     }
 
-    let (loopback, loopback_streams, memcpy) = if cfg.runs(Section::Limits) {
-        tracing::info!("--- loopback TCP and memcpy bandwidth");
-        let probe = tokio::task::spawn_blocking(|| {
-            let lo = limits::loopback_bandwidth(LIMIT_PROBE, 1);
-            let streams = limits::loopback_bandwidth(LIMIT_PROBE, streaming::WORKERS);
-            (lo, streams, limits::memcpy_bandwidth(LIMIT_PROBE))
-        });
-        let (lo, streams, mem) = probe.await?;
-        (Outcome::from_result(lo), Outcome::from_result(streams), Outcome::from_result(mem))
-    } else {
-        (skipped(), skipped(), skipped())
-    };
+    // The files section sets its cases beside the loopback bandwidth, so it measures
+    // the limits too.
+    let (loopback, loopback_streams, memcpy) =
+        if cfg.runs(Section::Limits) || cfg.runs(Section::Files) {
+            tracing::info!("--- loopback TCP and memcpy bandwidth");
+            let probe = tokio::task::spawn_blocking(|| {
+                let lo = limits::loopback_bandwidth(LIMIT_PROBE, 1);
+                let streams = limits::loopback_bandwidth(LIMIT_PROBE, streaming::WORKERS);
+                (lo, streams, limits::memcpy_bandwidth(LIMIT_PROBE))
+            });
+            let (lo, streams, mem) = probe.await?;
+            (Outcome::from_result(lo), Outcome::from_result(streams), Outcome::from_result(mem))
+        } else {
+            (skipped(), skipped(), skipped())
+        };
 
     let (streaming, epoch) = streaming_and_epoch(cfg, &logs).await;
 
@@ -435,8 +438,11 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     };
 
     let files = if cfg.runs(Section::Files) {
-        tracing::info!("--- TFRecord pipelines");
-        Outcome::from_result(files::run(&cfg.sluice_exe, cfg.files, &dir, &logs).await)
+        tracing::info!("--- file pipelines");
+        let gb = |o: &Outcome<limits::Bandwidth>| o.measured().map(|b| b.gb_per_s);
+        let link =
+            files::Loopback { one_stream: gb(&loopback), two_streams: gb(&loopback_streams) };
+        Outcome::from_result(files::run(&cfg.sluice_exe, cfg.files, &dir, &logs, link).await)
     } else {
         skipped()
     };

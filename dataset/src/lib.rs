@@ -77,4 +77,4 @@ pub use python::{
 };
 pub use registry::{DatasetFn, FilterFn, FunctionRegistry, MapFn};
 pub use sharding::StaticPolicy;
-pub use tensor::{DType, Element, Tensor};
+pub use tensor::{DType, Element, Tensor, ITEM_PREFIX};

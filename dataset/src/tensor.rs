@@ -9,6 +9,9 @@
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+/// Bytes before each `String`/`Bytes` item of a payload: its u32 little-endian length.
+pub const ITEM_PREFIX: usize = 4;
 use serde::{Deserialize, Serialize};
 use sluice_positions::Tag;
 
@@ -212,6 +215,20 @@ impl Tensor {
     }
     pub fn scalar_bytes(v: &[u8]) -> Self {
         Self::from_items(DType::Bytes, vec![], &[v]).expect("scalar shape is consistent")
+    }
+
+    /// A `String` or `Bytes` scalar made in place: `framed` is [`ITEM_PREFIX`]
+    /// spare bytes (the item's length is written there) followed by the item. What
+    /// `from_items` makes of one item, without copying it (file readers read into
+    /// such a buffer). `None` for a fixed-width dtype, a `framed` shorter than the
+    /// prefix, or an item longer than a u32.
+    pub fn scalar_item_framed(dtype: DType, mut framed: Vec<u8>) -> Option<Self> {
+        if dtype.width().is_some() {
+            return None;
+        }
+        let len = u32::try_from(framed.len().checked_sub(ITEM_PREFIX)?).ok()?;
+        framed[..ITEM_PREFIX].copy_from_slice(&len.to_le_bytes());
+        Some(Tensor { dtype, shape: vec![], data: Bytes::from(framed) })
     }
 
     fn expect_dtype(&self, want: DType) -> Result<(), DatasetError> {

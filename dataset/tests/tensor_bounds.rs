@@ -37,3 +37,25 @@ fn sound_shapes_still_build() {
     let t = Tensor::from_i64s(vec![2, 2], &[1, 2, 3, 4]).expect("2x2");
     assert_eq!(t.num_values(), 4);
 }
+
+#[test]
+fn a_scalar_made_in_place_is_the_scalar_from_items_makes() {
+    // File readers read an item after ITEM_PREFIX spare bytes and make the tensor in
+    // place: it must be byte for byte the tensor a copy would have made.
+    for (dtype, item) in
+        [(DType::Bytes, &b"\x00record\xff"[..]), (DType::String, b"a line"), (DType::String, b"")]
+    {
+        let mut framed = vec![7u8; sluice_dataset::ITEM_PREFIX];
+        framed.extend_from_slice(item);
+        let made = Tensor::scalar_item_framed(dtype, framed).expect("a string or bytes scalar");
+        let copied = Tensor::from_items(dtype, vec![], &[item]).expect("valid");
+        assert_eq!(made, copied);
+        assert_eq!(made.items().expect("items"), vec![Bytes::copy_from_slice(item)]);
+    }
+}
+
+#[test]
+fn a_scalar_made_in_place_needs_a_variable_width_dtype_and_its_prefix() {
+    assert!(Tensor::scalar_item_framed(DType::Int64, vec![0; 12]).is_none());
+    assert!(Tensor::scalar_item_framed(DType::Bytes, vec![0; 3]).is_none());
+}

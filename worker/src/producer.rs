@@ -106,7 +106,7 @@ pub(crate) async fn produce(
     let _open = crate::drain::OpenStream::new(&task);
     let _counted = worker.counters.stream_opened();
     let counters = worker.counters.for_job(&task.job);
-    let mut sent = 0u64;
+    let (mut sent, mut messages) = (0u64, 0u64);
     loop {
         let permit = tokio::select! {
             permit = tx.reserve() => match permit {
@@ -161,8 +161,9 @@ pub(crate) async fn produce(
                 compression = codec;
                 counters.streamed(elements, message.encoded_len());
                 permit.send(Ok(message));
+                messages += 1;
                 if end {
-                    tracing::debug!(sent, "stream reached end of sequence");
+                    tracing::debug!(sent, messages, "stream reached end of sequence");
                     return;
                 }
             }

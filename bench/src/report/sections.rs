@@ -327,33 +327,46 @@ pub(super) fn files(r: &Report, out: &mut Lines) {
     match &r.files {
         Outcome::Measured(f) => {
             out.line(format!(
-                "TFRECORD PIPELINES  ({} files, {} records, {:.1} MB; {}x{} PNG + label per \
-                 record; DYNAMIC, a split is a file; worker processes on loopback)",
+                "FILE PIPELINES  ({} TFRecord files, {} records, {:.1} MB, {}x{} PNG + label per \
+                 record; {} text files, {} lines, {:.1} MB; DYNAMIC, a split is a file; worker \
+                 processes on loopback)",
                 f.files,
                 f.records,
                 f.dataset_bytes as f64 / 1e6,
                 f.image_size,
-                f.image_size
+                f.image_size,
+                f.text_files,
+                f.text_lines,
+                f.text_bytes as f64 / 1e6,
             ));
             out.line(
                 "  rates from the first element to the last; `1st element` includes job \
-                 creation and the workers starting their tasks"
+                 creation and the workers starting their tasks; limit = min(local MB/s, \
+                 loopback of as many streams); CPU µs per record of the workers / this process"
                     .into(),
             );
             out.line(format!(
-                "  {:<22} {:<20} {:>8} {:>13} {:>8} {:>11} {:>9} {:>9}",
+                "  {:<20} {:<18} {:>8} {:>9} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>13}",
                 "pipeline",
                 "setup",
                 "records",
-                "1st element",
+                "1st el.",
                 "secs",
                 "records/s",
                 "MB/s",
-                "vs local"
+                "vs local",
+                "limit",
+                "vs limit",
+                "CPU wrk/rdr"
             ));
+            let x = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
             for c in &f.cases {
+                let cpu = match c.worker_cpu_us_per_record {
+                    Some(w) => format!("{w:.1} / {:.1}", c.reader_cpu_us_per_record),
+                    None => format!("- / {:.1}", c.reader_cpu_us_per_record),
+                };
                 out.line(format!(
-                    "  {:<22} {:<20} {:>8} {:>13} {:>8.2} {:>11.0} {:>9.1} {:>9}",
+                    "  {:<20} {:<18} {:>8} {:>9} {:>6.2} {:>10.0} {:>8.1} {:>8} {:>8} {:>8} {:>13}",
                     c.pipeline,
                     c.setup,
                     c.records,
@@ -361,11 +374,14 @@ pub(super) fn files(r: &Report, out: &mut Lines) {
                     c.secs,
                     c.records_per_s,
                     c.mb_per_s,
-                    c.vs_local.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
+                    x(c.vs_local),
+                    c.limit_mb_per_s.map(|l| format!("{l:.0}")).unwrap_or_else(|| "-".into()),
+                    x(c.vs_limit),
+                    cpu
                 ));
             }
         }
-        other => out.line(format!("TFRECORD PIPELINES  {}", not_measured(other))),
+        other => out.line(format!("FILE PIPELINES  {}", not_measured(other))),
     }
 }
 

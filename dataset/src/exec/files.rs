@@ -12,13 +12,16 @@ use crate::error::DatasetError;
 use crate::formats::tfrecord::TfRecordReader;
 pub(crate) use crate::formats::FileFormat;
 use crate::io::{self, DataRoots};
-use crate::tensor::{DType, Element, Tensor};
+use crate::tensor::{DType, Element, Tensor, ITEM_PREFIX};
 
 use super::stream::ElementIter;
 
 /// The longest line `text_lines` accepts (a file without newlines would otherwise
 /// have to be held whole).
 pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// A line buffer's first allocation; longer lines grow it.
+const LINE_CAPACITY: usize = 256;
 
 /// The file name held by a one-component string (or bytes) scalar element, as
 /// `list_files` produces.
@@ -75,14 +78,25 @@ impl Iterator for LazyFile {
 
 fn reader_elements(reader: Box<dyn Read + Send>, url: &str, format: FileFormat) -> ElementIter {
     match format {
-        FileFormat::TfRecord { skip_corrupt } => Box::new(
-            TfRecordReader::new(reader, url, skip_corrupt)
-                .map(|r| r.map(|b| Element::single(Tensor::scalar_bytes(&b)))),
-        ),
+        FileFormat::TfRecord { skip_corrupt } => {
+            let mut records = TfRecordReader::new(reader, url, skip_corrupt);
+            let url = url.to_string();
+            Box::new(std::iter::from_fn(move || {
+                let framed = records.next_framed()?;
+                Some(framed.and_then(|f| framed_element(DType::Bytes, f, &url)))
+            }))
+        }
         FileFormat::TextLines => {
             Box::new(Lines { input: BufReader::new(reader), url: url.to_string(), offset: 0 })
         }
     }
+}
+
+/// A scalar element made in place from a reader's framed buffer (no copy).
+fn framed_element(dtype: DType, framed: Vec<u8>, url: &str) -> Result<Element, DatasetError> {
+    Tensor::scalar_item_framed(dtype, framed)
+        .map(Element::single)
+        .ok_or_else(|| DatasetError::io(url, "an item longer than 4 GiB cannot be a tensor item"))
 }
 
 /// Lines of a text file, streamed, without their `\n` / `\r\n`.
@@ -96,22 +110,24 @@ impl<R: BufRead> Iterator for Lines<R> {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let mut line = Vec::new();
-        let read = (&mut self.input).take(MAX_LINE_BYTES + 1).read_until(b'\n', &mut line);
-        match read {
+        // Room for the item's length, so the line becomes a tensor in place.
+        let mut line = Vec::with_capacity(ITEM_PREFIX + LINE_CAPACITY);
+        line.resize(ITEM_PREFIX, 0);
+        let limit = MAX_LINE_BYTES + 1;
+        let read = match (&mut self.input).take(limit).read_until(b'\n', &mut line) {
             Err(e) => return Some(Err(DatasetError::io(&self.url, e))),
             Ok(0) => return None,
-            Ok(_) => {}
-        }
+            Ok(n) => n,
+        };
         let at = self.offset;
-        self.offset += line.len() as u64;
+        self.offset += read as u64;
         if line.last() == Some(&b'\n') {
             line.pop();
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
         }
-        if line.len() as u64 > MAX_LINE_BYTES {
+        if (line.len() - ITEM_PREFIX) as u64 > MAX_LINE_BYTES {
             return Some(Err(DatasetError::Corrupt {
                 format: "text file",
                 file: self.url.clone(),
@@ -123,7 +139,7 @@ impl<R: BufRead> Iterator for Lines<R> {
             }));
         }
         // Strings are not checked for UTF-8, like tf.data's TextLineDataset.
-        Some(Tensor::from_items(DType::String, vec![], &[line]).map(Element::single))
+        Some(framed_element(DType::String, line, &self.url))
     }
 }
 

@@ -13,12 +13,18 @@
 //!
 //! A record's length is capped at [`MAX_RECORD_BYTES`] so that a corrupt length
 //! (whose checksum happens to pass, or a hostile file) cannot allocate gigabytes.
+//!
+//! Each record is read into a buffer that starts with [`ITEM_PREFIX`] spare bytes,
+//! so the file sources make a bytes tensor of it in place
+//! ([`TfRecordReader::next_framed`] → `Tensor::scalar_item_framed`): the record's
+//! bytes are copied once, from the file buffer, not again into the tensor.
 
 use std::io::{ErrorKind, Read, Write};
 
 use bytes::Bytes;
 
 use crate::error::DatasetError;
+pub use crate::tensor::ITEM_PREFIX;
 
 /// The largest record the reader accepts.
 pub const MAX_RECORD_BYTES: u64 = 256 << 20;
@@ -84,8 +90,9 @@ impl<R: Read> TfRecordReader<R> {
         Ok(n)
     }
 
-    /// The next record: `Ok(None)` at a clean end of file.
-    fn read_record(&mut self) -> Result<Result<Option<Bytes>, Bad>, DatasetError> {
+    /// The next record, after [`ITEM_PREFIX`] spare bytes: `Ok(None)` at a clean
+    /// end of file.
+    fn read_record(&mut self) -> Result<Result<Option<Vec<u8>>, Bad>, DatasetError> {
         let mut header = [0u8; HEADER];
         let n = self.read_full(&mut header)?;
         if n == 0 {
@@ -113,7 +120,8 @@ impl<R: Read> TfRecordReader<R> {
         }
         // `len` is bounded above; the buffer also grows only with the bytes the file
         // really has, so a short file claiming a large record allocates little.
-        let mut data = Vec::with_capacity(len.min(READ_CHUNK) as usize);
+        let mut data = Vec::with_capacity(ITEM_PREFIX + len.min(READ_CHUNK) as usize);
+        data.resize(ITEM_PREFIX, 0);
         let got = (&mut self.input)
             .take(len)
             .read_to_end(&mut data)
@@ -129,7 +137,7 @@ impl<R: Read> TfRecordReader<R> {
         }
         let record_len = HEADER as u64 + len + 4;
         let stored = u32::from_le_bytes(footer);
-        let computed = masked_crc(&data);
+        let computed = masked_crc(&data[ITEM_PREFIX..]);
         if stored != computed {
             self.offset += record_len;
             return Ok(Err(Bad::Skippable(format!(
@@ -138,7 +146,7 @@ impl<R: Read> TfRecordReader<R> {
             ))));
         }
         self.offset += record_len;
-        Ok(Ok(Some(Bytes::from(data))))
+        Ok(Ok(Some(data)))
     }
 
     fn corrupt(&self, offset: u64, message: String, skippable: bool) -> DatasetError {
@@ -173,6 +181,15 @@ impl<R: Read> Iterator for TfRecordReader<R> {
     type Item = Result<Bytes, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        let framed = self.next_framed()?;
+        Some(framed.map(|f| Bytes::from(f).slice(ITEM_PREFIX..)))
+    }
+}
+
+impl<R: Read> TfRecordReader<R> {
+    /// The next record as the iterator yields it, but after [`ITEM_PREFIX`] spare
+    /// bytes (for `Tensor::scalar_item_framed`).
+    pub fn next_framed(&mut self) -> Option<Result<Vec<u8>, DatasetError>> {
         while !self.done {
             let at = self.offset;
             let bad = match self.read_record() {

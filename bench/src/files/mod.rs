@@ -1,18 +1,27 @@
-//! A real input pipeline over TFRecord files: records/s and MB/s read locally with
-//! no service (the baseline: the same executor in this process), and through the
+//! Real input pipelines over files: records/s and MB/s read locally with no
+//! service (the baseline: the same executor in this process), and through the
 //! service with one and with two `sluice worker` processes sharing the files under
 //! DYNAMIC sharding (a split is a file).
 //!
-//! The data set is the sample of `sluice sample-data` (`sluice_dataset::sample`):
-//! TFRecord files of `tf.train.Example`s holding a PNG image and a label. Two
-//! pipelines run over it: the raw records (`list_files` → `interleave(tfrecord)`),
-//! which measures reading and moving bytes, and the image preprocessing of the demo
+//! Two data sets: the sample of `sluice sample-data` (`sluice_dataset::sample`),
+//! TFRecord files of `tf.train.Example`s holding a PNG image and a label, and text
+//! files of sentences ([`text`]). Four pipelines run over them: the raw records
+//! (`list_files` → `interleave(tfrecord)`) and the text lines (`interleave(text_lines)`),
+//! which measure reading and moving bytes; the parsed Examples (raw records →
+//! `parse_example`), which adds the parse; and the image preprocessing of the demo
 //! (parse, decode PNG, crop, normalise, batch), which measures CPU work. The files
 //! are written just before they are read, so every case reads them from the page
 //! cache: the figures compare Sluice against the same work done locally, not disks.
+//!
+//! Each service case is also set beside its **limit**: the lower of the local read
+//! and the loopback TCP bandwidth of as many streams as workers, both measured in
+//! the same run. The CPU time of the workers and of the reader (this process) per
+//! record says where a case that misses it spends.
+
+pub mod text;
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
@@ -20,6 +29,8 @@ use serde::Serialize;
 use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, Element, FunctionRegistry, Stage};
 use sluice_testkit::{Child, Port, START_TIMEOUT};
+
+use crate::procstat::cpu_time;
 
 /// The sample data set's shape.
 #[derive(Clone, Copy, Debug)]
@@ -33,7 +44,7 @@ pub struct FilesConfig {
 pub struct FilesCase {
     pub pipeline: String,
     pub setup: String,
-    /// Records (images) delivered; a batch counts its batch size.
+    /// Records (images, lines) delivered; a batch counts its batch size.
     pub records: u64,
     /// Payload bytes delivered.
     pub bytes: u64,
@@ -46,6 +57,15 @@ pub struct FilesCase {
     pub mb_per_s: f64,
     /// records/s over the local baseline's of the same pipeline.
     pub vs_local: Option<f64>,
+    /// The lower of the local read's MB/s and the loopback bandwidth of as many
+    /// streams as workers (service cases, when the loopback was measured).
+    pub limit_mb_per_s: Option<f64>,
+    /// MB/s over `limit_mb_per_s`.
+    pub vs_limit: Option<f64>,
+    /// CPU time of the worker processes per record (service cases).
+    pub worker_cpu_us_per_record: Option<f64>,
+    /// CPU time of this process (the reader, or the local executor) per record.
+    pub reader_cpu_us_per_record: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -54,7 +74,17 @@ pub struct Files {
     pub records: u64,
     pub dataset_bytes: u64,
     pub image_size: u32,
+    pub text_files: usize,
+    pub text_lines: u64,
+    pub text_bytes: u64,
     pub cases: Vec<FilesCase>,
+}
+
+/// Loopback TCP bandwidth measured in the same run, GB/s, by number of streams.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Loopback {
+    pub one_stream: Option<f64>,
+    pub two_streams: Option<f64>,
 }
 
 /// Counts what a stream delivered, and when.
@@ -70,13 +100,15 @@ impl Tally {
         Tally { records: 0, bytes: 0, start: Instant::now(), first: None }
     }
 
-    fn done(self) -> Measured {
+    fn done(self, worker_cpu: Option<Duration>, reader_cpu: Duration) -> Measured {
         let first = self.first.unwrap_or(self.start);
         Measured {
             records: self.records,
             bytes: self.bytes,
             first_element_s: (first - self.start).as_secs_f64(),
             secs: first.elapsed().as_secs_f64(),
+            worker_cpu,
+            reader_cpu,
         }
     }
 
@@ -105,10 +137,46 @@ fn raw_pipeline(pattern: &str) -> DatasetDef {
     def
 }
 
-pub async fn run(exe: &Path, cfg: FilesConfig, dir: &Path, logs: &Path) -> anyhow::Result<Files> {
-    let data = dir.join("tfrecords");
-    let data = data.to_str().context("bench dir is not UTF-8")?.to_string();
-    let (target, c) = (data.clone(), cfg);
+fn parsed_pipeline(pattern: &str) -> DatasetDef {
+    let scalar = |name: &str, dtype| sluice_dataset::FeatureSpec {
+        name: name.into(),
+        dtype,
+        shape: Some(vec![]),
+        default: None,
+    };
+    raw_pipeline(pattern).parse_example(vec![
+        scalar("image", sluice_dataset::DType::Bytes),
+        scalar("label", sluice_dataset::DType::Int64),
+    ])
+}
+
+fn text_pipeline(pattern: &str) -> DatasetDef {
+    let mut def = DatasetDef::list_files(pattern);
+    def.stages.push(Stage::Interleave {
+        name: "text_lines".into(),
+        args: vec![],
+        cycle_length: 4,
+        block_length: 16,
+        num_parallel_calls: 4,
+    });
+    def
+}
+
+/// Lines per text file, per TFRecord record of a file: about as many bytes of
+/// text as a third of the records' (a line is ~130 bytes).
+const LINES_PER_RECORD: usize = 32;
+
+pub async fn run(
+    exe: &Path,
+    cfg: FilesConfig,
+    dir: &Path,
+    logs: &Path,
+    loopback: Loopback,
+) -> anyhow::Result<Files> {
+    let data = dir.join("data");
+    let tfrecords = data.join("tfrecords");
+    let tfrecords = tfrecords.to_str().context("bench dir is not UTF-8")?.to_string();
+    let (target, c) = (tfrecords.clone(), cfg);
     tracing::info!(files = cfg.files, records_per_file = cfg.records_per_file, "writing");
     let summary = tokio::task::spawn_blocking(move || {
         sluice_dataset::sample::write_image_dataset(
@@ -120,20 +188,29 @@ pub async fn run(exe: &Path, cfg: FilesConfig, dir: &Path, logs: &Path) -> anyho
         )
     })
     .await??;
-    let pattern = format!("{data}/*.tfrecord");
+    let text_dir = data.join("text");
+    let (target, lines) = (text_dir.clone(), cfg.records_per_file * LINES_PER_RECORD);
+    let text =
+        tokio::task::spawn_blocking(move || text::write(&target, c.files, lines, 1)).await??;
+    let records = format!("{tfrecords}/*.tfrecord");
+    let lines = format!("{}/*.txt", text_dir.to_str().context("bench dir is not UTF-8")?);
     let pipelines = [
-        ("raw records", raw_pipeline(&pattern)),
-        ("image preprocessing", sluice_dataset::sample::image_pipeline(&pattern, cfg.image_size)),
+        ("raw records", raw_pipeline(&records)),
+        ("text lines", text_pipeline(&lines)),
+        ("parsed Examples", parsed_pipeline(&records)),
+        ("image preprocessing", sluice_dataset::sample::image_pipeline(&records, cfg.image_size)),
     ];
+    let roots = data.to_str().context("bench dir is not UTF-8")?;
     let mut cases = vec![];
     for (name, def) in pipelines {
         tracing::info!("--- files: {name}, local");
         let local = local(&def).await?;
-        let base = local.records as f64 / local.secs;
+        let base =
+            Base { records_per_s: local.records as f64 / local.secs, mb_per_s: local.mb_per_s() };
         cases.push(case(name, "local, no service", &local, None));
         for workers in [1usize, 2] {
             tracing::info!("--- files: {name}, {workers} worker(s)");
-            let m = service(exe, &def, workers, &data, logs).await?;
+            let m = service(exe, &def, workers, roots, logs).await?;
             if m.records != local.records {
                 anyhow::bail!(
                     "{name} with {workers} worker(s) delivered {} records, locally {}: \
@@ -143,7 +220,9 @@ pub async fn run(exe: &Path, cfg: FilesConfig, dir: &Path, logs: &Path) -> anyho
                 );
             }
             let setup = format!("service, {workers} worker{}", if workers == 1 { "" } else { "s" });
-            cases.push(case(name, &setup, &m, Some(base)));
+            let link = if workers == 1 { loopback.one_stream } else { loopback.two_streams };
+            let limit = link.map(|gb| (gb * 1e3).min(base.mb_per_s));
+            cases.push(case(name, &setup, &m, Some((base, limit))));
         }
     }
     Ok(Files {
@@ -151,6 +230,9 @@ pub async fn run(exe: &Path, cfg: FilesConfig, dir: &Path, logs: &Path) -> anyho
         records: summary.records,
         dataset_bytes: summary.bytes,
         image_size: cfg.image_size,
+        text_files: text.files,
+        text_lines: text.lines,
+        text_bytes: text.bytes,
         cases,
     })
 }
@@ -160,10 +242,29 @@ struct Measured {
     bytes: u64,
     first_element_s: f64,
     secs: f64,
+    /// CPU of the worker processes over the read, if any.
+    worker_cpu: Option<Duration>,
+    /// CPU of this process over the read.
+    reader_cpu: Duration,
 }
 
-fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<f64>) -> FilesCase {
+impl Measured {
+    fn mb_per_s(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.secs.max(1e-9)
+    }
+}
+
+/// The local read of a pipeline, which its service cases are set beside.
+#[derive(Clone, Copy)]
+struct Base {
+    records_per_s: f64,
+    mb_per_s: f64,
+}
+
+fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<(Base, Option<f64>)>) -> FilesCase {
     let rps = m.records as f64 / m.secs.max(1e-9);
+    let per_record = |d: Duration| d.as_secs_f64() * 1e6 / m.records.max(1) as f64;
+    let limit = base.and_then(|(_, l)| l);
     FilesCase {
         pipeline: pipeline.into(),
         setup: setup.into(),
@@ -172,8 +273,12 @@ fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<f64>) -> FilesCa
         first_element_s: m.first_element_s,
         secs: m.secs,
         records_per_s: rps,
-        mb_per_s: m.bytes as f64 / 1e6 / m.secs.max(1e-9),
-        vs_local: base.map(|b| rps / b),
+        mb_per_s: m.mb_per_s(),
+        vs_local: base.map(|(b, _)| rps / b.records_per_s),
+        limit_mb_per_s: limit,
+        vs_limit: limit.map(|l| m.mb_per_s() / l),
+        worker_cpu_us_per_record: m.worker_cpu.map(per_record),
+        reader_cpu_us_per_record: per_record(m.reader_cpu),
     }
 }
 
@@ -181,11 +286,12 @@ fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<f64>) -> FilesCa
 async fn local(def: &DatasetDef) -> anyhow::Result<Measured> {
     let def = def.clone();
     tokio::task::spawn_blocking(move || {
+        let cpu = cpu_time("self")?;
         let mut tally = Tally::new();
         for e in def.iter_local(&FunctionRegistry::builtin())? {
             tally.add(&e?);
         }
-        Ok(tally.done())
+        Ok(tally.done(None, cpu_time("self")? - cpu))
     })
     .await?
 }
@@ -227,10 +333,15 @@ async fn service(
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    let worker_cpu = || -> anyhow::Result<Duration> {
+        procs.iter().map(|p| cpu_time(&p.id().to_string())).sum()
+    };
+    let (workers_before, reader_before) = (worker_cpu()?, cpu_time("self")?);
     let mut tally = Tally::new();
     let mut stream = client.distribute(def, ReadOptions::new(ProcessingMode::Dynamic)).await?;
     while let Some(e) = stream.next().await {
         tally.add(&e?);
     }
-    Ok(tally.done())
+    let (workers, reader) = (worker_cpu()? - workers_before, cpu_time("self")? - reader_before);
+    Ok(tally.done(Some(workers), reader))
 }
