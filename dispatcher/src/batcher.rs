@@ -64,6 +64,8 @@ pub(crate) struct Writer {
     /// `sluice_raft_commit_seconds`: successful writes only (a refused one
     /// committed nothing).
     pub(crate) commit_latency: prometheus_client::metrics::histogram::Histogram,
+    /// `sluice_raft_batch_commands`: commands per entry, successful writes only.
+    pub(crate) batch_sizes: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Writer {
@@ -79,10 +81,15 @@ impl Writer {
 
     async fn write(&self, cmd: Command) -> Result<Result<Response, StateError>, ProposeError> {
         let name = cmd.name();
+        let commands = match &cmd {
+            Command::Batch(cmds) => cmds.len(),
+            _ => 1,
+        };
         let start = std::time::Instant::now();
         match self.raft.client_write(cmd).await {
             Ok(resp) => {
                 self.commit_latency.observe(start.elapsed().as_secs_f64());
+                self.batch_sizes.observe(commands as f64);
                 resp.data.ok_or_else(|| {
                     ProposeError::Unavailable(format!("{name}: no answer from apply"))
                 })
