@@ -239,4 +239,9 @@ async fn the_dispatcher_times_commits_and_journal_writes_and_counts_the_split_el
         Some(commits),
         "the histogram's +Inf bucket holds every commit"
     );
+    // One observation per committed entry: how many commands it carried.
+    let entries = value(&s, "sluice_raft_batch_commands_count", &[]).unwrap();
+    assert_eq!(entries, commits, "one batch size per committed entry");
+    let commands = value(&s, "sluice_raft_batch_commands_sum", &[]).unwrap();
+    assert!(commands >= entries.max(10.0), "at least the 10 GetSplits: {commands}");
 }

@@ -152,6 +152,7 @@ impl Core {
             node_id: config.node_id,
             members: members.clone(),
             commit_latency: counters.raft_commit(),
+            batch_sizes: counters.raft_batch(),
         };
         let batcher = tokio::spawn(batcher(writer, rx));
         Ok(Core {

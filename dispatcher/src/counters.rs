@@ -44,6 +44,8 @@ pub(crate) struct Counters {
     split_elements_granted: Counter,
     /// `client_write` → applied, on this node as leader (`batcher::Writer`).
     raft_commit: Histogram,
+    /// Commands per log entry this node proposed (`batcher`): group commit at work.
+    raft_batch: Histogram,
     /// Durable journal writes (`JournalTiming`).
     journal_fsync: Histogram,
 }
@@ -57,6 +59,10 @@ impl Default for Counters {
             split_grants: Counter::default(),
             split_elements_granted: Counter::default(),
             raft_commit: sluice_metrics::latency_histogram(),
+            // 1, 2, 4, … 256 (the batcher's most).
+            raft_batch: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                1.0, 2.0, 9,
+            )),
             journal_fsync: sluice_metrics::latency_histogram(),
         }
     }
@@ -101,6 +107,11 @@ impl Counters {
         self.raft_commit.clone()
     }
 
+    /// `sluice_raft_batch_commands`, for the batcher.
+    pub(crate) fn raft_batch(&self) -> Histogram {
+        self.raft_batch.clone()
+    }
+
     /// The observer to open the journal with.
     pub(crate) fn journal_timing(&self) -> JournalTiming {
         JournalTiming(self.journal_fsync.clone())
@@ -140,6 +151,12 @@ impl Counters {
             "Seconds from proposing a log entry (one command or a batch) on this node as \
              leader to its being applied here",
             self.raft_commit.clone(),
+        );
+        r.register(
+            "raft_batch_commands",
+            "Commands per log entry this node proposed as leader (the batcher joins the \
+             proposals that arrive while the previous entry replicates)",
+            self.raft_batch.clone(),
         );
         r.register(
             "journal_fsync_seconds",

@@ -13,6 +13,12 @@
 //! Operations that must follow the appends (truncate, purge, vote) first wait for
 //! a `Barrier`, which the writer answers once everything queued before it is on
 //! disk.
+//!
+//! openraft 0.9's core awaits each append's callback before it goes on, so in
+//! practice one write carries one client write's entry (leader) or one
+//! AppendEntries' entries (follower), measured; the merging here is for a runtime
+//! that submits the next append earlier. Fewer, larger entries come from the
+//! batcher above Raft (`batcher.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

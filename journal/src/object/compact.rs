@@ -12,14 +12,16 @@
 //!   earlier segments, which are purged too; its commits are superseded by the current ones;
 //! - a torn segment must never outlive the Claim that acknowledges its cut (a later
 //!   recovery would see "corruption in the middle"), so torn segments are deleted first, one
-//!   at a time, and the rest only if those succeeded; the rest may go in any order.
+//!   at a time, and the rest only if those succeeded; the rest may go in any order, so they
+//!   go in bulk (one S3 `DeleteObjects` per 1,000), then one by one for what the bulk call
+//!   did not confirm.
 //!
 //! Deleting runs in a background task after a purge (the purge is durable once its segment
 //! is written; "space may be reclaimed later"), so a purge of many segments does not stall
 //! the next append. Deleting a dead segment is safe whoever writes next, even after this
 //! handle is dropped or fenced: a dead segment changes no fold. Open runs it inline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -80,7 +82,16 @@ impl Cleaner {
             }
             deleted.push(seq);
         }
-        let results: Vec<_> = futures::stream::iter(plan.rest)
+        // The rest in bulk (one request per 1,000 on S3: per-object DELETEs of a
+        // thousand segments, from every node at once, starved the log's PUTs of the
+        // store), then one by one whatever the bulk call did not confirm.
+        let names: Vec<String> = plan.rest.iter().map(|&seq| log_name(seq)).collect();
+        let confirmed: HashSet<String> =
+            self.remote.delete_batch(names).await.into_iter().collect();
+        let (done, left): (Vec<u64>, Vec<u64>) =
+            plan.rest.into_iter().partition(|&seq| confirmed.contains(&log_name(seq)));
+        deleted.extend(done);
+        let results: Vec<_> = futures::stream::iter(left)
             .map(|seq| async move { (seq, self.remote.delete(&log_name(seq)).await) })
             .buffer_unordered(16)
             .collect()

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
@@ -171,6 +171,35 @@ impl Remote {
             }
         })
         .await
+    }
+
+    /// Deletes `rels` in as few requests as the store allows (S3: one `DeleteObjects` per
+    /// 1,000 names; GCS, local and memory: one call each, a few at a time), in one
+    /// time-limited attempt; returns the names it confirmed deleted. Best effort: the caller
+    /// deletes the others one by one ([`Remote::delete`], retried, a missing one fine).
+    pub(crate) async fn delete_batch(&self, rels: Vec<String>) -> Vec<String> {
+        let mut by_path: HashMap<Path, String> =
+            rels.into_iter().map(|rel| (self.path(&rel), rel)).collect();
+        let paths: Vec<Path> = by_path.keys().cloned().collect();
+        // One attempt's time per 1,000 names (one bulk request each).
+        let limit = self.timeout * (paths.len() / 1000 + 1) as u32;
+        let stream =
+            self.store.delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed());
+        let results = match tokio::time::timeout(limit, stream.collect::<Vec<_>>()).await {
+            Ok(results) => results,
+            Err(_) => {
+                tracing::debug!(journal = %self.base, "bulk delete timed out after {limit:?}");
+                return Vec::new();
+            }
+        };
+        let mut deleted = Vec::with_capacity(results.len());
+        for result in results {
+            match result {
+                Ok(path) => deleted.extend(by_path.remove(&path)),
+                Err(e) => tracing::debug!(journal = %self.base, "bulk delete: {e}"),
+            }
+        }
+        deleted
     }
 
     /// Runs `call` with a timeout per attempt, retrying retryable failures with backoff.
