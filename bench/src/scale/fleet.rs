@@ -52,15 +52,13 @@ pub async fn run_size(
         ..QuorumConfig::new(exe, 3, work_dir.to_str().context("work dir is not UTF-8")?)
     };
     let mut group = Quorum::start_async(config).await?;
-    let leader = group.leader().await?;
-    let ids: Vec<u64> = std::iter::once(leader).chain((1..=3).filter(|i| *i != leader)).collect();
-    let pids = ids
-        .iter()
-        .map(|id| Ok(group.node(*id).context("a node is not running")?.id().to_string()))
-        .collect::<anyhow::Result<Vec<String>>>()?;
-    let addresses: Vec<String> = ids.iter().map(|id| group.address(*id).to_string()).collect();
-    let leader_log = group.log(leader).context("no leader log")?.to_path_buf();
-    let log_start = snapshots::log_len(&leader_log);
+    let (leader, pids) = leader_first(&group).await?;
+    let addresses: Vec<String> = std::iter::once(leader)
+        .chain((1..=3).filter(|i| *i != leader))
+        .map(|id| group.address(id).to_string())
+        .collect();
+    let log_starts: Vec<(u64, u64)> =
+        (1..=3).map(|id| (id, group.log(id).map_or(0, snapshots::log_len))).collect();
 
     let policy = RetryPolicy::default().with_deadline(Duration::from_secs(30));
     let channels = || -> anyhow::Result<Vec<DispatcherClient>> {
@@ -100,6 +98,8 @@ pub async fn run_size(
 
     tracing::info!(size, "phase A: workers only");
     tokio::time::sleep(SETTLE).await;
+    // The leader now (an election may have moved it): its process is measured.
+    let (leader_a, pids) = leader_first(&group).await?;
     let rss1 = rss_bytes(&pids[0])?;
     let phase_a = (cfg.duration / 3).max(Duration::from_secs(1));
     let cpu_a = cpu_over(&pids, phase_a).await?;
@@ -151,11 +151,18 @@ pub async fn run_size(
 
     tracing::info!(size, jobs, tasks, "phase B: steady");
     tokio::time::sleep(SETTLE).await;
+    let (leader_b, pids) = leader_first(&group).await?;
+    if leader_b != leader_a {
+        tracing::warn!(leader_a, leader_b, "the leader changed between the two phases");
+    }
     let rss2 = rss_bytes(&pids[0])?;
     let raft = |s: &pb::GetStatusResponse| s.raft.clone().unwrap_or_default();
     let before = raft(&worker_channels[0].get_status().await.context("GetStatus")?);
     ops.reset();
-    let cpu_b = cpu_over(&pids, cfg.duration).await?;
+    let mut with_self = pids.clone();
+    with_self.push("self".into());
+    let mut cpu_b = cpu_over(&with_self, cfg.duration).await?;
+    let simulator_ms_per_s = cpu_b.pop().unwrap_or(0.0);
     let (steady_ops, events) = ops.figures();
     let status = worker_channels[0].get_status().await.context("GetStatus")?;
     let workers_lost = status.workers.iter().filter(|w| w.lost).count();
@@ -169,7 +176,14 @@ pub async fn run_size(
         tracing::warn!("simulated fleet did not stop within 15 s; aborting it");
         fleet.abort_all();
     }
-    let snapshots = snapshots::read(&leader_log, log_start);
+    // Every node builds its own snapshots: the leader's (at the end) are the ones
+    // that stall serving.
+    let leader_end = after.leader_id.unwrap_or(leader_b);
+    let snapshots = log_starts
+        .iter()
+        .find(|(id, _)| *id == leader_end)
+        .and_then(|(id, start)| group.log(*id).map(|log| snapshots::read(log, *start)))
+        .unwrap_or_default();
     group.stop();
 
     let (n, m) = (size as f64, size as f64);
@@ -195,12 +209,23 @@ pub async fn run_size(
         snapshots,
         workers_lost,
         term: [before.term, after.term],
-        leader: [leader, after.leader_id.unwrap_or(0)],
+        leader: [leader_b, leader_end],
+        simulator_ms_per_s,
         log_entries: after.last_log_index.unwrap_or(0),
         broke: vec![],
     };
     case.broke = broke(&case);
     Ok(case)
+}
+
+/// The leading node's id and the pids of the nodes, the leader's first.
+async fn leader_first(group: &Quorum) -> anyhow::Result<(u64, Vec<String>)> {
+    let leader = group.leader().await?;
+    let pids = std::iter::once(leader)
+        .chain((1..=3).filter(|i| *i != leader))
+        .map(|id| Ok(group.node(id).context("a node is not running")?.id().to_string()))
+        .collect::<anyhow::Result<Vec<String>>>()?;
+    Ok((leader, pids))
 }
 
 /// Receives `n` outcomes, or as many as arrive before `within`.
@@ -270,8 +295,8 @@ fn broke(c: &ScaleCase) -> Vec<String> {
     }
     if c.term[1] != c.term[0] || c.leader[1] != c.leader[0] {
         out.push(format!(
-            "elections: term {} → {}, leader node {} → {} (the CPU columns follow the first \
-             leader's process)",
+            "elections in the steady window: term {} → {}, leader node {} → {} (the CPU \
+             columns follow the leader at its start)",
             c.term[0], c.term[1], c.leader[0], c.leader[1]
         ));
     }

@@ -55,9 +55,10 @@ fn render_case(c: &ScaleCase, out: &mut dyn FnMut(String)) {
     out(format!("    steady events: {}", events.join(", ")));
     let cpu = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" / ");
     out(format!(
-        "    CPU-ms/s (leader / followers): workers only {}; steady {}",
+        "    CPU-ms/s (leader / followers): workers only {}; steady {}; the simulator {:.0}",
         cpu(&c.cpu_a_ms_per_s),
-        cpu(&c.cpu_b_ms_per_s)
+        cpu(&c.cpu_b_ms_per_s),
+        c.simulator_ms_per_s
     ));
     out(format!(
         "    leader CPU-ms per second: {:.3} per worker, {:.3} per consumer (with its job's grants)",
@@ -77,10 +78,11 @@ fn render_case(c: &ScaleCase, out: &mut dyn FnMut(String)) {
     ));
     match c.snapshots.last() {
         Some(last) => out(format!(
-            "    snapshots: {} taken; the last {:.1} MiB, encoded in {} (state lock held), \
+            "    snapshots: {} taken; the last {:.1} MiB, state lock held {}, encoded in {}, \
              saved in {}",
             c.snapshots.len(),
             last.bytes as f64 / (1 << 20) as f64,
+            ms(last.lock_ms),
             ms(last.encode_ms),
             ms(last.total_ms)
         )),

@@ -1,7 +1,9 @@
 //! Snapshot sizes and times, read from a dispatcher's log: the state machine logs
-//! `snapshot saved … bytes=B encode_ms=E total_ms=T` for each snapshot it builds
-//! (`dispatcher/src/raft/state_machine.rs`); encoding holds the state's read lock,
-//! so `encode_ms` is also how long applying waited.
+//! `snapshot saved … bytes=B lock_ms=L encode_ms=E total_ms=T` for each snapshot
+//! it builds (`dispatcher/src/raft/state_machine.rs`): `lock_ms` is how long it
+//! held the state's read lock (encoding it; applying waited that long),
+//! `encode_ms` includes it. A line without `lock_ms` (an older build) encoded
+//! under the lock too: its lock time is its encode time.
 
 use std::path::Path;
 
@@ -10,7 +12,9 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Snapshot {
     pub bytes: u64,
-    /// Encoding the state (under its read lock).
+    /// The state's read lock held (applying waited this long).
+    pub lock_ms: f64,
+    /// Copying and encoding the state.
     pub encode_ms: f64,
     /// Encoding and saving to the journal.
     pub total_ms: f64,
@@ -34,9 +38,11 @@ fn parse(line: &str) -> Option<Snapshot> {
         let key = format!("{name}=");
         plain.split_whitespace().find_map(|w| w.strip_prefix(&key)).and_then(|v| v.parse().ok())
     };
+    let encode_ms = field("encode_ms")?;
     Some(Snapshot {
         bytes: field("bytes")? as u64,
-        encode_ms: field("encode_ms")?,
+        lock_ms: field("lock_ms").unwrap_or(encode_ms),
+        encode_ms,
         total_ms: field("total_ms")?,
     })
 }
@@ -66,12 +72,14 @@ mod tests {
     #[test]
     fn reads_a_plain_and_a_coloured_line() {
         let plain = "2026-11-24T22:00:00Z  INFO sluice_dispatcher::raft::state_machine: \
-                     snapshot saved index=Some(1000) bytes=4096 encode_ms=1.5 total_ms=3.25";
+                     snapshot saved index=Some(1000) bytes=4096 lock_ms=0.5 encode_ms=1.5 \
+                     total_ms=3.25";
         let s = parse(plain).unwrap();
-        assert_eq!((s.bytes, s.encode_ms, s.total_ms), (4096, 1.5, 3.25));
+        assert_eq!((s.bytes, s.lock_ms, s.encode_ms, s.total_ms), (4096, 0.5, 1.5, 3.25));
         let coloured = "\u{1b}[32m INFO\u{1b}[0m snapshot saved \u{1b}[3mbytes\u{1b}[0m=7 \
                         \u{1b}[3mencode_ms\u{1b}[0m=0.5 \u{1b}[3mtotal_ms\u{1b}[0m=1";
-        assert_eq!(parse(coloured).unwrap().bytes, 7);
+        let s = parse(coloured).unwrap();
+        assert_eq!((s.bytes, s.lock_ms), (7, 0.5), "no lock_ms: encoded under the lock");
         assert!(parse("snapshot saved index=None").is_none());
     }
 }

@@ -79,6 +79,9 @@ pub struct ScaleCase {
     /// CPU-ms per second; the leader first.
     pub cpu_a_ms_per_s: Vec<f64>,
     pub cpu_b_ms_per_s: Vec<f64>,
+    /// This process (the simulated fleet) over phase B, CPU-ms per second: it
+    /// shares the machine's cores with the quorum.
+    pub simulator_ms_per_s: f64,
     /// Leader CPU-ms per second per worker (phase A), and per consumer (phase B
     /// minus phase A, over M: a consumer's heartbeats and its job's share of grants).
     pub leader_ms_per_worker_s: f64,
@@ -95,7 +98,7 @@ pub struct ScaleCase {
     /// The Raft term when the steady window began and at the end: a change is
     /// an election (the leader missed its heartbeats to the followers).
     pub term: [u64; 2],
-    /// The node leading at the end (1..=3), and the first leader.
+    /// The node leading when the steady window began and at its end (1..=3).
     pub leader: [u64; 2],
     /// The leader's last log index at the end: the entries of the whole run.
     pub log_entries: u64,
