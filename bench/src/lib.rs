@@ -22,6 +22,8 @@
 //!      ─► exactly-once ─► service  DYNAMIC scalars at-most-once vs exactly-once
 //!                 (CPU per element of every process); eo_checkpoint: positions with
 //!                 64 splits in flight, restore to first element and to the end
+//!      ─► scale ─────────── (only with --only scale) 3 nodes against N simulated
+//!                 workers and M simulated consumers in this process
 //!      ─► report ─────────── one table on stdout, the same figures as JSON
 //! ```
 //! - [`driver`] — fake workers ([`driver::Fleet`]) and the concurrent `GetSplit` loops
@@ -37,6 +39,7 @@
 //!   a `sluice read` process sees them.
 //! - [`fsync`], [`splits`], [`failover`], [`restart`], [`files`] — one measurement each;
 //!   each module defines the row type it measures.
+//! - [`scale`] — the simulated fleet (workers, consumers) and its figures per size.
 //! - [`measure`] — [`measure::Latency`] and [`measure::Outcome`], which every
 //!   measurement returns (a leaf).
 //! - [`report`] — [`report::Report`] gathers the rows and renders them, one
@@ -68,6 +71,7 @@ pub mod read_failover;
 pub mod report;
 pub mod restart;
 pub mod rss;
+pub mod scale;
 pub mod service;
 pub mod splits;
 pub mod streaming;
@@ -102,11 +106,13 @@ pub enum Section {
     Python,
     Compression,
     ExactlyOnce,
+    /// Not in the default run (minutes): only when named in `--only`.
+    Scale,
 }
 
 impl Section {
     /// Every section, for `--only`.
-    pub const ALL: [Section; 17] = [
+    pub const ALL: [Section; 18] = [
         Section::Limits,
         Section::Streaming,
         Section::Epoch,
@@ -124,6 +130,7 @@ impl Section {
         Section::Python,
         Section::Compression,
         Section::ExactlyOnce,
+        Section::Scale,
     ];
 }
 
@@ -148,11 +155,12 @@ impl FromStr for Section {
             "python" => Section::Python,
             "compression" => Section::Compression,
             "exactly-once" => Section::ExactlyOnce,
+            "scale" => Section::Scale,
             other => {
                 return Err(format!(
                     "unknown section `{other}`; one of limits, streaming, epoch, fsync, memory, \
                      sled, cluster, grants, failover, gap, s3, restart, rss, files, python, \
-                     compression, exactly-once"
+                     compression, exactly-once, scale"
                 ))
             }
         })
@@ -196,6 +204,8 @@ pub struct BenchConfig {
     pub compression: compression::CompressionConfig,
     /// The exactly-once section's size.
     pub exactly_once: exactly_once::ExactlyOnceConfig,
+    /// The scale section's sizes and pacing.
+    pub scale: scale::ScaleConfig,
 }
 
 impl BenchConfig {
@@ -231,6 +241,9 @@ impl BenchConfig {
         }
         if s.gap_kills > 200 {
             bail!("--gap-kills must be at most 200");
+        }
+        if self.runs(Section::Scale) {
+            self.scale.validate()?;
         }
         if self.fsync_samples == 0 || self.put_samples == 0 || self.snapshot_every == Some(0) {
             bail!("--fsync-samples, --put-samples and --snapshot-every must be at least 1");
@@ -468,6 +481,13 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
+    let scale = if cfg.runs(Section::Scale) {
+        tracing::info!("--- scale: simulated workers and consumers against 3 nodes");
+        Outcome::Measured(scale::run(&cfg.sluice_exe, &cfg.scale, &dir, &logs).await)
+    } else {
+        Outcome::Skipped { reason: "not in the default run: --only scale".into() }
+    };
+
     machine.load_end = machine::loadavg();
     if cfg.keep {
         let kept = temp.keep();
@@ -495,6 +515,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         python,
         compression,
         exactly_once,
+        scale,
     })
 }
 

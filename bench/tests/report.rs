@@ -71,6 +71,7 @@ fn report(check: &str) -> Report {
         python: skipped(),
         compression: skipped(),
         exactly_once: skipped(),
+        scale: skipped(),
     }
 }
 

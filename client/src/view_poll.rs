@@ -8,6 +8,10 @@
 //!                                    └─► the wait passed: unchanged (d1) ──► call again
 //! ```
 //!
+//! An unchanged view comes without its task list (`omit_unchanged_tasks`: a list
+//! holds one entry per worker, and most answers are unchanged); the poll fills in
+//! the list it kept, so callers always see a whole view.
+//!
 //! A call that brought no change is followed by the next one no sooner than
 //! `min(heartbeat_interval, wait)` after it began, so a dispatcher that answers at
 //! once (one that does not long-poll: `view_digest` 0) is polled every
@@ -36,6 +40,9 @@ pub(crate) struct ViewPoll {
     last_start: Option<Instant>,
     /// The last answer differed from the one before: call again at once.
     changed: bool,
+    /// The task list of the last view received: an unchanged view comes without
+    /// one (`tasks_omitted`) and gets this one back.
+    tasks: Vec<pb::TaskInfo>,
 }
 
 impl ViewPoll {
@@ -54,6 +61,7 @@ impl ViewPoll {
             pace,
             last_start: None,
             changed: true,
+            tasks: vec![],
         }
     }
 
@@ -68,10 +76,17 @@ impl ViewPoll {
             client_id: self.client_id,
             wait_for_change_ms: u32::try_from(self.wait.as_millis()).unwrap_or(u32::MAX),
             known_view: self.known_view,
+            omit_unchanged_tasks: true,
             ..Default::default()
         };
-        let result = self.dispatcher.client_heartbeat_with(req).await;
-        if let Ok(resp) = &result {
+        let mut result = self.dispatcher.client_heartbeat_with(req).await;
+        if let Ok(resp) = &mut result {
+            // Unchanged: the dispatcher left out the list we already have.
+            if resp.tasks_omitted && resp.view_digest == self.known_view {
+                resp.tasks = self.tasks.clone();
+            } else {
+                self.tasks = resp.tasks.clone();
+            }
             // A dispatcher that does not long-poll sends 0: treat as unchanged, so
             // it is paced by heartbeat_interval.
             self.changed = resp.view_digest != 0 && resp.view_digest != self.known_view;

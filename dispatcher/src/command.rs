@@ -236,6 +236,23 @@ fn unnested_batch<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Command>
 }
 
 impl Command {
+    /// Whether applying this command may change what a heartbeat answers: a
+    /// worker's tasks to start or stop (`worker_view.rs`) or a consumer's view of
+    /// its iteration (`client_view.rs`: tasks, their workers, finished flags, the
+    /// iteration's end). Held heartbeats wake only for a batch where this holds
+    /// (`raft/state_machine.rs`), so the steady stream of grants does not re-read
+    /// every held view at each commit. `GetSplit` moves a split cursor and the
+    /// task's last answer (and an exactly-once iteration's grant bookkeeping),
+    /// none of which a heartbeat answer shows; every other command is assumed to
+    /// change a view.
+    pub fn may_change_views(&self) -> bool {
+        match self {
+            Command::GetSplit { .. } => false,
+            Command::Batch(commands) => commands.iter().any(Command::may_change_views),
+            _ => true,
+        }
+    }
+
     /// Short name for logs and errors.
     pub fn name(&self) -> &'static str {
         match self {

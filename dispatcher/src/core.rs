@@ -231,6 +231,15 @@ impl Core {
     /// Concurrent reads share one leadership confirmation (`read_barrier.rs`):
     /// however many long polls wait, at most one quorum round is in flight.
     pub async fn read_leader<R>(&self, f: impl FnOnce(&State) -> R) -> Result<R, ProposeError> {
+        self.read_leader_at(|s, _| f(s)).await
+    }
+
+    /// [`Core::read_leader`], with the views generation of the state read
+    /// (`Shared::generation`).
+    pub(crate) async fn read_leader_at<R>(
+        &self,
+        f: impl FnOnce(&State, u64) -> R,
+    ) -> Result<R, ProposeError> {
         let in_log = self.raft.metrics().borrow().last_log_index;
         let confirmed = self.reads.confirm(|| self.confirm_leadership()).await?;
         let caught_up = self
@@ -243,7 +252,7 @@ impl Core {
                 "the leader is still applying its log ({e}); retry shortly"
             )));
         }
-        Ok(f(&self.data.read().state))
+        Ok(self.read_local_at(f))
     }
 
     /// One leadership confirmation with a quorum (openraft's read index): the
@@ -267,6 +276,19 @@ impl Core {
     /// long poll after its `read_leader`).
     pub fn read_local<R>(&self, f: impl FnOnce(&State) -> R) -> R {
         f(&self.data.read().state)
+    }
+
+    /// [`Core::read_local`], with the views generation of the state read.
+    pub(crate) fn read_local_at<R>(&self, f: impl FnOnce(&State, u64) -> R) -> R {
+        let d = self.data.read();
+        f(&d.state, self.data.generation(&d))
+    }
+
+    /// Marks a change of what a heartbeat may answer (`Command::may_change_views`):
+    /// the views generation, published after each applied batch that may change
+    /// one, and after an installed snapshot. The long polls wait on it.
+    pub fn views(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.data.views()
     }
 
     /// Marks a change of the applied state: the last applied log index, published

@@ -51,6 +51,8 @@ pub struct DispatcherService {
     reports: Arc<WorkerReports>,
     /// Exactly-once consumers that hold nothing (soft state, for the sweep).
     drained: DrainedConsumers,
+    /// Each iteration's view digest at a views generation (soft state).
+    view_digests: client_view::ViewDigests,
     /// This node's client port is off loopback without tokens (`--insecure`):
     /// anyone who reaches it could make workers run code, so pipelines with
     /// Python stages are refused.
@@ -76,6 +78,7 @@ impl DispatcherService {
             identities,
             reports,
             drained: DrainedConsumers::default(),
+            view_digests: client_view::ViewDigests::default(),
             anonymous_off_loopback: false,
         }
     }
@@ -376,8 +379,12 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         // the client timeout; the timer is fed at every read of the view.
         let wait = Duration::from_millis(req.wait_for_change_ms.into()).min(self.max_poll_wait());
         let seen = || self.liveness.client_seen(client_id);
-        let resp =
-            client_view::long_poll(&self.core, client_id, req.known_view, wait, seen).await?;
+        let ask = client_view::Ask {
+            client_id,
+            known_view: req.known_view,
+            omit_unchanged_tasks: req.omit_unchanged_tasks,
+        };
+        let resp = client_view::long_poll(&self.core, ask, &self.view_digests, wait, seen).await?;
         resp.map(Response::new).ok_or_else(|| {
             StateError::not_found_hint(
                 "iteration client",

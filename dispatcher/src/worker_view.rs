@@ -29,21 +29,44 @@ use crate::state::State;
 
 /// The tasks `address` should start (assigned to it, not among `current`) and
 /// stop (among `current`, no longer active for it).
+///
+/// One merge of the two sorted id sets; only the tasks to start are looked up in
+/// the registry (and rendered). A worker whose running tasks are its active ones
+/// — every heartbeat but those that bring news — costs one pass over its own
+/// task ids, nothing per task of the registry.
 pub(crate) fn answer(
     s: &State,
     address: &str,
     current: &BTreeSet<u64>,
 ) -> pb::WorkerHeartbeatResponse {
-    let active = s.workers.get(address).map(|w| &w.active_tasks);
-    let new_tasks = s
-        .worker_tasks(address)
+    let empty = BTreeSet::new();
+    let active = s.workers.get(address).map_or(&empty, |w| &w.active_tasks);
+    let (to_start, tasks_to_delete) = diff(active, current);
+    let new_tasks = to_start
         .into_iter()
-        .filter(|t| !current.contains(&t.id))
+        .filter_map(|id| s.tasks.get(&id))
         .filter_map(|t| task_def(s, t))
         .collect();
-    let tasks_to_delete =
-        current.iter().filter(|id| !active.is_some_and(|a| a.contains(id))).copied().collect();
     pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete, long_polled: false }
+}
+
+/// (in `active` only, in `current` only), both in id order, by one merge.
+fn diff(active: &BTreeSet<u64>, current: &BTreeSet<u64>) -> (Vec<u64>, Vec<u64>) {
+    let (mut start, mut delete) = (vec![], vec![]);
+    let (mut a, mut c) = (active.iter().peekable(), current.iter().peekable());
+    loop {
+        match (a.peek(), c.peek()) {
+            (Some(x), Some(y)) if x == y => {
+                a.next();
+                c.next();
+            }
+            (Some(x), Some(y)) if x < y => start.extend(a.next()),
+            (Some(_), Some(_)) => delete.extend(c.next()),
+            (Some(_), None) => start.extend(a.next()),
+            (None, Some(_)) => delete.extend(c.next()),
+            (None, None) => return (start, delete),
+        }
+    }
 }
 
 /// The answer at once if it has something to do or `wait` is zero; otherwise the
@@ -61,9 +84,23 @@ pub(crate) async fn long_poll(
         on_read();
         !a.new_tasks.is_empty() || !a.tasks_to_delete.is_empty()
     };
-    let mut resp = wait_for_change(core, wait, |s| answer(s, address, current), ready).await?;
+    let mut resp = wait_for_change(core, wait, |s, _| answer(s, address, current), ready).await?;
     // Set unless the worker asked for no wait: an empty answer that was held
     // needs no pacing by the worker (`worker/src/heartbeat.rs`).
     resp.long_polled = !wait.is_zero();
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_what_to_start_and_what_to_delete() {
+        let set = |v: &[u64]| v.iter().copied().collect::<BTreeSet<u64>>();
+        assert_eq!(diff(&set(&[1, 2, 3]), &set(&[1, 2, 3])), (vec![], vec![]));
+        assert_eq!(diff(&set(&[1, 3, 5]), &set(&[2, 3, 4])), (vec![1, 5], vec![2, 4]));
+        assert_eq!(diff(&set(&[]), &set(&[7])), (vec![], vec![7]));
+        assert_eq!(diff(&set(&[7, 9]), &set(&[])), (vec![7, 9], vec![]));
+    }
 }

@@ -47,7 +47,7 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
     /// Sections to skip, comma-separated: limits, streaming, epoch, fsync, memory, sled,
     /// cluster, grants, failover, gap, s3, restart, rss, files, python, compression,
-    /// exactly-once.
+    /// exactly-once, scale (scale runs only when named in --only: it takes minutes).
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<Section>,
     /// Run only these sections (comma-separated, the names of --skip), e.g.
@@ -103,6 +103,25 @@ pub struct BenchArgs {
     /// Elements through each pipeline of the Python stages section.
     #[arg(long, default_value_t = 200_000)]
     pub python_elements: i64,
+    /// Sizes of the scale section: N simulated workers and N simulated consumers
+    /// against three dispatcher processes, one run per size.
+    #[arg(long, value_delimiter = ',', default_value = "100,500,2000")]
+    pub scale_sizes: Vec<usize>,
+    /// Steady window of each scale size, in seconds (a workers-only window of a
+    /// third of it comes first).
+    #[arg(long, default_value_t = 20.0)]
+    pub scale_secs: f64,
+    /// Consumers per job in the scale section (each job is one iteration with a
+    /// task on every worker).
+    #[arg(long, default_value_t = 10)]
+    pub scale_consumers_per_job: usize,
+    /// Milliseconds between two GetSplits of one simulated worker.
+    #[arg(long, default_value_t = 1000)]
+    pub scale_split_interval_ms: u64,
+    /// Give up a scale size whose registration, joining or task hand-out takes
+    /// longer than this many seconds (reported as where it broke).
+    #[arg(long, default_value_t = 180)]
+    pub scale_setup_timeout_secs: u64,
 }
 
 pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
@@ -118,8 +137,9 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         snapshot_every: a.snapshot_every,
         dir: a.dir,
         json: a.json,
+        // The scale section takes minutes: only when named in --only.
         skip: if a.only.is_empty() {
-            a.skip
+            a.skip.into_iter().chain([Section::Scale]).collect()
         } else {
             Section::ALL.into_iter().filter(|s| !a.only.contains(s)).collect()
         },
@@ -145,6 +165,15 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         exactly_once: sluice_bench::exactly_once::ExactlyOnceConfig {
             elements: a.exactly_once_elements,
             tracking_only: a.exactly_once_tracking_only,
+        },
+        scale: sluice_bench::scale::ScaleConfig {
+            sizes: a.scale_sizes,
+            duration: Duration::try_from_secs_f64(a.scale_secs).context("--scale-secs")?,
+            consumers_per_job: a.scale_consumers_per_job,
+            split_interval: Duration::from_millis(a.scale_split_interval_ms),
+            setup_timeout: Duration::from_secs(a.scale_setup_timeout_secs),
+            // Small enough that every size takes snapshots; --snapshot-every wins.
+            snapshot_every: a.snapshot_every.unwrap_or(1000),
         },
     };
     sluice_bench::run(config).await

@@ -73,6 +73,7 @@ pub struct Report {
     pub python: Outcome<crate::python::Python>,
     pub compression: Outcome<crate::compression::CompressionBench>,
     pub exactly_once: Outcome<crate::exactly_once::ExactlyOnceBench>,
+    pub scale: Outcome<crate::scale::ScaleBench>,
 }
 
 impl Report {
@@ -107,6 +108,9 @@ impl Report {
         failed("python", failed_error(&self.python));
         failed("compression", failed_error(&self.compression));
         failed("exactly-once", failed_error(&self.exactly_once));
+        for case in self.scale.measured().into_iter().flat_map(|s| &s.cases) {
+            failed("scale", failed_error(case));
+        }
         let checkpoints = self.exactly_once.measured().map(|e| &e.checkpoints);
         failed("exactly-once positions", checkpoints.and_then(failed_error));
         let checks = self
@@ -152,7 +156,7 @@ impl Report {
     /// The table printed on stdout.
     pub fn render(&self) -> String {
         use sections::*;
-        let order: [fn(&Report, &mut Lines); 13] = [
+        let order: [fn(&Report, &mut Lines); 14] = [
             header,
             limits,
             streaming,
@@ -166,6 +170,7 @@ impl Report {
             python,
             compression,
             exactly_once,
+            scale,
         ];
         let mut out = Lines::default();
         for (i, section) in order.into_iter().enumerate() {

@@ -493,3 +493,8 @@ pub(super) fn exactly_once(r: &Report, out: &mut Lines) {
         other => out.line(format!("EXACTLY-ONCE  {}", not_measured(other))),
     }
 }
+
+/// SCALE: the simulated fleet against three nodes (`crate::scale::report`).
+pub(super) fn scale(r: &Report, out: &mut Lines) {
+    crate::scale::report::render(&r.scale, &mut |l| out.line(l));
+}
