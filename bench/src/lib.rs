@@ -16,7 +16,7 @@
 //!                 then kill+restart cycles under a `sluice read` process (read_failover)
 //!      ─► rss ───► service    VmRSS of an idle dispatcher and worker
 //!      ─► restart ─► driver   1M splits on sled, SIGKILL, restart
-//!      ─► files ──────────── TFRecord pipelines: local vs 1 and 2 worker processes
+//!      ─► files ──────────── file pipelines (TFRecord, text): local vs 1 and 2 workers
 //!      ─► compression ─► proxy  token ids and random bytes through a capped link,
 //!                 compression none vs zstd
 //!      ─► exactly-once ─► service  DYNAMIC scalars at-most-once vs exactly-once

@@ -322,7 +322,7 @@ pub(super) fn restart(r: &Report, out: &mut Lines) {
     }
 }
 
-/// TFRECORD PIPELINES: real file pipelines against a local read.
+/// FILE PIPELINES: real file pipelines against a local read and the loopback limit.
 pub(super) fn files(r: &Report, out: &mut Lines) {
     match &r.files {
         Outcome::Measured(f) => {
