@@ -21,7 +21,15 @@
 //! **Threads.** With `parallelism` > 1, a slot opened while fewer than
 //! `parallelism` producer threads run gets its own thread (named
 //! `sluice-interleave`): it calls the function and reads the stream ahead into a
-//! bounded channel of [`read_ahead`] elements, so slow reads (files, S3) overlap.
+//! bounded channel of [`read_ahead`] messages, so slow reads (files, S3) overlap.
+//! A message is one element while the channel has room; while it is full, a
+//! producer gathers up to [`CHUNK`] elements or [`CHUNK_BYTES`] (at least one
+//! element) into one message. A reader slower than its producers (the usual case:
+//! four threads read files for one consumer) then wakes a parked producer once a
+//! chunk, not once an element: waking it per element cost a context switch per
+//! record, ~15 % of a worker's CPU on 11 KB TFRecord records (docs/performance.md).
+//! So a producer holds at most `read_ahead` messages of at most `CHUNK_BYTES` or
+//! one element each, plus the chunk it is gathering.
 //! Other slots are read on the consumer's thread. So at most
 //! `min(parallelism, cycle_length)` threads and `parallelism × read_ahead`
 //! buffered elements. The consumer still takes elements in the round-robin order
@@ -33,7 +41,7 @@
 //! joins the producers: each finishes at most the `next` it is in. Panics in the
 //! dataset function or in its stream's `next` become `DatasetError::Function`.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -62,12 +70,22 @@ fn read_ahead(block_length: usize) -> usize {
     block_length.clamp(16, 64)
 }
 
+/// Most elements, and payload bytes, a producer gathers into one message while
+/// its channel is full (a larger element is a message of its own).
+const CHUNK: usize = 8;
+const CHUNK_BYTES: usize = 256 << 10;
+
 /// One open slot of the cycle.
 enum Slot {
     /// Read on the consumer's thread.
     Inline(ElementIter),
     /// Read ahead by a producer thread.
-    Threaded { rx: Receiver<Item>, handle: Option<JoinHandle<()>> },
+    Threaded {
+        rx: Receiver<Vec<Item>>,
+        /// The rest of the message being read.
+        chunk: std::vec::IntoIter<Item>,
+        handle: Option<JoinHandle<()>>,
+    },
     /// Opening failed; the error is yielded when the round reaches the slot.
     Failed(DatasetError),
 }
@@ -167,12 +185,14 @@ impl Interleave {
             .name("sluice-interleave".into())
             .spawn(move || producer.run());
         match spawned {
-            Ok(handle) => Ok(Slot::Threaded { rx, handle: Some(handle) }),
+            Ok(handle) => {
+                Ok(Slot::Threaded { rx, chunk: Vec::new().into_iter(), handle: Some(handle) })
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot start an interleave thread; reading inline");
                 match lock(&cell).take() {
                     Some(element) => Err(element),
-                    None => Ok(Slot::Threaded { rx, handle: None }),
+                    None => Ok(Slot::Threaded { rx, chunk: Vec::new().into_iter(), handle: None }),
                 }
             }
         }
@@ -205,7 +225,7 @@ impl Interleave {
             .iter_mut()
             .filter_map(Option::take)
             .filter_map(|slot| match slot {
-                Slot::Threaded { rx, handle } => {
+                Slot::Threaded { rx, handle, .. } => {
                     drop(rx);
                     handle
                 }
@@ -270,17 +290,25 @@ fn read(slot: &mut Slot, name: &str) -> Option<Item> {
             Ok(item) => item,
             Err(e) => Some(Err(e)),
         },
-        Slot::Threaded { rx, handle } => match rx.recv() {
-            Ok(item) => Some(item),
-            // The producer is done: it ended its stream, or died.
-            Err(_) => match handle.take().map(JoinHandle::join) {
-                Some(Err(_)) => Some(Err(DatasetError::Function {
-                    name: name.to_string(),
-                    message: "the interleave thread panicked".into(),
-                })),
-                _ => None,
-            },
-        },
+        Slot::Threaded { rx, chunk, handle } => {
+            if let Some(item) = chunk.next() {
+                return Some(item);
+            }
+            match rx.recv() {
+                Ok(items) => {
+                    *chunk = items.into_iter();
+                    chunk.next()
+                }
+                // The producer is done: it ended its stream, or died.
+                Err(_) => match handle.take().map(JoinHandle::join) {
+                    Some(Err(_)) => Some(Err(DatasetError::Function {
+                        name: name.to_string(),
+                        message: "the interleave thread panicked".into(),
+                    })),
+                    _ => None,
+                },
+            }
+        }
         Slot::Failed(e) => Some(Err(e.clone())),
     }
 }
@@ -294,7 +322,7 @@ fn join(handle: Option<JoinHandle<()>>) {
 /// What a producer thread runs: opens one slot's stream and reads it ahead.
 struct Producer {
     element: Arc<Mutex<Option<Element>>>,
-    tx: SyncSender<Item>,
+    tx: SyncSender<Vec<Item>>,
     name: String,
     args: Arc<[Arg]>,
     f: DatasetFn,
@@ -309,10 +337,12 @@ impl Producer {
         let mut stream = match call(&self.name, || f(element, args)) {
             Ok(stream) => stream,
             Err(e) => {
-                let _ = self.tx.send(Err(e));
+                let _ = self.tx.send(vec![Err(e)]);
                 return;
             }
         };
+        // Gathered while the channel is full (module doc).
+        let (mut chunk, mut bytes): (Vec<Item>, usize) = (Vec::new(), 0);
         loop {
             let item = match call(&self.name, || Ok(stream.next())) {
                 Ok(Some(item)) => item,
@@ -320,10 +350,31 @@ impl Producer {
                 Err(e) => Err(e),
             };
             let failed = item.is_err();
-            // A failed send: the consumer is gone.
-            if self.tx.send(item).is_err() || failed {
-                break;
+            bytes += item.as_ref().map_or(0, Element::byte_len);
+            chunk.push(item);
+            let whole = failed || chunk.len() >= CHUNK || bytes >= CHUNK_BYTES;
+            let sent = if whole {
+                // A failed send: the consumer is gone.
+                if self.tx.send(std::mem::take(&mut chunk)).is_err() || failed {
+                    return;
+                }
+                true
+            } else {
+                match self.tx.try_send(std::mem::take(&mut chunk)) {
+                    Ok(()) => true,
+                    Err(TrySendError::Full(back)) => {
+                        chunk = back;
+                        false
+                    }
+                    Err(TrySendError::Disconnected(_)) => return,
+                }
+            };
+            if sent {
+                bytes = 0;
             }
+        }
+        if !chunk.is_empty() {
+            let _ = self.tx.send(chunk);
         }
         // The stream is released on this thread, before the join returns.
         drop(stream);
