@@ -28,11 +28,11 @@
 //! four threads read files for one consumer) then wakes a parked producer once a
 //! chunk, not once an element: waking it per element cost a context switch per
 //! record, ~15 % of a worker's CPU on 11 KB TFRecord records (docs/performance.md).
-//! So a producer holds at most `read_ahead` messages of at most `CHUNK_BYTES` or
-//! one element each, plus the chunk it is gathering.
-//! Other slots are read on the consumer's thread. So at most
-//! `min(parallelism, cycle_length)` threads and `parallelism × read_ahead`
-//! buffered elements. The consumer still takes elements in the round-robin order
+//! So a producer holds at most `read_ahead + 1` messages (the channel's and the
+//! one it gathers), each of at most `CHUNK` elements and `CHUNK_BYTES` plus one
+//! element. Other slots are read on the consumer's thread. So at most
+//! `min(parallelism, cycle_length)` threads and `parallelism × (read_ahead + 1)`
+//! messages buffered. The consumer still takes elements in the round-robin order
 //! above, so the output does not depend on `parallelism`. Unlike tf.data, no
 //! streams beyond the open `cycle_length` are prefetched.
 //!
