@@ -7,6 +7,10 @@ use crate::measure::{ms, Outcome};
 use super::ops::OpFigures;
 use super::types::{ScaleBench, ScaleCase};
 
+/// Printed for a per-worker, per-consumer or per-job figure whose phase did not
+/// raise the total (a small size, where the difference is below the noise).
+const BELOW_NOISE: &str = "(below the noise)";
+
 pub fn render(s: &Outcome<ScaleBench>, out: &mut dyn FnMut(String)) {
     let s = match s {
         Outcome::Measured(s) => s,
@@ -60,21 +64,37 @@ fn render_case(c: &ScaleCase, out: &mut dyn FnMut(String)) {
         cpu(&c.cpu_b_ms_per_s),
         c.simulator_ms_per_s
     ));
+    let leader = |v: &[f64]| v.first().copied().unwrap_or(0.0);
+    let consumer_cpu = if leader(&c.cpu_b_ms_per_s) > leader(&c.cpu_a_ms_per_s) {
+        format!("{:.3}", c.leader_ms_per_consumer_s)
+    } else {
+        BELOW_NOISE.to_string()
+    };
     out(format!(
-        "    leader CPU-ms per second: {:.3} per worker, {:.3} per consumer (with its job's grants)",
-        c.leader_ms_per_worker_s, c.leader_ms_per_consumer_s
+        "    leader CPU-ms per second: {:.3} per worker, {consumer_cpu} per consumer (with its \
+         job's grants)",
+        c.leader_ms_per_worker_s
     ));
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let grew = |from: u64, to: u64, per: f64, unit: &str| {
+        if to <= from {
+            BELOW_NOISE.to_string()
+        } else if unit == "B" {
+            format!("{per:.0} B")
+        } else {
+            format!("{per:.1} {unit}")
+        }
+    };
     out(format!(
         "    leader RSS: {:.0} MiB idle, {:.0} after registration, {:.0} after joining: \
-         {:.1} KiB per worker, {:.1} KiB per job (+iteration, {} tasks), {:.0} B per task",
+         {} per worker, {} per job (+iteration, {} tasks), {} per task",
         mib(c.rss[0]),
         mib(c.rss[1]),
         mib(c.rss[2]),
-        c.rss_per_worker / 1024.0,
-        c.rss_per_job / 1024.0,
+        grew(c.rss[0], c.rss[1], c.rss_per_worker / 1024.0, "KiB"),
+        grew(c.rss[1], c.rss[2], c.rss_per_job / 1024.0, "KiB"),
         c.workers,
-        c.rss_per_task
+        grew(c.rss[1], c.rss[2], c.rss_per_task, "B"),
     ));
     match c.snapshots.last() {
         Some(last) => out(format!(
@@ -108,4 +128,71 @@ fn op_line(when: &str, o: &OpFigures) -> String {
     };
     let name = format!("{when}: {}", o.name);
     format!("    {name:<42} {:>9} {p50:>10} {p99:>10} {:>7}", o.count, o.errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(cpu_a: f64, cpu_b: f64, rss: [u64; 3]) -> ScaleCase {
+        ScaleCase {
+            workers: 20,
+            consumers: 20,
+            jobs: 2,
+            tasks: 40,
+            register_s: 0.0,
+            join_s: 0.0,
+            setup_ops: vec![],
+            steady_ops: vec![],
+            steady_events: vec![],
+            cpu_a_ms_per_s: vec![cpu_a, 1.0, 1.0],
+            cpu_b_ms_per_s: vec![cpu_b, 1.0, 1.0],
+            simulator_ms_per_s: 1.0,
+            leader_ms_per_worker_s: cpu_a / 20.0,
+            leader_ms_per_consumer_s: (cpu_b - cpu_a).max(0.0) / 20.0,
+            rss,
+            rss_per_worker: rss[1].saturating_sub(rss[0]) as f64 / 20.0,
+            rss_per_job: rss[2].saturating_sub(rss[1]) as f64 / 2.0,
+            rss_per_task: rss[2].saturating_sub(rss[1]) as f64 / 40.0,
+            snapshots: vec![],
+            workers_lost: 0,
+            term: [1, 1],
+            leader: [1, 1],
+            log_entries: 0,
+            broke: vec![],
+        }
+    }
+
+    fn lines(c: ScaleCase) -> String {
+        let bench = ScaleBench {
+            consumers_per_job: 10,
+            split_interval_ms: 1000,
+            worker_heartbeat_ms: 500,
+            client_long_poll_ms: 1000,
+            channels: 32,
+            snapshot_every: 1000,
+            steady_secs: 3.0,
+            cases: vec![Outcome::Measured(c)],
+        };
+        let mut out = vec![];
+        render(&Outcome::Measured(bench), &mut |l| out.push(l));
+        out.join("\n")
+    }
+
+    #[test]
+    fn a_figure_whose_phase_raised_nothing_is_below_the_noise_not_zero() {
+        // A small size: the steady window used less leader CPU than the workers-only
+        // one, and registration did not grow the leader's RSS.
+        let text = lines(case(30.0, 23.0, [80 << 20, 79 << 20, 84 << 20]));
+        assert!(text.contains("per worker, (below the noise) per consumer"), "{text}");
+        assert!(
+            text.contains("after joining: (below the noise) per worker, 2560.0 KiB per job"),
+            "{text}"
+        );
+        assert!(!text.contains("0.000 per consumer"), "{text}");
+        // A size where both grew prints the figures.
+        let text = lines(case(30.0, 50.0, [80 << 20, 82 << 20, 84 << 20]));
+        assert!(text.contains("1.000 per consumer"), "{text}");
+        assert!(text.contains("102.4 KiB per worker"), "{text}");
+    }
 }
