@@ -97,28 +97,50 @@ pub(crate) fn view(
 
 /// The digest of the view of `it`, without rendering it (`digest_parts`).
 fn digest_of(s: &State, it: &Iteration) -> u64 {
+    let removed = |id| it.coordinated.as_ref().is_some_and(|rr| rr.removed.contains_key(&id));
     let tasks: Vec<_> = it.tasks.iter().filter_map(|t| s.tasks.get(t)).collect();
-    let parts = tasks.iter().map(|t| (t.id, t.worker_address.as_str(), t.finished));
+    let parts = tasks.iter().map(|t| TaskPart {
+        id: t.id,
+        address: t.worker_address.as_str(),
+        finished: t.finished,
+        lost: t.lost,
+        removed: removed(t.id),
+    });
     digest_parts(it.id, parts, it.finished)
 }
 
-/// FNV-1a over what the reader acts on: stable across processes and versions, so
-/// a digest from one dispatcher means the same to the next leader. Never 0 (0 is
-/// "no view yet"). A collision only delays an answer to the wait's deadline.
+/// What a reader acts on of one task: its digest covers every field of
+/// `pb::TaskInfo` that can change (`starting_round` is set once, at creation). A
+/// reader that asked for `omit_unchanged_tasks` keeps its list while the digest
+/// stands, so a change the digest missed would never reach it: a task marked
+/// lost after it finished (`orphan_finished_tasks`) changes only `lost`.
+struct TaskPart<'a> {
+    id: u64,
+    address: &'a str,
+    finished: bool,
+    lost: bool,
+    removed: bool,
+}
+
+/// FNV-1a over what the reader acts on: stable across processes, so a digest from
+/// one dispatcher means the same to the next leader of the same version (across a
+/// version that changes it, a reader's first answer from the new leader counts as
+/// a change: one full answer). Never 0 (0 is "no view yet"). A collision only
+/// delays an answer to the wait's deadline.
 fn digest_parts<'a>(
     iteration_id: u64,
-    tasks: impl ExactSizeIterator<Item = (u64, &'a str, bool)>,
+    tasks: impl ExactSizeIterator<Item = TaskPart<'a>>,
     iteration_finished: bool,
 ) -> u64 {
     use std::hash::Hasher;
     let mut h = fnv::FnvHasher::default();
     h.write(&iteration_id.to_le_bytes());
     h.write(&(tasks.len() as u64).to_le_bytes());
-    for (id, address, finished) in tasks {
-        h.write(&id.to_le_bytes());
-        h.write(&(address.len() as u64).to_le_bytes());
-        h.write(address.as_bytes());
-        h.write(&[finished as u8]);
+    for t in tasks {
+        h.write(&t.id.to_le_bytes());
+        h.write(&(t.address.len() as u64).to_le_bytes());
+        h.write(t.address.as_bytes());
+        h.write(&[t.finished as u8 | (t.lost as u8) << 1 | (t.removed as u8) << 2]);
     }
     h.write(&[iteration_finished as u8]);
     h.finish().max(1)
@@ -150,15 +172,21 @@ pub(crate) async fn long_poll(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The digest of a rendered answer (what the reader acts on).
-    fn digest(resp: &pb::ClientHeartbeatResponse) -> u64 {
-        let tasks = resp.tasks.iter().map(|t| (t.task_id, t.worker_address.as_str(), t.finished));
-        digest_parts(resp.iteration_id, tasks, resp.iteration_finished)
-    }
     use crate::command::Command;
     use crate::limits::Limits;
     use crate::state::{Mode, TargetWorkers};
+
+    /// The digest of a rendered answer (what the reader acts on).
+    fn digest(resp: &pb::ClientHeartbeatResponse) -> u64 {
+        let tasks = resp.tasks.iter().map(|t| TaskPart {
+            id: t.task_id,
+            address: t.worker_address.as_str(),
+            finished: t.finished,
+            lost: t.lost,
+            removed: t.coordinated_removed,
+        });
+        digest_parts(resp.iteration_id, tasks, resp.iteration_finished)
+    }
 
     /// Two workers, a DYNAMIC job, its iteration with one client.
     fn iteration_with_a_client() -> (State, ClientId) {
@@ -240,6 +268,26 @@ mod tests {
         assert!(!after.tasks_omitted);
         assert_ne!(after.view_digest, before.view_digest);
         assert!(after.tasks.iter().any(|t| t.task_id == task && t.finished));
+    }
+
+    #[test]
+    fn a_task_marked_lost_after_it_finished_changes_the_view() {
+        // A finished task of a live exactly-once iteration whose worker is lost
+        // becomes lost without finishing again: only `lost` changes, and a reader
+        // that keeps its list while the digest stands must still learn it.
+        let (mut s, client_id) = iteration_with_a_client();
+        let digests = ViewDigests::default();
+        let ask = Ask { client_id, known_view: 0, omit_unchanged_tasks: true };
+        let task = view(&s, 1, ask, &digests).unwrap().tasks[0].task_id;
+        s.tasks.get_mut(&task).unwrap().finished = true;
+        let before = view(&s, 2, ask, &digests).unwrap();
+        s.tasks.get_mut(&task).unwrap().lost = true;
+        let known = Ask { known_view: before.view_digest, ..ask };
+        let after = view(&s, 3, known, &digests).unwrap();
+        assert_ne!(after.view_digest, before.view_digest, "lost is part of the view");
+        assert!(!after.tasks_omitted);
+        assert!(after.tasks.iter().any(|t| t.task_id == task && t.lost && t.finished));
+        assert_eq!(after.view_digest, digest(&after), "the cached digest is the view's");
     }
 
     #[test]

@@ -30,10 +30,10 @@ use crate::state::State;
 /// The tasks `address` should start (assigned to it, not among `current`) and
 /// stop (among `current`, no longer active for it).
 ///
-/// One merge of the two sorted id sets; only the tasks to start are looked up in
-/// the registry (and rendered). A worker whose running tasks are its active ones
-/// — every heartbeat but those that bring news — costs one pass over its own
-/// task ids, nothing per task of the registry.
+/// Two merges of the sorted id sets (`BTreeSet::difference`); only the tasks to
+/// start are looked up in the registry (and rendered). A worker whose running
+/// tasks are its active ones — every heartbeat but those that bring news — costs
+/// passes over its own task ids, nothing per task of the registry.
 pub(crate) fn answer(
     s: &State,
     address: &str,
@@ -41,32 +41,13 @@ pub(crate) fn answer(
 ) -> pb::WorkerHeartbeatResponse {
     let empty = BTreeSet::new();
     let active = s.workers.get(address).map_or(&empty, |w| &w.active_tasks);
-    let (to_start, tasks_to_delete) = diff(active, current);
-    let new_tasks = to_start
-        .into_iter()
-        .filter_map(|id| s.tasks.get(&id))
+    let new_tasks = active
+        .difference(current)
+        .filter_map(|id| s.tasks.get(id))
         .filter_map(|t| task_def(s, t))
         .collect();
+    let tasks_to_delete = current.difference(active).copied().collect();
     pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete, long_polled: false }
-}
-
-/// (in `active` only, in `current` only), both in id order, by one merge.
-fn diff(active: &BTreeSet<u64>, current: &BTreeSet<u64>) -> (Vec<u64>, Vec<u64>) {
-    let (mut start, mut delete) = (vec![], vec![]);
-    let (mut a, mut c) = (active.iter().peekable(), current.iter().peekable());
-    loop {
-        match (a.peek(), c.peek()) {
-            (Some(x), Some(y)) if x == y => {
-                a.next();
-                c.next();
-            }
-            (Some(x), Some(y)) if x < y => start.extend(a.next()),
-            (Some(_), Some(_)) => delete.extend(c.next()),
-            (Some(_), None) => start.extend(a.next()),
-            (None, Some(_)) => delete.extend(c.next()),
-            (None, None) => return (start, delete),
-        }
-    }
 }
 
 /// The answer at once if it has something to do or `wait` is zero; otherwise the
@@ -89,18 +70,4 @@ pub(crate) async fn long_poll(
     // needs no pacing by the worker (`worker/src/heartbeat.rs`).
     resp.long_polled = !wait.is_zero();
     Ok(resp)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn diff_names_what_to_start_and_what_to_delete() {
-        let set = |v: &[u64]| v.iter().copied().collect::<BTreeSet<u64>>();
-        assert_eq!(diff(&set(&[1, 2, 3]), &set(&[1, 2, 3])), (vec![], vec![]));
-        assert_eq!(diff(&set(&[1, 3, 5]), &set(&[2, 3, 4])), (vec![1, 5], vec![2, 4]));
-        assert_eq!(diff(&set(&[]), &set(&[7])), (vec![], vec![7]));
-        assert_eq!(diff(&set(&[7, 9]), &set(&[])), (vec![7, 9], vec![]));
-    }
 }
