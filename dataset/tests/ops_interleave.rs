@@ -293,6 +293,27 @@ fn a_finished_interleave_has_joined_its_producers() {
     drop(it);
 }
 
+/// Producer threads outlive the streams they read (`interleave_pool`): twenty
+/// streams through three slots are read by at most three threads, not a
+/// thread per stream, so a thread's allocator heaps stay warm from file to file.
+#[test]
+fn a_parallel_interleave_reads_stream_after_stream_on_the_same_threads() {
+    let ids = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let mut r = registry();
+    let seen = ids.clone();
+    r.register_dataset_fn("range_noting_thread", 0, move |e, _| {
+        seen.lock().unwrap().insert(std::thread::current().id());
+        Ok(stream(0..int_of(&e)?))
+    });
+    let def = interleave(DatasetDef::range(20), "range_noting_thread", vec![], (3, 2), 3);
+    let got = watchdog("pooled interleave", move || run_ints(&def, &r));
+    assert_eq!(got.len(), (0..20).sum::<usize>());
+    let consumer = std::thread::current().id();
+    let ids = ids.lock().unwrap();
+    assert!(!ids.contains(&consumer), "every stream was read by a producer thread");
+    assert!(ids.len() <= 3, "{} threads read 20 streams", ids.len());
+}
+
 #[test]
 fn interleave_and_flat_map_json_parse_and_run() {
     let r = registry();

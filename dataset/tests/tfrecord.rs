@@ -30,6 +30,39 @@ fn offset_of(i: usize) -> u64 {
     records()[..i].iter().map(|r| 16 + r.len() as u64).sum()
 }
 
+/// Counts the reads made of the bytes it holds.
+struct CountedReads {
+    inner: Cursor<Vec<u8>>,
+    reads: usize,
+}
+
+impl std::io::Read for CountedReads {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reads += 1;
+        self.inner.read(buf)
+    }
+}
+
+/// Large records (here 20 KiB: images, Examples) are read straight into their
+/// own buffers, one read each with the footer and the next header: the kernel's
+/// copy is the only one. Mixed with small ones (buffered), all round-trip.
+#[test]
+fn large_records_take_one_read_each_and_small_ones_share_the_buffer() {
+    let large: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; 20 << 10]).collect();
+    let mut input = CountedReads { inner: Cursor::new(encode(&large)), reads: 0 };
+    let mut reader = TfRecordReader::new(&mut input, "mem.tfrecord", false);
+    let out: Vec<Vec<u8>> = reader.by_ref().map(|r| r.unwrap().to_vec()).collect();
+    drop(reader);
+    assert_eq!(out, large);
+    // The first buffer fill holds a dozen records; each later one is one read.
+    assert!(input.reads <= large.len() + 2, "{} reads for {} records", input.reads, large.len());
+
+    let mixed: Vec<Vec<u8>> =
+        (0..200usize).map(|i| vec![i as u8; if i % 3 == 0 { 30_000 } else { i % 50 }]).collect();
+    let out: Vec<Vec<u8>> = read(encode(&mixed), false).into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(out, mixed);
+}
+
 #[test]
 fn write_then_read_round_trips() {
     let bytes = encode(&records());

@@ -6,7 +6,7 @@
 //! the files it is actually reading, and an open error arrives as an element error
 //! naming the file rather than failing the function call.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, Read};
 
 use crate::error::DatasetError;
 use crate::formats::tfrecord::TfRecordReader;
@@ -59,8 +59,8 @@ impl Iterator for LazyFile {
             return None;
         }
         if self.inner.is_none() {
-            match io::open_in(&self.url, &self.roots) {
-                Ok(reader) => self.inner = Some(reader_elements(reader, &self.url, self.format)),
+            match open(&self.url, &self.roots, self.format) {
+                Ok(elements) => self.inner = Some(elements),
                 Err(e) => {
                     self.done = true;
                     return Some(Err(e));
@@ -76,9 +76,13 @@ impl Iterator for LazyFile {
     }
 }
 
-fn reader_elements(reader: Box<dyn Read + Send>, url: &str, format: FileFormat) -> ElementIter {
-    match format {
+/// The elements of the file `url` in `format`. A TFRecord reader buffers its
+/// input itself (large records are read straight into their tensors); lines
+/// come out of the file's read buffer.
+fn open(url: &str, roots: &DataRoots, format: FileFormat) -> Result<ElementIter, DatasetError> {
+    Ok(match format {
         FileFormat::TfRecord { skip_corrupt } => {
+            let reader = io::open_unbuffered_in(url, roots)?;
             let mut records = TfRecordReader::new(reader, url, skip_corrupt);
             let url = url.to_string();
             Box::new(std::iter::from_fn(move || {
@@ -87,9 +91,10 @@ fn reader_elements(reader: Box<dyn Read + Send>, url: &str, format: FileFormat) 
             }))
         }
         FileFormat::TextLines => {
-            Box::new(Lines { input: BufReader::new(reader), url: url.to_string(), offset: 0 })
+            let input = io::open_in(url, roots)?;
+            Box::new(Lines { input, url: url.to_string(), offset: 0 })
         }
-    }
+    })
 }
 
 /// A scalar element made in place from a reader's framed buffer (no copy).

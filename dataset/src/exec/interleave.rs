@@ -19,8 +19,9 @@
 //! round reaches it: in the position tf.data would yield it.
 //!
 //! **Threads.** With `parallelism` > 1, a slot opened while fewer than
-//! `parallelism` producer threads run gets its own thread (named
-//! `sluice-interleave`): it calls the function and reads the stream ahead into a
+//! `parallelism` producer threads are busy is read by one of the stage's pool
+//! threads (named `sluice-interleave`, `interleave_pool`: they outlive the
+//! streams they read): it calls the function and reads the stream ahead into a
 //! bounded channel of [`read_ahead`] messages, so slow reads (files, S3) overlap.
 //! A message is one element while the channel has room; while it is full, a
 //! producer gathers up to [`CHUNK`] elements or [`CHUNK_BYTES`] (at least one
@@ -40,18 +41,21 @@
 //! dropping the stage closes every channel (a producer's next `send` fails) and
 //! joins the producers: each finishes at most the `next` it is in. Panics in the
 //! dataset function or in its stream's `next` become `DatasetError::Function`.
+//! Dropping the stage joins the pool's threads.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
 
 use crate::def::{Arg, FnCall};
 use crate::error::DatasetError;
 use crate::registry::DatasetFn;
 use crate::tensor::Element;
 
+use super::interleave_pool::{Job, Pool};
+#[cfg(doc)]
+use super::interleave_pool::{CHUNK, CHUNK_BYTES};
 use super::ops::call;
-use super::stream::{lock, ElementIter};
+use super::stream::ElementIter;
 
 type Item = Result<Element, DatasetError>;
 
@@ -70,21 +74,16 @@ fn read_ahead(block_length: usize) -> usize {
     block_length.clamp(16, 64)
 }
 
-/// Most elements, and payload bytes, a producer gathers into one message while
-/// its channel is full (a larger element is a message of its own).
-const CHUNK: usize = 8;
-const CHUNK_BYTES: usize = 256 << 10;
-
 /// One open slot of the cycle.
 enum Slot {
     /// Read on the consumer's thread.
     Inline(ElementIter),
-    /// Read ahead by a producer thread.
+    /// Read ahead by pool thread `thread`.
     Threaded {
         rx: Receiver<Vec<Item>>,
         /// The rest of the message being read.
         chunk: std::vec::IntoIter<Item>,
-        handle: Option<JoinHandle<()>>,
+        thread: usize,
     },
     /// Opening failed; the error is yielded when the round reaches the slot.
     Failed(DatasetError),
@@ -105,8 +104,8 @@ pub(super) struct Interleave {
     block_index: usize,
     /// Slots holding something (`Some`).
     num_open: usize,
-    /// Producer threads running (threaded slots).
-    threads: usize,
+    /// The threads reading threaded slots.
+    pool: Pool,
 }
 
 impl Interleave {
@@ -124,7 +123,7 @@ impl Interleave {
             cycle_index: 0,
             block_index: 0,
             num_open: 0,
-            threads: 0,
+            pool: Pool::new(shape.parallelism.max(1)),
         }
     }
 
@@ -142,12 +141,9 @@ impl Interleave {
                 self.input = None;
                 Slot::Failed(e)
             }
-            Some(Ok(element)) if self.parallelism > 1 && self.threads < self.parallelism => {
+            Some(Ok(element)) if self.parallelism > 1 && self.pool.busy() < self.parallelism => {
                 match self.spawn(element) {
-                    Ok(slot) => {
-                        self.threads += 1;
-                        slot
-                    }
+                    Ok(slot) => slot,
                     Err(element) => self.open_inline(element),
                 }
             }
@@ -167,34 +163,15 @@ impl Interleave {
         }
     }
 
-    /// Starts a producer thread for `element`; gives the element back if the
-    /// thread cannot be started.
-    fn spawn(&self, element: Element) -> Result<Slot, Element> {
+    /// Has a pool thread read `element`'s stream; gives the element back if no
+    /// thread can take it.
+    fn spawn(&mut self, element: Element) -> Result<Slot, Element> {
         let (tx, rx) = sync_channel(read_ahead(self.block_length));
-        // The element goes through a cell so that it can be taken back if the
-        // spawn fails (the closure is dropped then).
-        let cell = Arc::new(Mutex::new(Some(element)));
-        let producer = Producer {
-            element: cell.clone(),
-            tx,
-            name: self.name.clone(),
-            args: self.args.clone(),
-            f: self.f.clone(),
-        };
-        let spawned = std::thread::Builder::new()
-            .name("sluice-interleave".into())
-            .spawn(move || producer.run());
-        match spawned {
-            Ok(handle) => {
-                Ok(Slot::Threaded { rx, chunk: Vec::new().into_iter(), handle: Some(handle) })
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot start an interleave thread; reading inline");
-                match lock(&cell).take() {
-                    Some(element) => Err(element),
-                    None => Ok(Slot::Threaded { rx, chunk: Vec::new().into_iter(), handle: None }),
-                }
-            }
+        let (name, args, f) = (self.name.clone(), self.args.clone(), self.f.clone());
+        let job = Box::new(Job { element, tx, name, args, f });
+        match self.pool.run(job) {
+            Ok(thread) => Ok(Slot::Threaded { rx, chunk: Vec::new().into_iter(), thread }),
+            Err(job) => Err(job.element),
         }
     }
 
@@ -202,9 +179,8 @@ impl Interleave {
     fn close(&mut self, idx: usize) {
         if let Some(slot) = self.slots.get_mut(idx).and_then(Option::take) {
             self.num_open -= 1;
-            if let Slot::Threaded { handle, .. } = slot {
-                self.threads -= 1;
-                join(handle);
+            if let Slot::Threaded { thread, .. } = slot {
+                self.pool.release(thread);
             }
         }
     }
@@ -218,21 +194,9 @@ impl Interleave {
     fn shutdown(&mut self) {
         self.input = None;
         self.num_open = 0;
-        self.threads = 0;
         // Close every channel first so that all producers stop at once, then join.
-        let handles: Vec<JoinHandle<()>> = self
-            .slots
-            .iter_mut()
-            .filter_map(Option::take)
-            .filter_map(|slot| match slot {
-                Slot::Threaded { rx, handle, .. } => {
-                    drop(rx);
-                    handle
-                }
-                Slot::Inline(_) | Slot::Failed(_) => None,
-            })
-            .collect();
-        handles.into_iter().for_each(|h| join(Some(h)));
+        self.slots.iter_mut().for_each(|slot| drop(slot.take()));
+        self.pool.shutdown();
     }
 }
 
@@ -290,93 +254,16 @@ fn read(slot: &mut Slot, name: &str) -> Option<Item> {
             Ok(item) => item,
             Err(e) => Some(Err(e)),
         },
-        Slot::Threaded { rx, chunk, handle } => {
+        Slot::Threaded { rx, chunk, .. } => {
             if let Some(item) = chunk.next() {
                 return Some(item);
             }
-            match rx.recv() {
-                Ok(items) => {
-                    *chunk = items.into_iter();
-                    chunk.next()
-                }
-                // The producer is done: it ended its stream, or died.
-                Err(_) => match handle.take().map(JoinHandle::join) {
-                    Some(Err(_)) => Some(Err(DatasetError::Function {
-                        name: name.to_string(),
-                        message: "the interleave thread panicked".into(),
-                    })),
-                    _ => None,
-                },
-            }
+            // An end of the channel is the end of the stream: the pool thread
+            // sends a panic as an error item first.
+            let items = rx.recv().ok()?;
+            *chunk = items.into_iter();
+            chunk.next()
         }
         Slot::Failed(e) => Some(Err(e.clone())),
-    }
-}
-
-fn join(handle: Option<JoinHandle<()>>) {
-    if let Some(Err(_)) = handle.map(JoinHandle::join) {
-        tracing::warn!("an interleave thread panicked outside the dataset function");
-    }
-}
-
-/// What a producer thread runs: opens one slot's stream and reads it ahead.
-struct Producer {
-    element: Arc<Mutex<Option<Element>>>,
-    tx: SyncSender<Vec<Item>>,
-    name: String,
-    args: Arc<[Arg]>,
-    f: DatasetFn,
-}
-
-impl Producer {
-    fn run(self) {
-        let Some(element) = lock(&self.element).take() else {
-            return;
-        };
-        let (f, args) = (&self.f, &self.args[..]);
-        let mut stream = match call(&self.name, || f(element, args)) {
-            Ok(stream) => stream,
-            Err(e) => {
-                let _ = self.tx.send(vec![Err(e)]);
-                return;
-            }
-        };
-        // Gathered while the channel is full (module doc).
-        let (mut chunk, mut bytes): (Vec<Item>, usize) = (Vec::new(), 0);
-        loop {
-            let item = match call(&self.name, || Ok(stream.next())) {
-                Ok(Some(item)) => item,
-                Ok(None) => break,
-                Err(e) => Err(e),
-            };
-            let failed = item.is_err();
-            bytes += item.as_ref().map_or(0, Element::byte_len);
-            chunk.push(item);
-            let whole = failed || chunk.len() >= CHUNK || bytes >= CHUNK_BYTES;
-            let sent = if whole {
-                // A failed send: the consumer is gone.
-                if self.tx.send(std::mem::take(&mut chunk)).is_err() || failed {
-                    return;
-                }
-                true
-            } else {
-                match self.tx.try_send(std::mem::take(&mut chunk)) {
-                    Ok(()) => true,
-                    Err(TrySendError::Full(back)) => {
-                        chunk = back;
-                        false
-                    }
-                    Err(TrySendError::Disconnected(_)) => return,
-                }
-            };
-            if sent {
-                bytes = 0;
-            }
-        }
-        if !chunk.is_empty() {
-            let _ = self.tx.send(chunk);
-        }
-        // The stream is released on this thread, before the join returns.
-        drop(stream);
     }
 }

@@ -36,6 +36,7 @@ mod combine;
 mod example;
 pub(crate) mod files;
 mod interleave;
+mod interleave_pool;
 mod ops;
 mod parallel_map;
 mod plan;

@@ -2,6 +2,8 @@
 //!
 //! - [`tfrecord`] — TFRecord framing (length, masked CRC-32C checksums) with
 //!   bounded record sizes and an optional skip of corrupt records.
+//! - `direct` — the record readers' input: a read buffer for small pieces,
+//!   direct reads into the record's own buffer for large ones.
 //! - [`example`] — `tf.train.Example` as messages generated from `proto/`, and the
 //!   `parse_example` conversion into named tensors.
 //! - [`example_bounds`] — the feature and value counts of a serialized Example,
@@ -29,4 +31,5 @@ pub(crate) fn file_function(name: &str) -> Option<FileFormat> {
         _ => None,
     }
 }
+pub(crate) mod direct;
 pub mod tfrecord;

@@ -16,13 +16,18 @@
 //!
 //! Each record is read into a buffer that starts with [`ITEM_PREFIX`] spare bytes,
 //! so the file sources make a bytes tensor of it in place
-//! ([`TfRecordReader::next_framed`] → `Tensor::scalar_item_framed`): the record's
-//! bytes are copied once, from the file buffer, not again into the tensor.
+//! ([`TfRecordReader::next_framed`] → `Tensor::scalar_item_framed`). The reader
+//! buffers its input itself ([`DirectInput`]): a record of
+//! `DIRECT_MIN` (8 KiB) or more is read from the file
+//! straight into that buffer, with its footer and the next record's header, so
+//! its bytes are copied once, by the kernel; shorter records come out of a read
+//! buffer. Give it an unbuffered input (`io::open_unbuffered_in`).
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 
 use bytes::Bytes;
 
+use super::direct::DirectInput;
 use crate::error::DatasetError;
 pub use crate::tensor::ITEM_PREFIX;
 
@@ -31,8 +36,9 @@ pub const MAX_RECORD_BYTES: u64 = 256 << 20;
 
 const FORMAT: &str = "TFRecord";
 const HEADER: usize = 12;
+const FOOTER: usize = 4;
 /// The first allocation for a record's data; it grows as bytes arrive.
-const READ_CHUNK: u64 = 1 << 20;
+const READ_CHUNK: usize = super::direct::READ_STEP;
 
 /// TensorFlow's masked CRC-32C.
 pub fn masked_crc(data: &[u8]) -> u32 {
@@ -43,7 +49,7 @@ pub fn masked_crc(data: &[u8]) -> u32 {
 
 /// Reads records from one TFRecord file; `file` names it in errors.
 pub struct TfRecordReader<R: Read> {
-    input: R,
+    input: DirectInput<R>,
     file: String,
     skip_corrupt: bool,
     /// Offset of the next record.
@@ -62,7 +68,7 @@ enum Bad {
 impl<R: Read> TfRecordReader<R> {
     pub fn new(input: R, file: impl Into<String>, skip_corrupt: bool) -> Self {
         TfRecordReader {
-            input,
+            input: DirectInput::new(input),
             file: file.into(),
             skip_corrupt,
             offset: 0,
@@ -76,25 +82,11 @@ impl<R: Read> TfRecordReader<R> {
         self.skipped
     }
 
-    /// Fills `buf` as far as the input goes; returns the bytes read.
-    fn read_full(&mut self, buf: &mut [u8]) -> Result<usize, DatasetError> {
-        let mut n = 0;
-        while n < buf.len() {
-            match self.input.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(DatasetError::io(&self.file, e)),
-            }
-        }
-        Ok(n)
-    }
-
     /// The next record, after [`ITEM_PREFIX`] spare bytes: `Ok(None)` at a clean
     /// end of file.
     fn read_record(&mut self) -> Result<Result<Option<Vec<u8>>, Bad>, DatasetError> {
         let mut header = [0u8; HEADER];
-        let n = self.read_full(&mut header)?;
+        let n = self.input.read_small(&mut header).map_err(|e| DatasetError::io(&self.file, e))?;
         if n == 0 {
             return Ok(Ok(None));
         }
@@ -119,22 +111,26 @@ impl<R: Read> TfRecordReader<R> {
             ))));
         }
         // `len` is bounded above; the buffer also grows only with the bytes the file
-        // really has, so a short file claiming a large record allocates little.
-        let mut data = Vec::with_capacity(ITEM_PREFIX + len.min(READ_CHUNK) as usize);
+        // really has, so a short file claiming a large record allocates little. The
+        // footer is read with the data, and so is the next header when the data
+        // comes straight from the file (`DirectInput::read_into`).
+        let body = len as usize + FOOTER;
+        let mut data = Vec::with_capacity(ITEM_PREFIX + (body + HEADER).min(READ_CHUNK));
         data.resize(ITEM_PREFIX, 0);
-        let got = (&mut self.input)
-            .take(len)
-            .read_to_end(&mut data)
+        let got = self
+            .input
+            .read_into(&mut data, body, HEADER)
             .map_err(|e| DatasetError::io(&self.file, e))?;
-        let mut footer = [0u8; 4];
-        let got_footer = if got as u64 == len { self.read_full(&mut footer)? } else { 0 };
-        if (got as u64) < len || got_footer < 4 {
+        if got < body {
             return Ok(Err(Bad::Fatal(format!(
                 "truncated record ({} of {} bytes); the file was cut short",
-                HEADER + got + got_footer,
-                HEADER as u64 + len + 4
+                HEADER + got,
+                HEADER + body
             ))));
         }
+        let mut footer = [0u8; FOOTER];
+        footer.copy_from_slice(&data[ITEM_PREFIX + len as usize..]);
+        data.truncate(ITEM_PREFIX + len as usize);
         let record_len = HEADER as u64 + len + 4;
         let stored = u32::from_le_bytes(footer);
         let computed = masked_crc(&data[ITEM_PREFIX..]);

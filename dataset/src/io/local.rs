@@ -3,7 +3,7 @@
 //! final name.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,9 +28,16 @@ pub(super) fn list(pattern: &str) -> Result<Vec<String>, DatasetError> {
     Ok(out)
 }
 
-pub(super) fn open(url: &str, path: &Path) -> Result<Box<dyn Read + Send>, DatasetError> {
+pub(super) fn open(url: &str, path: &Path) -> Result<Box<dyn BufRead + Send>, DatasetError> {
     let f = File::open(path).map_err(|e| DatasetError::io(url, e))?;
     Ok(Box::new(BufReader::with_capacity(READ_BUFFER, f)))
+}
+
+pub(super) fn open_unbuffered(
+    url: &str,
+    path: &Path,
+) -> Result<Box<dyn Read + Send>, DatasetError> {
+    Ok(Box::new(File::open(path).map_err(|e| DatasetError::io(url, e))?))
 }
 
 /// Writes to `.<name>.tmp-<pid>-<n>` beside `path`; `finish` renames it into place.

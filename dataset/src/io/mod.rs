@@ -24,7 +24,7 @@ mod runtime;
 mod url;
 mod writer;
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -75,19 +75,34 @@ pub fn list_files_in(pattern: &str, roots: &DataRoots) -> Result<Vec<String>, Da
     Ok(files)
 }
 
-/// Opens `url` for reading. Local files are buffered; objects stream with
-/// [`READ_AHEAD_CHUNKS`] chunks of read-ahead, never the whole object in memory.
-pub fn open(url: &str) -> Result<Box<dyn Read + Send>, DatasetError> {
+/// Opens `url` for reading, buffered. Local files have a read buffer; objects
+/// stream with [`READ_AHEAD_CHUNKS`] chunks of read-ahead (which are the buffer),
+/// never the whole object in memory.
+pub fn open(url: &str) -> Result<Box<dyn BufRead + Send>, DatasetError> {
     open_in(url, &DataRoots::unrestricted())
 }
 
 /// [`open`] under `roots`: a local file is checked and then opened by its
 /// canonical path (what was checked is what is opened); an object by its URL.
-pub fn open_in(url: &str, roots: &DataRoots) -> Result<Box<dyn Read + Send>, DatasetError> {
+pub fn open_in(url: &str, roots: &DataRoots) -> Result<Box<dyn BufRead + Send>, DatasetError> {
     let checked = roots.check(url)?;
     match parse(url)? {
         Target::Local { .. } => local::open(url, std::path::Path::new(&checked)),
-        Target::Object(o) => object::open(&o),
+        Target::Object(o) => Ok(Box::new(object::open(&o)?)),
+    }
+}
+
+/// [`open_in`] without a local read buffer, for a reader that buffers itself
+/// (the TFRecord reader reads large records straight from the file). Objects
+/// come in chunks either way.
+pub fn open_unbuffered_in(
+    url: &str,
+    roots: &DataRoots,
+) -> Result<Box<dyn Read + Send>, DatasetError> {
+    let checked = roots.check(url)?;
+    match parse(url)? {
+        Target::Local { .. } => local::open_unbuffered(url, std::path::Path::new(&checked)),
+        Target::Object(o) => Ok(Box::new(object::open(&o)?)),
     }
 }
 

@@ -13,7 +13,7 @@
 //! mid-object is resumed with a ranged GET from the last byte delivered.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -119,7 +119,7 @@ pub(super) fn list(url: &ObjectUrl) -> Result<Vec<String>, DatasetError> {
 }
 
 /// Streams `url` through a bounded channel filled by a task on the I/O runtime.
-pub(super) fn open(url: &ObjectUrl) -> Result<Box<dyn Read + Send>, DatasetError> {
+pub(super) fn open(url: &ObjectUrl) -> Result<ObjectReader, DatasetError> {
     let store = store(url)?;
     let shown = url.to_string();
     let path = key_path(&url.key);
@@ -130,7 +130,7 @@ pub(super) fn open(url: &ObjectUrl) -> Result<Box<dyn Read + Send>, DatasetError
             let _ = tx.send(Err(e)).await;
         }
     });
-    Ok(Box::new(ObjectReader { url: shown, rx, chunk: Bytes::new(), done: false }))
+    Ok(ObjectReader { url: shown, rx, chunk: Bytes::new(), done: false })
 }
 
 /// Sends the object's bytes, in order, to `tx` until the end or until the reader
@@ -183,7 +183,8 @@ async fn pump(
     }
 }
 
-struct ObjectReader {
+/// An object's bytes as they arrive: the chunk at hand is the read buffer.
+pub(super) struct ObjectReader {
     url: String,
     rx: tokio::sync::mpsc::Receiver<Result<Bytes, DatasetError>>,
     chunk: Bytes,
@@ -192,10 +193,20 @@ struct ObjectReader {
 
 impl Read for ObjectReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.chunk.is_empty() {
-            if self.done || buf.is_empty() {
-                return Ok(0);
-            }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let chunk = self.fill_buf()?;
+        let n = buf.len().min(chunk.len());
+        buf[..n].copy_from_slice(&chunk[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for ObjectReader {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        while self.chunk.is_empty() && !self.done {
             // The executor's threads are plain threads (or spawn_blocking ones),
             // where a blocking receive is allowed.
             match self.rx.blocking_recv() {
@@ -207,9 +218,12 @@ impl Read for ObjectReader {
                 }
             }
         }
-        let n = buf.len().min(self.chunk.len());
-        buf[..n].copy_from_slice(&self.chunk.split_to(n));
-        Ok(n)
+        Ok(&self.chunk)
+    }
+
+    fn consume(&mut self, amt: usize) {
+        let n = amt.min(self.chunk.len());
+        bytes::Buf::advance(&mut self.chunk, n);
     }
 }
 
