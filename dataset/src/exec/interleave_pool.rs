@@ -30,7 +30,7 @@ type Item = Result<Element, DatasetError>;
 
 /// Most elements, and payload bytes, a producer gathers into one message while
 /// its channel is full (a larger element is a message of its own).
-pub(super) const CHUNK: usize = 8;
+pub(super) const CHUNK: usize = 32;
 pub(super) const CHUNK_BYTES: usize = 256 << 10;
 
 /// One stream to read: the input element, the dataset function and the slot's
