@@ -95,9 +95,34 @@ struct EndOrigin(Arc<std::sync::Mutex<Origin>>);
 
 impl BufferTx {
     /// Sends `item`, waiting while the buffer is full; `Err` once no consumer end
-    /// is left (the task was dropped).
+    /// is left (the task was dropped). Called from the pipeline's own thread.
+    ///
+    /// A full buffer is waited on until a quarter of it is free ([`refill`]), not
+    /// one slot: streams take elements one at a time, and waking the pipeline
+    /// thread for each freed slot cost two context switches per element (the
+    /// thread parks again at once), a quarter of a worker's futex calls on raw
+    /// TFRecord records (docs/performance.md).
     pub(crate) fn blocking_send(&self, item: Item) -> Result<(), mpsc::error::SendError<Item>> {
-        self.counted(item, |item| self.tx.blocking_send(item))
+        use mpsc::error::{SendError, TrySendError};
+        self.counted(item, |item| match self.tx.try_send(item) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Closed(item)) => Err(SendError(item)),
+            Err(TrySendError::Full(item)) => {
+                let wanted = refill(self.tx.max_capacity());
+                match futures::executor::block_on(self.tx.reserve_many(wanted)) {
+                    // The other permits go back as they drop: the next sends find
+                    // their slots free without waiting.
+                    Ok(mut permits) => match permits.next() {
+                        Some(permit) => {
+                            permit.send(item);
+                            Ok(())
+                        }
+                        None => self.tx.blocking_send(item),
+                    },
+                    Err(_) => Err(SendError(item)),
+                }
+            }
+        })
     }
 
     /// Exactly-once: the origin of the end of the sequence (records dropped after
@@ -121,6 +146,12 @@ impl BufferTx {
         }
         Ok(())
     }
+}
+
+/// Slots a full buffer waits to have free before its pipeline sends again: a
+/// quarter of it (at least one).
+fn refill(capacity: usize) -> usize {
+    (capacity / 4).max(1)
 }
 
 impl From<mpsc::Sender<Item>> for BufferTx {
