@@ -133,6 +133,7 @@ async fn a_worker_is_bound_to_the_token_it_registered_with() {
         finished_tasks: vec![],
         wait_for_change_ms: 0,
         errors_ignored: 0,
+        ..Default::default()
     };
 
     tracing::info!("--- another worker token registering or heartbeating as it: PermissionDenied");

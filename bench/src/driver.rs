@@ -131,6 +131,7 @@ impl Fleet {
                     finished_tasks: vec![],
                     wait_for_change_ms: 0,
                     errors_ignored: 0,
+                    ..Default::default()
                 })
                 .await
                 .context("WorkerHeartbeat")?;

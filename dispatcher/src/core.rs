@@ -99,7 +99,7 @@ impl Core {
             heartbeat_interval: config.heartbeat_interval.as_millis() as u64,
             election_timeout_min: config.election_timeout_min.as_millis() as u64,
             election_timeout_max: config.election_timeout_max.as_millis() as u64,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_interval()),
             // Keep a little log after a snapshot so a briefly lagging follower
             // catches up from the log rather than by a full snapshot; little,
             // because every kept entry is replayed (and on object stores, read as

@@ -53,6 +53,7 @@ pub struct DispatcherService {
     drained: DrainedConsumers,
     /// Each iteration's view digest at a views generation (soft state).
     view_digests: client_view::ViewDigests,
+    worker_digests: worker_view::WorkerDigests,
     /// This node's client port is off loopback without tokens (`--insecure`):
     /// anyone who reaches it could make workers run code, so pipelines with
     /// Python stages are refused.
@@ -79,6 +80,7 @@ impl DispatcherService {
             reports,
             drained: DrainedConsumers::default(),
             view_digests: client_view::ViewDigests::default(),
+            worker_digests: worker_view::WorkerDigests::default(),
             anonymous_off_loopback: false,
         }
     }
@@ -440,8 +442,8 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         req: Request<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
         let caller = req.extensions().get::<Caller>().cloned();
-        let req = req.into_inner();
-        let (address, worker_uid) = (req.address, req.worker_uid);
+        let mut req = req.into_inner();
+        let (address, worker_uid) = (std::mem::take(&mut req.address), req.worker_uid);
         self.identities.check_address(caller.as_ref(), &address)?;
         // A worker declared lost is unknown until it registers again; a request
         // from another process than the registered one is refused (naming both
@@ -452,20 +454,23 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             Err(StateError::NotFound { .. }) => Ok(false),
             Err(e) => Err(e),
         };
-        if !self.core.read_leader(known).await?? {
-            return Err(StateError::not_found_hint(
+        let unknown = |address: String| -> Status {
+            StateError::not_found_hint(
                 "worker",
                 address,
                 "; register it again (the dispatcher may have restarted, or declared the \
                  worker lost after its worker timeout)",
             )
-            .into());
-        }
+            .into()
+        };
         if !req.finished_tasks.is_empty() {
+            if !self.core.read_leader(known).await?? {
+                return Err(unknown(address));
+            }
             let cmd = Command::FinishTasks {
                 worker_address: address.clone(),
                 worker_uid,
-                task_ids: req.finished_tasks,
+                task_ids: std::mem::take(&mut req.finished_tasks),
             };
             if let R::TasksFinished { finished_iterations } = self.core.propose(cmd).await? {
                 for iteration_id in finished_iterations {
@@ -474,11 +479,19 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             }
         }
         self.reports.record(&address, req.errors_ignored);
-        let current: BTreeSet<u64> = req.current_tasks.into_iter().collect();
+        let running = worker_view::Running::of(&mut req);
         let wait = Duration::from_millis(req.wait_for_change_ms.into()).min(self.max_worker_wait());
         let seen = || self.liveness.worker_seen(&address, worker_uid);
-        let resp = worker_view::long_poll(&self.core, &address, &current, wait, seen).await?;
-        Ok(Response::new(resp))
+        // Without reports, the check that the worker is known is part of the
+        // poll's reads (one leader read per heartbeat, not two).
+        let worker = worker_view::Asking { address: &address, running: &running };
+        let digests = &self.worker_digests;
+        let poll = worker_view::long_poll(&self.core, worker, digests, wait, known, seen);
+        match poll.await? {
+            Ok(resp) => Ok(Response::new(resp)),
+            Err(None) => Err(unknown(address)),
+            Err(Some(e)) => Err(e.into()),
+        }
     }
 
     #[instrument(level = "debug", skip_all, fields(

@@ -13,6 +13,8 @@
 //!
 //! - [`limits`]: the connection and request bounds every server and client
 //!   applies (streams per connection, request timeout, keepalives).
+//! - [`task_set`]: the digest of a worker's task ids, which both ends of
+//!   `WorkerHeartbeat` compute.
 //!
 //! Domain types are not defined here: each crate converts wire types at its edge.
 
@@ -30,6 +32,7 @@ pub mod compression;
 pub mod contract;
 pub mod limits;
 pub mod reflection;
+pub mod task_set;
 
 /// Largest encoded gRPC message any Sluice endpoint sends or accepts (64 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;

@@ -63,8 +63,10 @@ pub struct DispatcherArgs {
     /// starts the epoch over).
     #[arg(long)]
     pub gc_dynamic_jobs: bool,
-    /// Raft heartbeat interval of a leader, in milliseconds.
-    #[arg(long, default_value_t = 50)]
+    /// Raft heartbeat interval of a leader, in milliseconds. openraft 0.9 also
+    /// gives every AppendEntries (entries included, which wait for the follower's
+    /// fsync) this long to answer.
+    #[arg(long, default_value_t = 100)]
     pub raft_heartbeat_ms: u64,
     /// Raft election timeout, randomised in MIN..MAX milliseconds. A follower that
     /// last heard a leader waits MAX (the leader's lease) plus the timeout before it

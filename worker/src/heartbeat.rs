@@ -14,6 +14,11 @@
 //! dispatcher did not hold (`long_polled` unset: it does not hold polls) is
 //! followed by the rest of the interval, so the loop never spins.
 //!
+//! A heartbeat leaves out the list of running tasks when they have the digest the
+//! last answer named (`active_tasks_digest`): the dispatcher knows them, and most
+//! heartbeats change nothing. If they changed there meanwhile, the answer asks for
+//! the list (`current_tasks_wanted`) and the next heartbeat, at once, carries it.
+//!
 //! Every dispatcher call is bounded by the `RetryPolicy` inside `DispatcherClient`;
 //! this loop only decides what to do after one gave up: registration is tried again
 //! (the client's retry loop, without a deadline) until it succeeds or the worker
@@ -114,6 +119,9 @@ async fn heartbeat_until_lost(worker: &Arc<Worker>, shutdown: &mut watch::Receiv
     // Whether to wait (out the rest of the interval) before the next heartbeat:
     // not at first, so a task created since registration starts at once.
     let mut pause: Option<std::time::Duration> = None;
+    // The last answer's digest of our active tasks: while our running tasks have
+    // it, the dispatcher knows them and the heartbeat leaves their list out.
+    let mut active_digest: Option<u64> = None;
     loop {
         if let Some(pause) = pause.take() {
             tokio::select! {
@@ -122,7 +130,7 @@ async fn heartbeat_until_lost(worker: &Arc<Worker>, shutdown: &mut watch::Receiv
                 _ = stopped(shutdown) => return false,
             }
         }
-        let mut req = worker.heartbeat_request();
+        let mut req = worker.heartbeat_request(active_digest);
         // Nothing to report: the dispatcher may hold the answer until it has a task
         // for us. With finished tasks to report, answer at once.
         let poll = req.finished_tasks.is_empty();
@@ -138,8 +146,15 @@ async fn heartbeat_until_lost(worker: &Arc<Worker>, shutdown: &mut watch::Receiv
             _ = stopped(shutdown) => return false,
         };
         match result {
+            Ok(resp) if resp.current_tasks_wanted => {
+                // Our tasks changed on the dispatcher since it named the digest:
+                // send the list, at once (no pause).
+                worker.reported(&finished);
+                active_digest = None;
+            }
             Ok(resp) => {
                 let empty = resp.new_tasks.is_empty() && resp.tasks_to_delete.is_empty();
+                active_digest = Some(resp.active_tasks_digest).filter(|d| *d != 0);
                 worker.reported(&finished);
                 worker.delete_tasks(&resp.tasks_to_delete);
                 worker.start_tasks(resp.new_tasks);

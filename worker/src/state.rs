@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice_client::DispatcherClient;
 use sluice_dataset::FunctionRegistry;
+use sluice_proto::task_set::task_set_digest;
 use sluice_proto::v1 as pb;
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
@@ -266,9 +267,18 @@ impl Worker {
         }
     }
 
-    pub(crate) fn heartbeat_request(&self) -> pb::WorkerHeartbeatRequest {
+    /// The next heartbeat. `active_digest` is the `active_tasks_digest` of the
+    /// last answer acted on: when the running tasks have that digest, the
+    /// dispatcher already knows them, and the list is left out.
+    pub(crate) fn heartbeat_request(
+        &self,
+        active_digest: Option<u64>,
+    ) -> pb::WorkerHeartbeatRequest {
         let table = self.table();
-        let mut current_tasks: Vec<u64> = table.running.keys().copied().collect();
+        let digest = task_set_digest(table.running.keys().copied());
+        let omitted = active_digest == Some(digest);
+        let mut current_tasks: Vec<u64> =
+            if omitted { vec![] } else { table.running.keys().copied().collect() };
         current_tasks.sort_unstable();
         pb::WorkerHeartbeatRequest {
             address: self.address.clone(),
@@ -278,6 +288,8 @@ impl Worker {
             wait_for_change_ms: 0,
             errors_ignored: (self.tasks.runner.registry.errors_ignored())
                 .load(std::sync::atomic::Ordering::Relaxed),
+            current_tasks_digest: digest,
+            current_tasks_omitted: omitted,
         }
     }
 

@@ -65,6 +65,9 @@ pub enum Event {
     ClientLost,
     /// Tasks the simulated workers were given (over all their answers).
     TasksStarted,
+    /// A heartbeat that sent only its tasks' digest was asked for the list (the
+    /// worker's tasks had changed on the dispatcher since the digest was named).
+    WorkerTasksWanted,
 }
 
 /// The most latency samples kept per operation (about 32 MiB each at most);

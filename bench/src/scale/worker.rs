@@ -5,14 +5,17 @@
 //! interval, the interval's pause after an empty answer that was not held), starts
 //! and stops the tasks the answers name, and — a second loop — asks `GetSplit` for
 //! one of its DYNAMIC tasks (round robin) every `split_interval`, with the
-//! (task, uid, sequence) key a real split provider uses. The address is made up
-//! (`127.0.0.1:<index+1>`): the dispatcher never dials workers.
+//! (task, uid, sequence) key a real split provider uses. Like a real worker, it
+//! leaves its task list out while its tasks have the digest the last answer
+//! named. The address is made up (`127.0.0.1:<index+1>`): the dispatcher never
+//! dials workers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sluice_client::DispatcherClient;
+use sluice_proto::task_set::task_set_digest;
 use sluice_proto::v1 as pb;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -37,6 +40,18 @@ struct Tasks {
     unreported: BTreeSet<u64>,
     /// The last task `GetSplit` asked for (round robin).
     last: u64,
+    /// `task_set_digest` of `running`'s ids, until `running` changes.
+    digest: Option<u64>,
+}
+
+impl Tasks {
+    fn running_digest(&mut self) -> u64 {
+        *self.digest.get_or_insert_with(|| task_set_digest(self.running.keys().copied()))
+    }
+    fn stop(&mut self, id: u64) -> bool {
+        self.digest = None;
+        self.running.remove(&id).is_some()
+    }
 }
 
 pub struct SimWorker {
@@ -90,6 +105,7 @@ impl SimWorker {
         for d in defs {
             let dynamic = d.mode == pb::ProcessingMode::Dynamic as i32;
             t.running.entry(d.task_id).or_insert(dynamic.then_some(0));
+            t.digest = None;
         }
         ops.count(Event::TasksStarted, defs.len() as u64);
     }
@@ -103,6 +119,9 @@ impl SimWorker {
     ) {
         let interval = p.heartbeat_interval;
         let mut pause: Option<Duration> = None;
+        // The last answer's digest of this worker's active tasks: while the running
+        // tasks have it, the list is left out (`worker/src/heartbeat.rs`).
+        let mut active_digest: Option<u64> = None;
         while !*stop.borrow() {
             if let Some(pause) = pause.take() {
                 tokio::select! {
@@ -111,14 +130,22 @@ impl SimWorker {
                 }
             }
             let req = {
-                let t = self.table();
+                let mut t = self.table();
+                let digest = t.running_digest();
+                let omitted = active_digest == Some(digest);
                 pb::WorkerHeartbeatRequest {
                     address: self.address.clone(),
                     worker_uid: self.uid,
-                    current_tasks: t.running.keys().copied().collect(),
+                    current_tasks: if omitted {
+                        vec![]
+                    } else {
+                        t.running.keys().copied().collect()
+                    },
                     finished_tasks: t.unreported.iter().copied().collect(),
                     wait_for_change_ms: 0,
                     errors_ignored: 0,
+                    current_tasks_digest: digest,
+                    current_tasks_omitted: omitted,
                 }
             };
             let poll = req.finished_tasks.is_empty();
@@ -134,7 +161,13 @@ impl SimWorker {
             };
             let took = t0.elapsed();
             match result {
+                Ok(resp) if resp.current_tasks_wanted => {
+                    ops.count(Event::WorkerTasksWanted, 1);
+                    self.table().unreported.retain(|id| !finished.contains(id));
+                    active_digest = None;
+                }
                 Ok(resp) => {
+                    active_digest = Some(resp.active_tasks_digest).filter(|d| *d != 0);
                     let empty = resp.new_tasks.is_empty() && resp.tasks_to_delete.is_empty();
                     match (poll && resp.long_polled, empty) {
                         (true, true) => {
@@ -149,7 +182,7 @@ impl SimWorker {
                             t.unreported.remove(id);
                         }
                         for id in &resp.tasks_to_delete {
-                            t.running.remove(id);
+                            t.stop(*id);
                         }
                     }
                     self.start(&resp.new_tasks, ops);
@@ -216,7 +249,7 @@ impl SimWorker {
                     if let Some(seq) = t.running.get_mut(&task_id) {
                         *seq = Some(sequence + 1);
                     }
-                    if resp.end_of_splits && t.running.remove(&task_id).is_some() {
+                    if resp.end_of_splits && t.stop(task_id) {
                         t.unreported.insert(task_id);
                     }
                 }

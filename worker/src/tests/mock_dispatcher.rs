@@ -302,7 +302,7 @@ impl Dispatcher for Service {
                 .collect();
             let tasks_to_delete =
                 req.current_tasks.iter().copied().filter(|t| state.to_delete.contains(t)).collect();
-            pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete, long_polled: false }
+            pb::WorkerHeartbeatResponse { new_tasks, tasks_to_delete, ..Default::default() }
         };
         self.0.heartbeats.send_modify(|h| *h += 1);
         Ok(Response::new(resp))
