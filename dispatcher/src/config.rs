@@ -216,10 +216,6 @@ impl DispatcherConfig {
         Ok(sluice_security::require_secure_off_loopback(what, host, &missing, insecure)?)
     }
 
-    /// The default snapshot interval for a work_dir: 10,000 entries on local disk
-    /// or in memory; 1,000 on object storage, where a restart reads every segment
-    /// written since the last purge (a few ms each), so fewer entries between
-    /// snapshots keep restarts short.
     /// This node's snapshot interval: `snapshot_every` plus an eighth of it for
     /// each node id after the first (mod 4), so the nodes of a group do not all
     /// snapshot at the same index. Saving a snapshot holds the journal's writer,
@@ -232,6 +228,10 @@ impl DispatcherConfig {
         every.saturating_add(every / 8 * (self.node_id.saturating_sub(1) % 4))
     }
 
+    /// The default snapshot interval for a work_dir: 10,000 entries on local disk
+    /// or in memory; 1,000 on object storage, where a restart reads every segment
+    /// written since the last purge (a few ms each), so fewer entries between
+    /// snapshots keep restarts short.
     pub fn default_snapshot_every(work_dir: Option<&str>) -> u64 {
         match work_dir {
             Some(u) if u.contains("://") && !u.starts_with("memory://") => 1_000,
