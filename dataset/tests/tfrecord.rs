@@ -47,7 +47,7 @@ impl std::io::Read for CountedReads {
 /// own buffers with the footer and the next header: the kernel's copy is the
 /// only one. Mixed with small ones (buffered), all round-trip.
 #[test]
-fn large_records_take_one_read_each_and_small_ones_share_the_buffer() {
+fn large_records_skip_the_read_buffer_and_small_ones_share_it() {
     let large: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; 20 << 10]).collect();
     let mut input = CountedReads { inner: Cursor::new(encode(&large)), reads: 0 };
     let mut reader = TfRecordReader::new(&mut input, "mem.tfrecord", false);
