@@ -40,7 +40,9 @@ pub struct DispatcherArgs {
     #[arg(long)]
     pub raft_dial: Option<String>,
     /// Log entries between snapshots (the log before a snapshot is purged).
-    /// Default: 10000 on local disk, 1000 on object storage.
+    /// Default: 10000 on local disk, 1000 on object storage. Node N > 1 adds an
+    /// eighth of it per id after the first (ids past 4 wrap around), so a group's
+    /// nodes do not snapshot at the same index.
     #[arg(long)]
     pub snapshot_every: Option<u64>,
     /// The fixed worker list for static sharding (--mode file|data|file_or_data|hint):

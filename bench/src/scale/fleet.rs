@@ -86,14 +86,8 @@ pub async fn run_size(
             worker::run(w, ops, params, stopped).await;
         });
     }
-    let done = gather(&mut registrations, size, cfg.setup_timeout).await;
-    anyhow::ensure!(
-        done.iter().filter(|ok| **ok).count() == size,
-        "broke at registration: {} of {size} workers registered within {:?} ({})",
-        done.iter().filter(|ok| **ok).count(),
-        cfg.setup_timeout,
-        errors_of(&ops.figures().0)
-    );
+    let within = cfg.setup_timeout;
+    all_ok(&mut registrations, size, within, ("registration", "workers registered"), &ops).await?;
     let register_s = t0.elapsed().as_secs_f64();
 
     tracing::info!(size, "phase A: workers only");
@@ -122,14 +116,7 @@ pub async fn run_size(
             }
         });
     }
-    let done = gather(&mut joins, size, cfg.setup_timeout).await;
-    anyhow::ensure!(
-        done.iter().filter(|ok| **ok).count() == size,
-        "broke at joining: {} of {size} consumers joined within {:?} ({})",
-        done.iter().filter(|ok| **ok).count(),
-        cfg.setup_timeout,
-        errors_of(&ops.figures().0)
-    );
+    all_ok(&mut joins, size, cfg.setup_timeout, ("joining", "consumers joined"), &ops).await?;
     let tasks = (jobs * size) as u64;
     let deadline = Instant::now() + cfg.setup_timeout;
     loop {
@@ -228,17 +215,32 @@ async fn leader_first(group: &Quorum) -> anyhow::Result<(u64, Vec<String>)> {
     Ok((leader, pids))
 }
 
-/// Receives `n` outcomes, or as many as arrive before `within`.
-async fn gather(rx: &mut mpsc::Receiver<bool>, n: usize, within: Duration) -> Vec<bool> {
-    let mut out = vec![];
+/// Waits up to `within` for `n` outcomes on `rx`; an error naming the `stage` unless
+/// all `n` arrived and succeeded (with the calls' last errors).
+async fn all_ok(
+    rx: &mut mpsc::Receiver<bool>,
+    n: usize,
+    within: Duration,
+    (stage, what): (&str, &str),
+    ops: &Ops,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
-    while out.len() < n {
+    let (mut seen, mut ok) = (0, 0);
+    while seen < n {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(ok)) => out.push(ok),
+            Ok(Some(success)) => {
+                seen += 1;
+                ok += usize::from(success);
+            }
             _ => break,
         }
     }
-    out
+    anyhow::ensure!(
+        ok == n,
+        "broke at {stage}: {ok} of {n} {what} within {within:?} ({})",
+        errors_of(&ops.figures().0)
+    );
+    Ok(())
 }
 
 /// CPU-ms per second of each process over `window`.

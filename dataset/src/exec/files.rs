@@ -59,7 +59,7 @@ impl Iterator for LazyFile {
             return None;
         }
         if self.inner.is_none() {
-            match open(&self.url, &self.roots, self.format) {
+            match open_elements(&self.url, &self.roots, self.format) {
                 Ok(elements) => self.inner = Some(elements),
                 Err(e) => {
                     self.done = true;
@@ -79,7 +79,11 @@ impl Iterator for LazyFile {
 /// The elements of the file `url` in `format`. A TFRecord reader buffers its
 /// input itself (large records are read straight into their tensors); lines
 /// come out of the file's read buffer.
-fn open(url: &str, roots: &DataRoots, format: FileFormat) -> Result<ElementIter, DatasetError> {
+fn open_elements(
+    url: &str,
+    roots: &DataRoots,
+    format: FileFormat,
+) -> Result<ElementIter, DatasetError> {
     Ok(match format {
         FileFormat::TfRecord { skip_corrupt } => {
             let reader = io::open_unbuffered_in(url, roots)?;

@@ -64,31 +64,31 @@ impl<R: Read> DirectInput<R> {
     /// [`DIRECT_MIN`] or more is read straight into `out`, and with it up to
     /// `ahead` bytes past the `n`, which are kept for the next call.
     pub fn read_into(&mut self, out: &mut Vec<u8>, n: usize, ahead: usize) -> Result<usize> {
-        let buffered = self.buffered().len().min(n);
-        out.extend_from_slice(&self.buf[self.pos..self.pos + buffered]);
-        self.pos += buffered;
-        let mut done = buffered;
-        while done < n {
+        let mut done = 0;
+        loop {
+            let take = self.buffered().len().min(n - done);
+            out.extend_from_slice(&self.buf[self.pos..self.pos + take]);
+            self.pos += take;
+            done += take;
             let rest = n - done;
+            if rest == 0 {
+                return Ok(done);
+            }
+            // The buffer is empty here: everything buffered was taken.
             if rest < DIRECT_MIN {
                 if self.fill()? == 0 {
-                    break;
+                    return Ok(done);
                 }
-                let take = self.buffered().len().min(rest);
-                out.extend_from_slice(&self.buf[self.pos..self.pos + take]);
-                self.pos += take;
-                done += take;
                 continue;
             }
-            // The buffer is empty here: everything buffered was taken above.
+            // Into the spare capacity, not zeroed first (zeroing cost as much as
+            // the copy it saves); `read_to_end` stops at `want` or the end.
             let at = out.len();
             let want = (rest + ahead).min(READ_STEP);
             out.reserve(want);
-            // Into the spare capacity, not zeroed first (zeroing cost as much as
-            // the copy it saves); `read_to_end` stops at `want` or the end.
             let got = (&mut self.inner).take(want as u64).read_to_end(out)?;
             if got == 0 {
-                break;
+                return Ok(done);
             }
             if got > rest {
                 // Read past the `n`: the start of what follows, for the next call.
@@ -96,12 +96,9 @@ impl<R: Read> DirectInput<R> {
                 self.buf.extend_from_slice(&out[at + rest..]);
                 self.pos = 0;
                 out.truncate(at + rest);
-                done = n;
-            } else {
-                done += got;
             }
+            done += got.min(rest);
         }
-        Ok(done)
     }
 
     fn buffered(&self) -> &[u8] {

@@ -3,7 +3,7 @@
 //! final name.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,7 +11,7 @@ use super::writer::FileWriter;
 use crate::error::DatasetError;
 
 /// Read buffer per open file.
-const READ_BUFFER: usize = 256 << 10;
+pub(super) const READ_BUFFER: usize = 256 << 10;
 
 /// Paths of the regular files matching `pattern` (unsorted). Directories that
 /// match are left out: a file source cannot read them.
@@ -28,16 +28,9 @@ pub(super) fn list(pattern: &str) -> Result<Vec<String>, DatasetError> {
     Ok(out)
 }
 
-pub(super) fn open(url: &str, path: &Path) -> Result<Box<dyn BufRead + Send>, DatasetError> {
-    let f = File::open(path).map_err(|e| DatasetError::io(url, e))?;
-    Ok(Box::new(BufReader::with_capacity(READ_BUFFER, f)))
-}
-
-pub(super) fn open_unbuffered(
-    url: &str,
-    path: &Path,
-) -> Result<Box<dyn Read + Send>, DatasetError> {
-    Ok(Box::new(File::open(path).map_err(|e| DatasetError::io(url, e))?))
+/// The local file at `path` (`url` names it in errors); the caller buffers it.
+pub(super) fn open(url: &str, path: &Path) -> Result<File, DatasetError> {
+    File::open(path).map_err(|e| DatasetError::io(url, e))
 }
 
 /// Writes to `.<name>.tmp-<pid>-<n>` beside `path`; `finish` renames it into place.

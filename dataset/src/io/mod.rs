@@ -85,11 +85,10 @@ pub fn open(url: &str) -> Result<Box<dyn BufRead + Send>, DatasetError> {
 /// [`open`] under `roots`: a local file is checked and then opened by its
 /// canonical path (what was checked is what is opened); an object by its URL.
 pub fn open_in(url: &str, roots: &DataRoots) -> Result<Box<dyn BufRead + Send>, DatasetError> {
-    let checked = roots.check(url)?;
-    match parse(url)? {
-        Target::Local { .. } => local::open(url, std::path::Path::new(&checked)),
-        Target::Object(o) => Ok(Box::new(object::open(&o)?)),
-    }
+    Ok(match open_checked(url, roots)? {
+        Opened::File(f) => Box::new(std::io::BufReader::with_capacity(local::READ_BUFFER, f)),
+        Opened::Object(o) => Box::new(o),
+    })
 }
 
 /// [`open_in`] without a local read buffer, for a reader that buffers itself
@@ -99,10 +98,24 @@ pub fn open_unbuffered_in(
     url: &str,
     roots: &DataRoots,
 ) -> Result<Box<dyn Read + Send>, DatasetError> {
+    Ok(match open_checked(url, roots)? {
+        Opened::File(f) => Box::new(f),
+        Opened::Object(o) => Box::new(o),
+    })
+}
+
+/// What [`open_checked`] opened.
+enum Opened {
+    File(std::fs::File),
+    Object(object::ObjectReader),
+}
+
+/// `url`, once `roots` admit it (a local file by its checked canonical path).
+fn open_checked(url: &str, roots: &DataRoots) -> Result<Opened, DatasetError> {
     let checked = roots.check(url)?;
     match parse(url)? {
-        Target::Local { .. } => local::open_unbuffered(url, std::path::Path::new(&checked)),
-        Target::Object(o) => Ok(Box::new(object::open(&o)?)),
+        Target::Local { .. } => Ok(Opened::File(local::open(url, std::path::Path::new(&checked))?)),
+        Target::Object(o) => Ok(Opened::Object(object::open(&o)?)),
     }
 }
 
