@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sluice_client::DispatcherClient;
 use sluice_proto::v1 as pb;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tonic::Code;
 
@@ -79,14 +79,18 @@ pub async fn join(
 }
 
 /// The reader's long poll of its iteration, until `stop` or the dispatcher forgets
-/// the client.
+/// the client. `joined` hears `true` once the first heartbeat (answered at once)
+/// succeeded and was timed, `false` if the dispatcher forgot the client first: the
+/// setup phase ends only then, so the figures reset at its end cannot drop it.
 pub async fn heartbeat_loop(
     client: &DispatcherClient,
     ops: &Ops,
     client_id: u64,
     p: ConsumerParams,
     mut stop: watch::Receiver<bool>,
+    joined: mpsc::Sender<bool>,
 ) {
+    let mut joined = Some(joined);
     let pace = p.heartbeat_interval.min(p.long_poll);
     let wait_ms = u32::try_from(p.long_poll.as_millis()).unwrap_or(u32::MAX);
     let mut known_view = 0u64;
@@ -124,9 +128,15 @@ pub async fn heartbeat_loop(
                 }
                 changed = resp.view_digest != 0 && resp.view_digest != known_view;
                 known_view = resp.view_digest;
+                if let Some(joined) = joined.take() {
+                    let _ = joined.send(true).await;
+                }
             }
             Err(e) if e.code() == Some(Code::NotFound) => {
                 ops.count(Event::ClientLost, 1);
+                if let Some(joined) = joined.take() {
+                    let _ = joined.send(false).await;
+                }
                 return;
             }
             Err(e) => {

@@ -109,10 +109,14 @@ pub async fn run_size(
             (ops.clone(), stopped.clone(), joined.clone(), def.clone());
         let job_name = format!("scale-{}", i / cfg.consumers_per_job);
         fleet.spawn(async move {
-            let id = consumer::join(&client, &ops, &def, "scale", &job_name).await;
-            let _ = joined.send(id.is_some()).await;
-            if let Some(id) = id {
-                consumer::heartbeat_loop(&client, &ops, id, CONSUMER, stopped).await;
+            match consumer::join(&client, &ops, &def, "scale", &job_name).await {
+                // Joined once its first heartbeat is answered (`heartbeat_loop`).
+                Some(id) => {
+                    consumer::heartbeat_loop(&client, &ops, id, CONSUMER, stopped, joined).await
+                }
+                None => {
+                    let _ = joined.send(false).await;
+                }
             }
         });
     }
