@@ -98,7 +98,7 @@ pub fn sled_record(data: &[u8]) {
             let _ = format::split_purged(payload);
         }
         3 => {
-            let _ = format::split_snapshot(payload);
+            let _ = format::split_snapshot(Bytes::copy_from_slice(payload));
         }
         _ => {
             let _ = format::key_index(key);

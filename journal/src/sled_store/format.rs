@@ -7,8 +7,12 @@
 
 use bytes::Bytes;
 
-/// The on-disk format this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The on-disk format this build writes. 2: the snapshot is a file of its own
+/// (`snapshot_file`); 1: it was the `meta` value `snapshot`.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The oldest format this build reads. A writable open upgrades a format-1 journal to 2
+/// (`recover::upgrade`); a read-only one reads it as it is.
+pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 pub(crate) const KEY_FORMAT: &[u8] = b"format_version";
 pub(crate) const KEY_VOTE: &[u8] = b"vote";
 pub(crate) const KEY_PURGED: &[u8] = b"purged";
@@ -19,17 +23,22 @@ pub(crate) fn key_index(key: &[u8]) -> Result<u64, String> {
     Ok(u64::from_be_bytes(bytes))
 }
 
-pub(crate) fn split_snapshot(value: &[u8]) -> Result<(Bytes, Bytes), String> {
-    if value.len() < 8 {
+/// Where a snapshot value `[u64 LE meta_len][meta][data]` splits: the end of `meta`.
+pub(crate) fn snapshot_meta_end(value: &[u8]) -> Result<usize, String> {
+    let Some((len, rest)) = value.split_first_chunk::<8>() else {
         return Err(format!("snapshot value is {} bytes", value.len()));
-    }
-    let meta_len = u64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
-    let rest = &value[8..];
+    };
+    let meta_len = u64::from_le_bytes(*len);
     if meta_len > rest.len() as u64 {
         return Err(format!("snapshot meta length {meta_len} exceeds value ({})", rest.len()));
     }
-    let (meta, data) = rest.split_at(meta_len as usize);
-    Ok((Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data)))
+    Ok(8 + meta_len as usize)
+}
+
+/// `(meta, data)` of a snapshot value, sharing its bytes.
+pub(crate) fn split_snapshot(value: Bytes) -> Result<(Bytes, Bytes), String> {
+    let end = snapshot_meta_end(&value)?;
+    Ok((value.slice(8..end), value.slice(end..)))
 }
 
 /// The format version a `format_version` value holds.

@@ -8,9 +8,10 @@
 //!
 //! Layout (format version [`FORMAT_VERSION`](format::FORMAT_VERSION); names in `format`):
 //! - tree `log`: key = big-endian `u64` index (so sled's order is index order), value = entry.
-//! - tree `meta`: `format_version` (u32 LE), `vote`, `purged` (`[u64 LE upto][marker]`),
-//!   `snapshot` (`[u64 LE meta_len][meta][data]`: one value, so meta and data are replaced
-//!   together, atomically).
+//! - tree `meta`: `format_version` (u32 LE), `vote`, `purged` (`[u64 LE upto][marker]`);
+//!   in format 1 also `snapshot` (`[u64 LE meta_len][meta][data]`).
+//! - file `snapshot/current` (format 2): the snapshot, written outside the writer lock so
+//!   appends go on during a save (`snapshot_file`).
 //!
 //! Every value is framed `[u32 crc32c][payload]` (`frame`). Recovery at open verifies every
 //! value: a bad one is corruption and refuses to start, naming the path and the key, also on
@@ -23,6 +24,9 @@ mod durable;
 pub(crate) mod format;
 mod read_only;
 mod recover;
+mod snapshot_file;
+#[cfg(test)]
+mod tests;
 
 #[cfg(feature = "testing")]
 pub(crate) use durable::sync_count;
@@ -39,12 +43,14 @@ use tokio::sync::Mutex;
 
 use self::durable::Syncer;
 use self::format::{key_index, split_snapshot, KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE};
-use self::recover::{open_blocking, sled_err};
+use self::recover::{open_blocking, sled_err, Opened};
 use crate::frame::{seal, unseal};
 use crate::{Journal, JournalError, LogState, Recovery};
 
 pub(crate) struct SledJournal {
     location: String,
+    /// The directory sled and the snapshot file live in (a copy's, for read-only handles).
+    dir: PathBuf,
     db: sled::Db,
     log: sled::Tree,
     meta: sled::Tree,
@@ -58,6 +64,15 @@ pub(crate) struct SledJournal {
     writer: Mutex<Option<String>>,
     /// Told how long each flush + fsync took.
     timing: crate::observe::Timing,
+    /// The snapshot is the file `snapshot/current` (format 2), else the `meta` value
+    /// `snapshot` (a format-1 journal opened read-only).
+    snapshot_in_file: bool,
+    /// Serializes snapshot saves (they need no writer lock: `snapshot_file`).
+    snapshot_writer: Mutex<()>,
+    read_only: bool,
+    /// Tests hold a save between writing its file and renaming it into place.
+    #[cfg(test)]
+    pause_save: Option<Arc<(std::sync::Barrier, std::sync::Barrier)>>,
     /// Declared last so it is dropped after the database.
     _open: OpenGuard,
     /// A read-only handle's copy of the directory, removed after the database is closed.
@@ -96,16 +111,18 @@ impl SledJournal {
         let opened = tokio::task::spawn_blocking(move || open_blocking(&path, &loc, read_only))
             .await
             .map_err(|e| JournalError::io(&location, false, e))??;
-        let (db, log, meta, state, recovery) = opened;
+        let Opened { db, log, meta, state, recovery, snapshot_in_file } = opened;
         // Recovery may have written (a format key, a cut tail): durable before anything else.
         db.flush_async().await.map_err(|e| sled_err(&location, e))?;
-        let syncer = tokio::task::spawn_blocking(move || Syncer::open(&dir))
+        let sync_dir = dir.clone();
+        let syncer = tokio::task::spawn_blocking(move || Syncer::open(&sync_dir))
             .await
             .map_err(|e| JournalError::io(&location, false, e))?
             .map_err(|e| JournalError::io(&location, false, e))?;
         tracing::info!(journal = %location, entries = recovery.entries, ?state, "journal opened");
         let journal = SledJournal {
             location,
+            dir,
             db,
             log,
             meta,
@@ -113,6 +130,11 @@ impl SledJournal {
             state: StdMutex::new(state),
             writer: Mutex::new(read_only.then(|| "opened read-only".to_string())),
             timing,
+            snapshot_in_file,
+            snapshot_writer: Mutex::new(()),
+            read_only,
+            #[cfg(test)]
+            pause_save: None,
             _open: guard,
             _copy: copy,
         };
@@ -301,23 +323,54 @@ impl Journal for SledJournal {
         self.get_meta(KEY_VOTE)
     }
 
+    /// Outside the writer lock: appends go on while the file is written and synced
+    /// (`snapshot_file`). Saves are serialized among themselves.
     async fn save_snapshot(&self, meta: Bytes, data: Bytes) -> Result<(), JournalError> {
-        let mut value = Vec::with_capacity(8 + meta.len() + data.len());
-        value.extend_from_slice(&(meta.len() as u64).to_le_bytes());
-        value.extend_from_slice(&meta);
-        value.extend_from_slice(&data);
-        self.write(|state| {
-            self.meta.insert(KEY_SNAPSHOT, seal(&value))?;
-            Ok(Some(state.clone()))
+        if self.read_only {
+            return Err(JournalError::io(&self.location, false, "opened read-only"));
+        }
+        let _saving = self.snapshot_writer.lock().await;
+        let dir = self.dir.clone();
+        #[cfg(test)]
+        let pause = self.pause_save.clone();
+        let pause = move || {
+            #[cfg(test)]
+            if let Some(gate) = pause {
+                gate.0.wait();
+                gate.1.wait();
+            }
+        };
+        let io = |e| JournalError::io(&self.location, false, e);
+        let start = std::time::Instant::now();
+        tokio::task::spawn_blocking(move || {
+            let len = (meta.len() as u64).to_le_bytes();
+            snapshot_file::write(&dir, &[&len, &meta, &data], pause)
         })
         .await
+        .map_err(|e| JournalError::io(&self.location, false, e))?
+        .map_err(io)?;
+        self.timing.done(start);
+        Ok(())
     }
 
     async fn read_snapshot(&self) -> Result<Option<(Bytes, Bytes)>, JournalError> {
-        let Some(value) = self.get_meta(KEY_SNAPSHOT)? else { return Ok(None) };
-        split_snapshot(&value)
-            .map(Some)
-            .map_err(|reason| self.corrupt("tree `meta`, key `snapshot`".into(), 0, reason))
+        let (value, what) = if self.snapshot_in_file {
+            let dir = self.dir.clone();
+            let read = tokio::task::spawn_blocking(move || snapshot_file::read(&dir))
+                .await
+                .map_err(|e| JournalError::io(&self.location, false, e))?
+                .map_err(|e| JournalError::io(&self.location, false, e))?;
+            let Some(sealed) = read else { return Ok(None) };
+            let sealed = Bytes::from(sealed);
+            let payload = unseal(&sealed)
+                .map(|p| sealed.slice_ref(p))
+                .map_err(|r| self.corrupt("snapshot/current".into(), 0, r))?;
+            (payload, "snapshot/current")
+        } else {
+            let Some(value) = self.get_meta(KEY_SNAPSHOT)? else { return Ok(None) };
+            (value, "tree `meta`, key `snapshot`")
+        };
+        split_snapshot(value).map(Some).map_err(|reason| self.corrupt(what.into(), 0, reason))
     }
 
     fn location(&self) -> String {

@@ -8,9 +8,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::format::{
-    key_index, parse_format_version, split_purged, split_snapshot, FORMAT_VERSION, KEY_FORMAT,
-    KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE,
+    key_index, parse_format_version, snapshot_meta_end, split_purged, FORMAT_VERSION, KEY_FORMAT,
+    KEY_PURGED, KEY_SNAPSHOT, KEY_VOTE, OLDEST_FORMAT_VERSION,
 };
+use super::snapshot_file;
 use crate::frame::{seal, unseal};
 use crate::{JournalError, LogState, Recovery};
 
@@ -38,7 +39,17 @@ pub(crate) fn open_db(
 /// How long `open` waits for sled's file lock.
 const LOCK_WAIT: Duration = Duration::from_secs(3);
 
-pub(super) type Opened = (sled::Db, sled::Tree, sled::Tree, LogState, Recovery);
+/// An opened, recovered database.
+pub(super) struct Opened {
+    pub db: sled::Db,
+    pub log: sled::Tree,
+    pub meta: sled::Tree,
+    pub state: LogState,
+    pub recovery: Recovery,
+    /// Where the snapshot is: a file (format 2, or an empty read-only journal) or the `meta`
+    /// value (a format-1 journal opened read-only; a writable open upgrades it).
+    pub snapshot_in_file: bool,
+}
 
 /// Opens the database and recovers; blocking (sled reads its log at open).
 ///
@@ -54,19 +65,24 @@ pub(super) fn open_blocking(
     let db = open_db(path, location, LOCK_WAIT)?;
     let log = db.open_tree("log").map_err(|e| sled_err(location, e))?;
     let meta = db.open_tree("meta").map_err(|e| sled_err(location, e))?;
-    let (state, recovery) = recover(location, &log, &meta, read_only)?;
-    Ok((db, log, meta, state, recovery))
+    if !read_only {
+        snapshot_file::prepare(path).map_err(|e| JournalError::io(location, false, e))?;
+    }
+    let (state, recovery, format) = recover(path, location, &log, &meta, read_only)?;
+    Ok(Opened { db, log, meta, state, recovery, snapshot_in_file: format >= 2 })
 }
 
-/// Verifies every value, finishes an interrupted purge; returns the marks. A value that fails
+/// Verifies every value, finishes an interrupted purge, upgrades format 1 to 2 (writable
+/// opens); returns the marks and the format the journal is now in. A value that fails
 /// its checksum is `Corrupt` wherever it is: sled batches are atomic, so no acknowledged
 /// write of ours can be half there (a torn write of sled's own log is sled's to discard).
 fn recover(
+    path: &Path,
     location: &str,
     log: &sled::Tree,
     meta: &sled::Tree,
     read_only: bool,
-) -> Result<(LogState, Recovery), JournalError> {
+) -> Result<(LogState, Recovery, u32), JournalError> {
     let sled = |e| sled_err(location, e);
     let corrupt = |what: &str, offset: u64, reason: String| JournalError::Corrupt {
         location: format!("{location} ({what})"),
@@ -82,30 +98,41 @@ fn recover(
         }
     };
 
-    match meta_value(KEY_FORMAT)? {
+    let mut format = match meta_value(KEY_FORMAT)? {
         Some(v) => {
             let found = parse_format_version(&v)
                 .map_err(|r| corrupt("tree `meta`, key `format_version`", 0, r))?;
-            if found != FORMAT_VERSION {
+            if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&found) {
                 return Err(JournalError::UnsupportedVersion {
                     location: location.to_string(),
                     found,
                     supported: FORMAT_VERSION,
                 });
             }
+            found
         }
-        None if log.is_empty() && meta.is_empty() && read_only => {}
+        None if log.is_empty() && meta.is_empty() && read_only => FORMAT_VERSION,
         None if log.is_empty() && meta.is_empty() => {
             meta.insert(KEY_FORMAT, seal(&FORMAT_VERSION.to_le_bytes())).map_err(sled)?;
+            FORMAT_VERSION
         }
         None => {
             let why = "the format-version key is missing from a non-empty journal".to_string();
             return Err(corrupt("tree `meta`", 0, why));
         }
-    }
+    };
     meta_value(KEY_VOTE)?;
-    if let Some(v) = meta_value(KEY_SNAPSHOT)? {
-        split_snapshot(&v).map_err(|r| corrupt("tree `meta`, key `snapshot`", 0, r))?;
+    if format == 1 {
+        let value = meta_value(KEY_SNAPSHOT)?;
+        if let Some(v) = &value {
+            snapshot_meta_end(v).map_err(|r| corrupt("tree `meta`, key `snapshot`", 0, r))?;
+        }
+        if !read_only {
+            upgrade(path, location, meta, value.as_deref())?;
+            format = 2;
+        }
+    } else {
+        verify_snapshot_file(path, location)?;
     }
     let mut state = LogState::default();
     if let Some(v) = meta_value(KEY_PURGED)? {
@@ -142,7 +169,40 @@ fn recover(
         state.last_index = Some(index);
         recovery.entries += 1;
     }
-    Ok((state, recovery))
+    Ok((state, recovery, format))
+}
+
+/// Format 1 → 2: the snapshot moves from the `meta` value to its file (durable first),
+/// then one sled batch drops the value and records format 2. A crash in between leaves a
+/// format-1 journal whose value is still there, and the next open upgrades again.
+fn upgrade(
+    path: &Path,
+    location: &str,
+    meta: &sled::Tree,
+    snapshot: Option<&[u8]>,
+) -> Result<(), JournalError> {
+    if let Some(value) = snapshot {
+        snapshot_file::write(path, &[value], || {})
+            .map_err(|e| JournalError::io(location, false, e))?;
+    }
+    let mut batch = sled::Batch::default();
+    batch.remove(KEY_SNAPSHOT);
+    batch.insert(KEY_FORMAT, seal(&FORMAT_VERSION.to_le_bytes()));
+    meta.apply_batch(batch).map_err(|e| sled_err(location, e))?;
+    tracing::info!(journal = %location, "journal format 1 upgraded to 2 (snapshot file)");
+    Ok(())
+}
+
+/// Reads the snapshot file, if any, and checks it: a damaged one is `Corrupt`.
+fn verify_snapshot_file(path: &Path, location: &str) -> Result<(), JournalError> {
+    let what = "snapshot/current";
+    let bytes = snapshot_file::read(path).map_err(|e| JournalError::io(location, false, e))?;
+    let Some(bytes) = bytes else { return Ok(()) };
+    unseal(&bytes).and_then(snapshot_meta_end).map(drop).map_err(|reason| JournalError::Corrupt {
+        location: format!("{location} ({what})"),
+        offset: 0,
+        reason,
+    })
 }
 
 /// Maps a sled error: a held lock means another process owns the journal (`Fenced`);

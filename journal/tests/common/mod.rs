@@ -188,12 +188,10 @@ impl Backend {
     pub async fn damage_snapshot(&self) {
         match self.kind {
             Kind::Sled => {
-                let db = sled::Config::new().path(self.sled_dir()).open().unwrap();
-                let meta = db.open_tree("meta").unwrap();
-                let mut value = meta.get("snapshot").unwrap().unwrap().to_vec();
-                *value.last_mut().unwrap() ^= 0xff;
-                meta.insert("snapshot", value).unwrap();
-                db.flush().unwrap();
+                let file = self.sled_dir().join("snapshot").join("current");
+                let mut bytes = std::fs::read(&file).unwrap();
+                *bytes.last_mut().unwrap() ^= 0xff;
+                std::fs::write(&file, bytes).unwrap();
             }
             _ => {
                 let last = self.list("snapshot").await.pop().unwrap();
@@ -202,21 +200,24 @@ impl Backend {
         }
     }
 
-    /// Marks the journal as written by format version 2.
-    pub async fn set_format_version_2(&self) {
+    /// Marks the journal as written by the format version after the newest this build
+    /// reads (sled: 3; object stores: 2); returns that version.
+    pub async fn set_newer_format_version(&self) -> u32 {
         match self.kind {
             Kind::Sled => {
                 let db = sled::Config::new().path(self.sled_dir()).open().unwrap();
                 let meta = db.open_tree("meta").unwrap();
-                let payload = 2u32.to_le_bytes();
+                let payload = 3u32.to_le_bytes();
                 let mut value = crc32c::crc32c(&payload).to_le_bytes().to_vec();
                 value.extend_from_slice(&payload);
                 meta.insert("format_version", value).unwrap();
                 db.flush().unwrap();
+                3
             }
             _ => {
                 let last = self.segments().await.pop().unwrap();
                 self.rewrite(&last, |bytes| bytes[4..8].copy_from_slice(&2u32.to_le_bytes())).await;
+                2
             }
         }
     }
