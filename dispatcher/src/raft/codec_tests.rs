@@ -37,6 +37,9 @@ fn the_bytes_are_those_of_bincode_serialize() {
     let batch = Command::Batch(vec![cmd.clone(), Command::ReleaseClient { client_id: 7 }]);
     let rpc = append(vec![entry(1, cmd.clone()), entry(2, batch.clone())]);
     assert_eq!(encode(&cmd).unwrap(), bincode::serialize(&cmd).unwrap());
+    for capacity in [0, 3, 1 << 16] {
+        assert_eq!(encode_with_capacity(&batch, capacity).unwrap(), encode(&batch).unwrap());
+    }
     assert_eq!(encode(&batch).unwrap(), bincode::serialize(&batch).unwrap());
     assert_eq!(encode(&rpc).unwrap(), bincode::serialize(&rpc).unwrap());
     assert_eq!(encode(&State::default()).unwrap(), bincode::serialize(&State::default()).unwrap());
