@@ -117,6 +117,7 @@ impl Core {
             dial: dial.clone(),
             security: security.clone(),
             contacts: contacts.clone(),
+            channels: Default::default(),
         };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await

@@ -8,6 +8,18 @@
 //! Raft traffic goes to each peer's Raft port (`DispatcherConfig::raft_peers`,
 //! or a `raft_dial` override), over TLS with this node's certificate and with
 //! the peer secret when configured (`access.rs`).
+//!
+//! One channel (one HTTP/2 connection) per peer, shared by every client openraft
+//! makes for it ([`PeerChannels`]). openraft 0.9 asks for a new client not only
+//! per replication stream but per leadership confirmation (`ensure_linearizable`,
+//! which every leader read runs, `read_barrier.rs`): with a channel per client,
+//! each confirmation dialled both followers afresh — a TCP connect and an HTTP/2
+//! handshake on each side, hundreds of times a second under a fleet of long
+//! polls, ~10 % of the leader's CPU at 2,000 workers + 2,000 consumers
+//! (docs/performance.md, "Scale").
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
@@ -43,6 +55,43 @@ pub struct PeerNetwork {
     pub security: ClientSecurity,
     /// Each RPC's outcome, for the status page (`contacts.rs`).
     pub contacts: PeerContacts,
+    /// The channel each peer's clients share.
+    pub channels: PeerChannels,
+}
+
+/// The most (peer, address) pairs with a channel; past it the map starts over
+/// (a group has a handful of members; addresses change only with membership).
+const MAX_PEER_CHANNELS: usize = 64;
+
+/// Soft state: one lazily connecting channel per peer id and dial address,
+/// cloned into each [`PeerClient`] (a tonic `Channel` multiplexes calls over
+/// one connection and reconnects on its own after a failure). Rebuilt empty by
+/// a restarted process; a peer's new address gets a new channel.
+#[derive(Clone, Default)]
+pub struct PeerChannels(Arc<Mutex<HashMap<(NodeId, String), PeerChannel>>>);
+
+impl PeerChannels {
+    /// The channel to `target` at `addr`, made with `security` the first time.
+    /// A bad address or unusable TLS settings are not kept: each client reports them.
+    fn get(
+        &self,
+        security: &ClientSecurity,
+        target: NodeId,
+        addr: &str,
+    ) -> Result<PeerChannel, String> {
+        // A std Mutex: one map operation, no await (`connect_lazy` does not dial).
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (target, addr.to_string());
+        if let Some(channel) = map.get(&key) {
+            return Ok(channel.clone());
+        }
+        let channel = peer_channel(security, addr, None)?;
+        if map.len() >= MAX_PEER_CHANNELS {
+            map.clear();
+        }
+        map.insert(key, channel.clone());
+        Ok(channel)
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -57,7 +106,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             .map(String::as_str)
             .unwrap_or_else(|| super::addresses::raft_part(&node.addr).unwrap_or(&node.addr));
         let addr = &addr.to_string();
-        let channel = peer_channel(&self.security, addr, None);
+        let channel = self.channels.get(&self.security, target, addr);
         PeerClient {
             target,
             address: addr.clone(),
@@ -295,6 +344,35 @@ mod tests {
         rpc.entries.truncate(3);
         let err = client.append_entries(rpc, option).await.unwrap_err();
         assert!(matches!(err, RPCError::Unreachable(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn every_client_of_a_peer_shares_one_connection() {
+        // A peer that accepts one connection, then no more (its port closes),
+        // and never answers on it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let mut network = PeerNetwork::default();
+        let node = BasicNode { addr: addr.clone() };
+        let option = RPCOption::new(Duration::from_millis(20));
+        let mut first = network.new_client(2, &node).await;
+        let err = first.append_entries(heartbeat(), option.clone()).await.unwrap_err();
+        assert!(matches!(err, RPCError::Network(_)), "{err:?}");
+        let (held, _) = listener.accept().await.unwrap();
+        drop(listener);
+
+        // A second client (openraft makes one per leadership confirmation) goes
+        // over that connection: slow, as the first. A connection of its own
+        // would be refused (Unreachable).
+        let mut second = network.new_client(2, &node).await;
+        let err = second.append_entries(heartbeat(), option.clone()).await.unwrap_err();
+        assert!(matches!(err, RPCError::Network(_)), "{err:?}");
+
+        // Another peer id at the same address is another peer: its own channel.
+        let mut other = network.new_client(3, &node).await;
+        let err = other.append_entries(heartbeat(), option).await.unwrap_err();
+        assert!(matches!(err, RPCError::Unreachable(_)), "{err:?}");
+        drop(held);
     }
 
     #[tokio::test]
