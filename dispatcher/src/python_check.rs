@@ -125,7 +125,7 @@ mod tests {
             address: address.into(),
             worker_uid: 1,
             functions: BTreeSet::new(),
-            active_tasks: BTreeSet::new(),
+            active_tasks: Default::default(),
             lost: false,
             python_version: python.map(String::from),
         }

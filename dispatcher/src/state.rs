@@ -8,6 +8,7 @@
 //! tf.data, so ids are recognisable in logs).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sluice_dataset::python::PythonNeeds;
@@ -222,8 +223,13 @@ pub struct Worker {
     pub worker_uid: u64,
     /// Registry functions it advertised ("map:square", …).
     pub functions: BTreeSet<String>,
-    /// Its tasks that have not finished.
-    pub active_tasks: BTreeSet<TaskId>,
+    /// Its tasks that have not finished. Shared, not copied, with the long polls
+    /// that hold a worker's heartbeat (`worker_view.rs`: the set a held digest
+    /// heartbeat was decided against); `apply` changes it through
+    /// [`Worker::active_tasks_mut`], which copies it only while such a poll
+    /// holds it. Encoded as the set itself (serde's `rc`): the persisted
+    /// layout is the same as a plain `BTreeSet`'s.
+    pub active_tasks: Arc<BTreeSet<TaskId>>,
     /// Declared lost by the leader's worker timeout; cleared when it registers again.
     pub lost: bool,
     /// The Python version its pool of Python processes runs (`3.11.7`), as it
@@ -233,6 +239,11 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// Its active tasks, to change (copied first if a held heartbeat shares them).
+    pub fn active_tasks_mut(&mut self) -> &mut BTreeSet<TaskId> {
+        Arc::make_mut(&mut self.active_tasks)
+    }
+
     /// Whether this worker can run a pipeline that asks `needs` of its workers.
     pub fn can_run(&self, needs: &PythonNeeds) -> bool {
         needs.admits(self.python_version.as_deref())

@@ -161,7 +161,7 @@ pub(super) fn remove_task(
     rr.pending.retain(|t| *t != task_id);
     // The worker is told to drop it; if it comes back it gets a fresh (pending) task.
     if let Some(w) = state.workers.get_mut(&worker_address) {
-        w.active_tasks.remove(&task_id);
+        w.active_tasks_mut().remove(&task_id);
     }
     Ok(Response::CoordinatedRemoved)
 }

@@ -38,7 +38,7 @@ pub(super) fn forget_iteration(
     for task_id in tasks {
         if let Some(task) = state.tasks.remove(&task_id) {
             if let Some(w) = state.workers.get_mut(&task.worker_address) {
-                w.active_tasks.remove(&task_id);
+                w.active_tasks_mut().remove(&task_id);
             }
         }
     }

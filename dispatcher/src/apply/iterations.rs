@@ -153,7 +153,7 @@ pub(super) fn new_task(
         },
     );
     if let Some(w) = state.workers.get_mut(address) {
-        w.active_tasks.insert(task_id);
+        w.active_tasks_mut().insert(task_id);
     }
     task_id
 }
@@ -193,7 +193,7 @@ pub(super) fn finish_tasks(
         task.finished = true;
         touched.insert(task.iteration_id);
         if let Some(w) = state.workers.get_mut(worker_address) {
-            w.active_tasks.remove(id);
+            w.active_tasks_mut().remove(id);
         }
     }
     let mut finished_iterations = vec![];

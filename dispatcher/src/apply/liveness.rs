@@ -40,7 +40,7 @@ pub(super) fn worker_lost(
         return Ok(Response::WorkerLost { changed: false });
     }
     worker.lost = true;
-    let tasks: Vec<TaskId> = std::mem::take(&mut worker.active_tasks).into_iter().collect();
+    let tasks: Vec<TaskId> = std::mem::take(&mut worker.active_tasks).iter().copied().collect();
     let mut touched: std::collections::BTreeSet<IterationId> =
         orphans::orphan_finished_tasks(state, address).into_iter().collect();
     for task_id in tasks {
@@ -135,7 +135,7 @@ pub(super) fn end_iteration(state: &mut State, iteration_id: IterationId) {
         task.finished = true;
         let address = task.worker_address.clone();
         if let Some(w) = state.workers.get_mut(&address) {
-            w.active_tasks.remove(&task_id);
+            w.active_tasks_mut().remove(&task_id);
         }
     }
 }

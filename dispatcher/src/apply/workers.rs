@@ -54,7 +54,7 @@ pub(super) fn register_worker(
         address: address.clone(),
         worker_uid,
         functions: BTreeSet::new(),
-        active_tasks: BTreeSet::new(),
+        active_tasks: Default::default(),
         lost: false,
         python_version: None,
     });

@@ -327,3 +327,46 @@ mod layout_v2 {
         assert_eq!(encode(&got).unwrap(), plain);
     }
 }
+
+/// `Worker::active_tasks` is an `Arc` of its set (shared with held heartbeats,
+/// `worker_view.rs`): it must encode as the plain set did, byte for byte, so
+/// snapshots keep their layout version, and read back as the same set.
+#[test]
+fn a_workers_shared_task_set_is_encoded_as_the_plain_set() {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use crate::state::Worker;
+
+    /// `Worker` as it was with a plain `BTreeSet` of active tasks.
+    #[derive(Serialize)]
+    struct PlainWorker {
+        address: String,
+        worker_uid: u64,
+        functions: BTreeSet<String>,
+        active_tasks: BTreeSet<u64>,
+        lost: bool,
+        python_version: Option<String>,
+    }
+    let tasks: BTreeSet<u64> = (4000..4200).chain([9_000_000_000]).collect();
+    let plain = PlainWorker {
+        address: "w:1".into(),
+        worker_uid: 7,
+        functions: BTreeSet::from(["map:square".to_string()]),
+        active_tasks: tasks.clone(),
+        lost: false,
+        python_version: Some("3.11.7".into()),
+    };
+    let shared = Worker {
+        address: plain.address.clone(),
+        worker_uid: plain.worker_uid,
+        functions: plain.functions.clone(),
+        active_tasks: Arc::new(tasks),
+        lost: plain.lost,
+        python_version: plain.python_version.clone(),
+    };
+    let bytes = encode(&plain).unwrap();
+    assert_eq!(encode(&shared).unwrap(), bytes);
+    let back: Worker = decode(&bytes).unwrap();
+    assert_eq!(back, shared);
+}

@@ -55,7 +55,7 @@ pub(crate) fn end_restarted_task(state: &mut State, task_id: TaskId) {
         task.last_split = None;
     }
     if let Some(w) = state.workers.get_mut(&address) {
-        w.active_tasks.remove(&task_id);
+        w.active_tasks_mut().remove(&task_id);
     }
     if let Some(it) = state.iterations.get_mut(&iteration_id) {
         it.lost_tasks.insert(task_id);
