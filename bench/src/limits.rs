@@ -1,13 +1,17 @@
 //! The physical limits of moving bytes on this machine: loopback TCP bandwidth (our
-//! own socket test, no gRPC, no HTTP/2) and memcpy bandwidth. The streaming figures
-//! are printed next to them: a 1 MiB element crosses loopback once and is copied a
-//! few times on the way.
+//! own socket test, no gRPC, no HTTP/2), the same with the sender reading files, and
+//! memcpy bandwidth. The streaming figures are printed next to them: a 1 MiB element
+//! crosses loopback once and is copied a few times on the way; the file pipelines
+//! next to the files sent over loopback.
 //!
 //! Both probes are blocking and bounded in time (~1 s each); run them from
 //! `spawn_blocking`.
 
+use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -41,11 +45,37 @@ const WARMUP: Duration = Duration::from_millis(100);
 /// warm-up to its last byte, so the socket buffers do not inflate the figure; the
 /// result is the sum of the streams' rates.
 pub fn loopback_bandwidth(duration: Duration, streams: usize) -> anyhow::Result<Bandwidth> {
+    pairs(duration, streams, move |_, address| send(address, duration))
+}
+
+/// As [`loopback_bandwidth`], but each sender reads `files` in turn (stream `i` from
+/// the `i`-th on), 1 MiB a `read`, and writes what it read: a copy out of the page
+/// cache, one into the socket and one out of it, the least that any service which
+/// reads files in one process and delivers their bytes to another over TCP must do,
+/// on the same cores. The file pipelines are set beside it: unlike the plain
+/// loopback figure, it does not get a core per side for free on top of the file read.
+pub fn files_over_loopback(
+    files: &[PathBuf],
+    duration: Duration,
+    streams: usize,
+) -> anyhow::Result<Bandwidth> {
+    anyhow::ensure!(!files.is_empty(), "no files to send over loopback");
+    let files: Arc<[PathBuf]> = files.into();
+    pairs(duration, streams, move |i, address| send_files(address, duration, &files, i))
+}
+
+/// `streams` sender/receiver pairs at once, `sender(i, address)` on a thread each; the
+/// sum of the receivers' rates.
+fn pairs<S>(duration: Duration, streams: usize, sender: S) -> anyhow::Result<Bandwidth>
+where
+    S: Fn(usize, SocketAddr) -> std::io::Result<()> + Clone + Send + 'static,
+{
     let pairs = (0..streams.max(1))
-        .map(|_| {
+        .map(|i| {
             let listener = TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
             let address = listener.local_addr()?;
-            let sender = std::thread::spawn(move || send(address, duration));
+            let send = sender.clone();
+            let sender = std::thread::spawn(move || send(i, address));
             let (r, _) = listener.accept().context("accepting the sender")?;
             let receiver = std::thread::spawn(move || receive(r, duration));
             anyhow::Ok((sender, receiver))
@@ -62,7 +92,7 @@ pub fn loopback_bandwidth(duration: Duration, streams: usize) -> anyhow::Result<
     Ok(Bandwidth { bytes, secs, gb_per_s: rate })
 }
 
-fn send(address: std::net::SocketAddr, duration: Duration) -> std::io::Result<()> {
+fn send(address: SocketAddr, duration: Duration) -> std::io::Result<()> {
     let mut s = TcpStream::connect(address)?;
     s.set_nodelay(true)?;
     let chunk = vec![0x5au8; CHUNK];
@@ -72,6 +102,33 @@ fn send(address: std::net::SocketAddr, duration: Duration) -> std::io::Result<()
     }
     Ok(())
     // Dropping the socket ends the receiver's reads.
+}
+
+fn send_files(
+    address: SocketAddr,
+    duration: Duration,
+    files: &[PathBuf],
+    first: usize,
+) -> std::io::Result<()> {
+    let mut s = TcpStream::connect(address)?;
+    s.set_nodelay(true)?;
+    let mut buf = vec![0u8; CHUNK];
+    let end = Instant::now() + WARMUP + duration;
+    // Bounded: `files` is not empty (checked), and each pass checks the deadline.
+    for path in files.iter().cycle().skip(first % files.len()) {
+        if Instant::now() >= end {
+            break;
+        }
+        let mut file = File::open(path)?;
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            s.write_all(&buf[..n])?;
+        }
+    }
+    Ok(())
 }
 
 fn receive(mut r: TcpStream, duration: Duration) -> anyhow::Result<Bandwidth> {

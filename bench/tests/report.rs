@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use sluice_bench::epoch::{Epoch, EpochCase};
-use sluice_bench::limits::{loopback_bandwidth, memcpy_bandwidth, Bandwidth};
+use sluice_bench::limits::{files_over_loopback, loopback_bandwidth, memcpy_bandwidth, Bandwidth};
 use sluice_bench::report::{Latency, Machine, Outcome, Report};
 use sluice_bench::streaming::StreamCase;
 
@@ -102,4 +102,25 @@ fn bandwidth_probes_measure_something() {
     assert!(two.bytes > 0 && two.gb_per_s > 0.0);
     let mem = memcpy_bandwidth(Duration::from_millis(50)).unwrap();
     assert!(mem.bytes >= 4 * (64 << 20));
+}
+
+#[test]
+fn the_files_over_loopback_probe_sends_the_files_again_and_again_until_its_time_is_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<_> = (0..3)
+        .map(|i| {
+            let path = dir.path().join(format!("f{i}"));
+            std::fs::write(&path, vec![i as u8; 64 << 10]).unwrap();
+            path
+        })
+        .collect();
+    for streams in [1, 2] {
+        let b = files_over_loopback(&files, Duration::from_millis(100), streams).unwrap();
+        // More than one pass over the 192 KiB: the senders cycle through the files.
+        assert!(b.bytes > 3 * (64 << 10), "{streams} stream(s): {b:?}");
+    }
+    let none = files_over_loopback(&[], Duration::from_millis(100), 1).unwrap_err();
+    assert!(none.to_string().contains("no files"), "{none}");
+    let missing = files_over_loopback(&[dir.path().join("absent")], Duration::from_millis(100), 1);
+    assert!(missing.is_err());
 }

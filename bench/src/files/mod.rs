@@ -15,12 +15,15 @@
 //!
 //! Each service case is also set beside its **limit**: the lower of the local read
 //! and the loopback TCP bandwidth of as many streams as workers, both measured in
-//! the same run. The CPU time of the workers and of the reader (this process) per
-//! record says where a case that misses it spends.
+//! the same run; and beside the **pipe**: the TFRecord files read and sent over as
+//! many loopback connections by plain threads ([`crate::limits::files_over_loopback`]),
+//! which, unlike the limit, pays for the file read and both socket copies on the same
+//! cores. The CPU time of the workers and of the reader (this process) per record says
+//! where a case that misses them spends.
 
 pub mod text;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -30,6 +33,8 @@ use sluice_client::{Client, ProcessingMode, ReadOptions, RetryPolicy};
 use sluice_dataset::{DatasetDef, Element, FunctionRegistry, Stage};
 use sluice_testkit::{Child, Port, START_TIMEOUT};
 
+use crate::limits::{files_over_loopback, Bandwidth};
+use crate::measure::Outcome;
 use crate::procstat::cpu_time;
 
 /// The sample data set's shape.
@@ -62,6 +67,11 @@ pub struct FilesCase {
     pub limit_mb_per_s: Option<f64>,
     /// MB/s over `limit_mb_per_s`.
     pub vs_limit: Option<f64>,
+    /// The TFRecord files sent over as many loopback streams as workers, MB/s (service
+    /// cases, when it was measured).
+    pub pipe_mb_per_s: Option<f64>,
+    /// MB/s over `pipe_mb_per_s`.
+    pub vs_pipe: Option<f64>,
     /// CPU time of the worker processes per record (service cases).
     pub worker_cpu_us_per_record: Option<f64>,
     /// CPU time of this process (the reader, or the local executor) per record.
@@ -77,6 +87,9 @@ pub struct Files {
     pub text_files: usize,
     pub text_lines: u64,
     pub text_bytes: u64,
+    /// The TFRecord files sent over 1 and over 2 loopback streams at once.
+    pub pipe_one: Outcome<Bandwidth>,
+    pub pipe_two: Outcome<Bandwidth>,
     pub cases: Vec<FilesCase>,
 }
 
@@ -152,6 +165,9 @@ fn parsed_pipeline(pattern: &str) -> DatasetDef {
     ])
 }
 
+/// How long each pipe probe sends, after its warm-up.
+const PIPE: Duration = Duration::from_secs(1);
+
 /// Lines per text file, per TFRecord record of a file: about as many bytes of
 /// text as a third of the records' (a line is ~130 bytes).
 const LINES_PER_RECORD: usize = 32;
@@ -182,6 +198,13 @@ pub async fn run(
     let (target, lines) = (text_dir.clone(), cfg.records_per_file * LINES_PER_RECORD);
     let text =
         tokio::task::spawn_blocking(move || text::write(&target, c.files, lines, 1)).await??;
+    let paths: Vec<PathBuf> = summary.files.iter().map(PathBuf::from).collect();
+    tracing::info!("--- files: TFRecord files over loopback, 1 and 2 streams");
+    let (pipe_one, pipe_two) = tokio::task::spawn_blocking(move || {
+        let pipe = |streams| Outcome::from_result(files_over_loopback(&paths, PIPE, streams));
+        (pipe(1), pipe(2))
+    })
+    .await?;
     let records = format!("{tfrecords}/*.tfrecord");
     let lines = format!("{}/*.txt", text_dir.to_str().context("bench dir is not UTF-8")?);
     let pipelines = [
@@ -212,7 +235,9 @@ pub async fn run(
             let setup = format!("service, {workers} worker{}", if workers == 1 { "" } else { "s" });
             let link = if workers == 1 { loopback.one_stream } else { loopback.two_streams };
             let limit = link.map(|gb| (gb * 1e3).min(base.mb_per_s));
-            cases.push(case(name, &setup, &m, Some((base, limit))));
+            let pipe = if workers == 1 { &pipe_one } else { &pipe_two };
+            let pipe = pipe.measured().map(|b| b.gb_per_s * 1e3);
+            cases.push(case(name, &setup, &m, Some(Bounds { base, limit, pipe })));
         }
     }
     Ok(Files {
@@ -223,6 +248,8 @@ pub async fn run(
         text_files: text.files,
         text_lines: text.lines,
         text_bytes: text.bytes,
+        pipe_one,
+        pipe_two,
         cases,
     })
 }
@@ -251,10 +278,19 @@ struct Base {
     mb_per_s: f64,
 }
 
-fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<(Base, Option<f64>)>) -> FilesCase {
+/// What a service case is set beside: the local read, the limit and the pipe (MB/s).
+#[derive(Clone, Copy)]
+struct Bounds {
+    base: Base,
+    limit: Option<f64>,
+    pipe: Option<f64>,
+}
+
+fn case(pipeline: &str, setup: &str, m: &Measured, bounds: Option<Bounds>) -> FilesCase {
     let rps = m.records as f64 / m.secs.max(1e-9);
     let per_record = |d: Duration| d.as_secs_f64() * 1e6 / m.records.max(1) as f64;
-    let limit = base.and_then(|(_, l)| l);
+    let limit = bounds.and_then(|b| b.limit);
+    let pipe = bounds.and_then(|b| b.pipe);
     FilesCase {
         pipeline: pipeline.into(),
         setup: setup.into(),
@@ -264,9 +300,11 @@ fn case(pipeline: &str, setup: &str, m: &Measured, base: Option<(Base, Option<f6
         secs: m.secs,
         records_per_s: rps,
         mb_per_s: m.mb_per_s(),
-        vs_local: base.map(|(b, _)| rps / b.records_per_s),
+        vs_local: bounds.map(|b| rps / b.base.records_per_s),
         limit_mb_per_s: limit,
         vs_limit: limit.map(|l| m.mb_per_s() / l),
+        pipe_mb_per_s: pipe,
+        vs_pipe: pipe.map(|p| m.mb_per_s() / p),
         worker_cpu_us_per_record: m.worker_cpu.map(per_record),
         reader_cpu_us_per_record: per_record(m.reader_cpu),
     }

@@ -342,11 +342,18 @@ pub(super) fn files(r: &Report, out: &mut Lines) {
             out.line(
                 "  rates from the first element to the last; `1st element` includes job \
                  creation and the workers starting their tasks; limit = min(local MB/s, \
-                 loopback of as many streams); CPU µs per record of the workers / this process"
+                 loopback of as many streams); pipe = the TFRecord files read and sent over \
+                 as many loopback streams by plain threads (file read and both socket copies \
+                 on the same cores); CPU µs per record of the workers / this process"
                     .into(),
             );
             out.line(format!(
-                "  {:<20} {:<18} {:>8} {:>9} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>13}",
+                "  pipe: TFRecord files over loopback, 1 stream {}; 2 streams {}",
+                show_bandwidth(&f.pipe_one),
+                show_bandwidth(&f.pipe_two)
+            ));
+            out.line(format!(
+                "  {:<20} {:<18} {:>8} {:>9} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>13}",
                 "pipeline",
                 "setup",
                 "records",
@@ -357,6 +364,8 @@ pub(super) fn files(r: &Report, out: &mut Lines) {
                 "vs local",
                 "limit",
                 "vs limit",
+                "pipe",
+                "vs pipe",
                 "CPU wrk/rdr"
             ));
             let x = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
@@ -366,7 +375,7 @@ pub(super) fn files(r: &Report, out: &mut Lines) {
                     None => format!("- / {:.1}", c.reader_cpu_us_per_record),
                 };
                 out.line(format!(
-                    "  {:<20} {:<18} {:>8} {:>9} {:>6.2} {:>10.0} {:>8.1} {:>8} {:>8} {:>8} {:>13}",
+                    "  {:<20} {:<18} {:>8} {:>9} {:>6.2} {:>10.0} {:>8.1} {:>8} {:>8} {:>8} {:>7} {:>7} {:>13}",
                     c.pipeline,
                     c.setup,
                     c.records,
@@ -377,6 +386,8 @@ pub(super) fn files(r: &Report, out: &mut Lines) {
                     x(c.vs_local),
                     c.limit_mb_per_s.map(|l| format!("{l:.0}")).unwrap_or_else(|| "-".into()),
                     x(c.vs_limit),
+                    c.pipe_mb_per_s.map(|l| format!("{l:.0}")).unwrap_or_else(|| "-".into()),
+                    x(c.vs_pipe),
                     cpu
                 ));
             }

@@ -19,7 +19,6 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::frame::CRC_LEN;
 use crate::fs_sync::sync_dir;
 
 /// The directory of the snapshot files inside a sled journal's directory.
@@ -73,7 +72,7 @@ pub(crate) fn read(db_dir: &Path) -> io::Result<Option<Vec<u8>>> {
         Err(e) => return Err(e),
     };
     let size = file.metadata()?.len();
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).max(CRC_LEN));
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     file.read_to_end(&mut bytes)?;
     Ok(Some(bytes))
 }
