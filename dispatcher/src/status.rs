@@ -58,7 +58,7 @@ pub fn render(
                     finished_tasks: it
                         .tasks
                         .iter()
-                        .filter(|t| s.tasks.get(t).is_some_and(|t| t.finished))
+                        .filter(|t| s.tasks.get(*t).is_some_and(|t| t.finished))
                         .count() as u32,
                     clients: it.clients.len() as u32,
                     finished: it.finished,

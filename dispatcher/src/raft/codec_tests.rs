@@ -85,3 +85,45 @@ fn a_batch_inside_a_batch_is_refused_when_decoded_however_deep() {
     let flat = Command::Batch(vec![Command::ReleaseClient { client_id: 1 }]);
     assert_eq!(decode::<Command>(&encode(&flat).unwrap()).unwrap(), flat);
 }
+
+/// The state's task map is persistent (`state::TaskMap`), but its bytes are a plain
+/// `BTreeMap`'s: snapshots written before it, and peers of earlier builds, read the
+/// same layout.
+#[test]
+fn the_task_map_encodes_as_the_btree_map_it_replaced() {
+    use crate::state::{Task, TaskMap};
+    let task = |id: u64| Task {
+        id,
+        iteration_id: 2000 + id % 3,
+        worker_address: format!("127.0.0.1:{}", 5000 + id),
+        worker_index: (id % 4) as u32,
+        finished: id.is_multiple_of(2),
+        last_split: None,
+        lost: id.is_multiple_of(5),
+        starting_round: id,
+    };
+    // Inserted out of order, so the encoding's key order is the map's, not theirs.
+    let ids = [4007u64, 4001, 4100, 4003, 4050, 4000];
+    let persistent: TaskMap = ids.iter().map(|&id| (id, task(id))).collect();
+    let plain: std::collections::BTreeMap<u64, Task> =
+        ids.iter().map(|&id| (id, task(id))).collect();
+    let bytes = encode(&persistent).unwrap();
+    assert_eq!(bytes, encode(&plain).unwrap());
+    assert_eq!(decode::<Tasks>(&bytes).unwrap().0, persistent);
+}
+
+/// The state's task map as `State` decodes it.
+#[derive(Debug, serde::Deserialize)]
+struct Tasks(
+    #[serde(deserialize_with = "crate::state::deserialize_task_map")] crate::state::TaskMap,
+);
+
+/// imbl's own decoder reserves the length prefix's count of entries first (the
+/// fuzz corpus found a snapshot asking for 1.3 TB); the state's reserves nothing.
+#[test]
+fn a_task_map_claiming_more_entries_than_its_bytes_is_refused_before_allocating() {
+    let mut bytes = (1u64 << 40).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&7u64.to_le_bytes());
+    let err = decode::<Tasks>(&bytes).unwrap_err();
+    assert!(matches!(*err, bincode::ErrorKind::SizeLimit), "{err:?}");
+}

@@ -50,7 +50,7 @@ impl From<State> for crate::state::State {
             jobs: s.jobs,
             jobs_by_name: s.jobs_by_name,
             iterations: s.iterations,
-            tasks: s.tasks,
+            tasks: s.tasks.into_iter().collect(),
             workers: s.workers,
             clients: s.clients,
             next_dataset_id: s.next_dataset_id,

@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 
 use crate::fs_sync::sync_dir;
 
+/// Bytes written between two syncs of a snapshot being saved.
+const SYNC_CHUNK: usize = 1 << 20;
+
 /// The directory of the snapshot files inside a sled journal's directory.
 pub(crate) fn dir(db_dir: &Path) -> PathBuf {
     db_dir.join("snapshot")
@@ -53,14 +56,43 @@ pub(crate) fn write(db_dir: &Path, value: &[&[u8]], pause: impl FnOnce()) -> io:
     let path = next(db_dir);
     let mut file = File::create(&path)?;
     file.write_all(&crc.to_le_bytes())?;
-    for part in value {
-        file.write_all(part)?;
-    }
+    write_synced(&mut file, value, File::sync_data)?;
     file.sync_all()?;
     drop(file);
     pause();
     std::fs::rename(&path, current(db_dir))?;
     sync_dir(&dir(db_dir))
+}
+
+/// Writes `parts`, calling `sync` after each [`SYNC_CHUNK`] bytes (and after the
+/// last), so the disk never has more than a chunk of the snapshot to write when the
+/// log's next append syncs: on ext4 that sync waits for the data of the journal
+/// commit it forces, and one sync of the whole 33 MiB file at the end made the
+/// appends beside it wait for all of it (the scale bench's grant p99 at 2,000
+/// workers, with a snapshot every 1,000 entries: 68-84 ms, 47 ms chunked).
+fn write_synced(
+    file: &mut File,
+    parts: &[&[u8]],
+    mut sync: impl FnMut(&File) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut unsynced = 0;
+    for part in parts {
+        let mut rest = *part;
+        while !rest.is_empty() {
+            let (now, later) = rest.split_at(rest.len().min(SYNC_CHUNK - unsynced));
+            file.write_all(now)?;
+            unsynced += now.len();
+            rest = later;
+            if unsynced == SYNC_CHUNK {
+                sync(file)?;
+                unsynced = 0;
+            }
+        }
+    }
+    if unsynced > 0 {
+        sync(file)?;
+    }
+    Ok(())
 }
 
 /// The sealed bytes of the current snapshot (`frame::unseal` checks them), if there is one;
@@ -98,6 +130,25 @@ mod tests {
         let mut payload = 4u64.to_le_bytes().to_vec();
         payload.extend_from_slice(b"metadata");
         assert_eq!(bytes, crate::frame::seal(&payload));
+    }
+
+    #[test]
+    fn a_snapshot_is_synced_a_chunk_at_a_time_as_it_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = File::create(dir.path().join("f")).unwrap();
+        // Parts that straddle the chunk boundaries.
+        let (big, small) = (vec![7u8; 2 * SYNC_CHUNK + 100], vec![9u8; SYNC_CHUNK - 50]);
+        let mut synced_at = vec![];
+        write_synced(&mut file, &[b"head", &big, &small], |f| {
+            synced_at.push(f.metadata()?.len());
+            Ok(())
+        })
+        .unwrap();
+        let total = (4 + big.len() + small.len()) as u64;
+        let chunk = SYNC_CHUNK as u64;
+        assert_eq!(synced_at, vec![chunk, 2 * chunk, 3 * chunk, total], "{synced_at:?}");
+        let bytes = std::fs::read(dir.path().join("f")).unwrap();
+        assert_eq!(bytes, [&b"head"[..], &big, &small].concat());
     }
 
     #[test]
