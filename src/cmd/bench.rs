@@ -35,7 +35,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 100)]
     pub put_samples: usize,
     /// Log entries between snapshots, for every dispatcher started. Default: the
-    /// dispatcher's (10000 on local disk and in memory, 1000 on object storage).
+    /// dispatcher's (10000 on local disk and in memory, 1000 on object storage),
+    /// except in the scale section: 1000, so that every size takes snapshots.
     #[arg(long)]
     pub snapshot_every: Option<u64>,
     /// Where to create the bench's temp dir (work dirs, the fsync probe): put it on the
