@@ -83,8 +83,10 @@ where
         .collect::<anyhow::Result<Vec<_>>>()?;
     let (mut bytes, mut secs, mut rate) = (0u64, 0f64, 0f64);
     for (sender, receiver) in pairs {
-        let b = receiver.join().map_err(|_| anyhow::anyhow!("a receiver thread panicked"))??;
+        let b = receiver.join().map_err(|_| anyhow::anyhow!("a receiver thread panicked"))?;
+        // The sender's error first: a receiver that got nothing only echoes it.
         sender.join().map_err(|_| anyhow::anyhow!("a sender thread panicked"))??;
+        let b = b?;
         bytes += b.bytes;
         secs = secs.max(b.secs);
         rate += b.gb_per_s;
@@ -119,9 +121,12 @@ fn send_files(
         if Instant::now() >= end {
             break;
         }
-        let mut file = File::open(path)?;
+        let named = |e: std::io::Error| {
+            std::io::Error::new(e.kind(), format!("reading {}: {e}", path.display()))
+        };
+        let mut file = File::open(path).map_err(named)?;
         loop {
-            let n = file.read(&mut buf)?;
+            let n = file.read(&mut buf).map_err(named)?;
             if n == 0 {
                 break;
             }

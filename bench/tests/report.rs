@@ -121,6 +121,8 @@ fn the_files_over_loopback_probe_sends_the_files_again_and_again_until_its_time_
     }
     let none = files_over_loopback(&[], Duration::from_millis(100), 1).unwrap_err();
     assert!(none.to_string().contains("no files"), "{none}");
-    let missing = files_over_loopback(&[dir.path().join("absent")], Duration::from_millis(100), 1);
-    assert!(missing.is_err());
+    let missing = files_over_loopback(&[dir.path().join("absent")], Duration::from_millis(100), 1)
+        .unwrap_err()
+        .to_string();
+    assert!(missing.contains("reading") && missing.contains("absent"), "{missing}");
 }
