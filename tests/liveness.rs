@@ -146,6 +146,43 @@ async fn a_sigkilled_worker_in_dynamic_mode_is_lost_the_epoch_ends_once_and_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_between_jobs_takes_no_part_in_later_jobs_which_read_everything() {
+    // Issue 31, defect 1: a worker lost between jobs got a task in every new
+    // iteration, which nothing ended; every later read failed on it.
+    let d = dispatcher(&["--worker-timeout-secs", "2"]);
+    let d = d.address().to_string();
+    let mut w1 = worker(&d, "4");
+    let _w2 = worker(&d, "4");
+    let c = client(&d);
+    wait_status(&c, "two workers", |s| s.workers.len() == 2).await;
+    let read = |mode| {
+        let c = &c;
+        async move {
+            let opts = ReadOptions::new(mode).worker_retry(RetryPolicy::for_tests());
+            let stream = c.distribute(&DatasetDef::range(10), opts).await.unwrap();
+            collect_i64(stream).await
+        }
+    };
+    assert_eq!(counts(&read(ProcessingMode::Dynamic).await).len(), 10);
+
+    let dead = w1.address().to_string();
+    w1.kill();
+    wait_status(&c, "the killed worker is lost", |s| {
+        s.workers.iter().any(|w| w.address == dead && w.lost)
+    })
+    .await;
+    for mode in [ProcessingMode::Dynamic, ProcessingMode::Off] {
+        let mut got = read(mode).await;
+        got.sort_unstable();
+        assert_eq!(got, (0..10).collect::<Vec<_>>(), "{mode:?}: every element, once");
+    }
+    let s = status(&c).await;
+    for it in iterations(&s).iter().skip(1) {
+        assert_eq!(it.lost_tasks, 0, "no later iteration had a task on the dead worker");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sigkilled_worker_in_off_mode_is_lost_and_the_epoch_ends_with_its_copy_incomplete() {
     const N: i64 = 20_000;
     let d = dispatcher(&["--worker-timeout-secs", "2"]);

@@ -103,7 +103,7 @@ fn digest_of(s: &State, it: &Iteration) -> u64 {
         id: t.id,
         address: t.worker_address.as_str(),
         finished: t.finished,
-        lost: t.lost,
+        lost: s.lost_task_held_elements(t),
         removed: removed(t.id),
     });
     digest_parts(it.id, parts, it.finished)

@@ -158,7 +158,7 @@ pub(crate) fn task_infos(s: &State, it: &Iteration) -> Vec<pb::TaskInfo> {
             task_id: t.id,
             worker_address: t.worker_address.clone(),
             finished: t.finished,
-            lost: t.lost,
+            lost: s.lost_task_held_elements(t),
             starting_round: t.starting_round,
             coordinated_removed: rr.is_some_and(|rr| rr.removed.contains_key(&t.id)),
         })

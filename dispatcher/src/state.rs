@@ -431,6 +431,30 @@ impl State {
         }
     }
 
+    /// Whether a reader that did not see lost task `t`'s end of sequence lost
+    /// elements (`pb::TaskInfo::lost`). Yes, but for a DYNAMIC task (not
+    /// exactly-once: there a lost task costs nothing, its units are read
+    /// again) that provably never held one: no split range of it was recorded
+    /// lost, and it was never granted a split (no answer on record, or its
+    /// first answer, sequence 0, was end of splits). Such a task is a worker
+    /// that came to a DYNAMIC epoch after the splits ran out: its loss must
+    /// not fail a read that got every element.
+    pub fn lost_task_held_elements(&self, t: &Task) -> bool {
+        if !t.lost {
+            return false;
+        }
+        let Some(it) = self.iterations.get(&t.iteration_id) else { return true };
+        let dynamic = self.jobs.get(&it.job_id).is_some_and(|j| j.mode == Mode::Dynamic);
+        if !dynamic || self.exactly_once.iterations.contains_key(&it.id) {
+            return true;
+        }
+        let never_granted = match t.last_split {
+            None => true,
+            Some(r) => r.sequence == 0 && r.answer == SplitAnswer::EndOfSplits,
+        };
+        !never_granted || it.lost_splits.iter().any(|l| l.task_id == t.id)
+    }
+
     /// Whether the end-of-epoch sweep (`SweepIteration`) may run now: the
     /// iteration is a live exactly-once one with no orphans waiting, it has
     /// exactly `tasks` tasks and all ended, `drained` names every current

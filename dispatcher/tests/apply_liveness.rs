@@ -152,6 +152,79 @@ fn a_lost_worker_that_registers_again_gets_a_fresh_task_in_each_unfinished_itera
 }
 
 #[test]
+fn a_new_iteration_puts_no_task_on_a_lost_worker_which_gets_one_when_it_returns() {
+    // Issue 31, defect 1: every job created after a worker was lost had a task
+    // on it that nothing ever ended, so every reader waited on it and failed.
+    for mode in [Mode::Dynamic, Mode::Off] {
+        let mut s = State::default();
+        worker(&mut s, "w1:1", 1);
+        worker(&mut s, "w2:1", 2);
+        assert!(lost(&mut s, "w2:1", 2));
+        let ds = common::register(&mut s, range(10));
+        let j = common::job(&mut s, &ds, mode, None).unwrap();
+        let (it, _) = iteration(&mut s, j, 10);
+        let on: Vec<&str> =
+            s.iterations[&it].tasks.iter().map(|t| s.tasks[t].worker_address.as_str()).collect();
+        assert_eq!(on, ["w1:1"], "{mode:?}: only the live worker takes part");
+        assert!(s.workers["w2:1"].active_tasks.is_empty());
+
+        // Back as a new process: it joins the running iteration.
+        let tasks = worker(&mut s, "w2:1", 3);
+        assert_eq!(tasks.len(), 1, "{mode:?}");
+        assert_eq!(s.iterations[&it].tasks.len(), 2);
+    }
+}
+
+#[test]
+fn a_lost_dynamic_task_that_never_held_an_element_costs_its_readers_nothing() {
+    // Issue 31, defect 1: a worker lost after the splits ran out failed a read
+    // that had every element ("the read lost data").
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    worker(&mut s, "w2:1", 2);
+    worker(&mut s, "w3:1", 3);
+    let j = job(&mut s, 10, Mode::Dynamic);
+    let (it, _) = iteration(&mut s, j, 10);
+    let tasks = s.iterations[&it].tasks.clone();
+    let (t1, t2, t3) = (tasks[0], tasks[1], tasks[2]);
+    assert_eq!(split(&mut s, t1, 1, 0), SplitAnswer::Split { begin: 0, end: 10 });
+    assert_eq!(split(&mut s, t2, 2, 0), SplitAnswer::EndOfSplits, "w2 came too late");
+    // w3 never asked.
+    assert!(lost(&mut s, "w2:1", 2));
+    assert!(lost(&mut s, "w3:1", 3));
+    for t in [t2, t3] {
+        assert!(s.tasks[&t].lost, "the state still records the task as lost");
+        assert!(!s.lost_task_held_elements(&s.tasks[&t]), "task {t} held nothing");
+    }
+    // w1, lost holding its range, cost its readers that range.
+    assert!(lost(&mut s, "w1:1", 1));
+    assert!(s.lost_task_held_elements(&s.tasks[&t1]));
+}
+
+#[test]
+fn a_lost_dynamic_task_that_read_splits_before_its_end_may_have_held_elements() {
+    // Its last answer was end of splits, but elements of its earlier splits may
+    // still have been in its buffer: a reader that missed its end is told.
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    let j = job(&mut s, 10, Mode::Dynamic);
+    let (it, _) = iteration(&mut s, j, 10);
+    let t = s.iterations[&it].tasks[0];
+    assert_eq!(split(&mut s, t, 1, 0), SplitAnswer::Split { begin: 0, end: 10 });
+    assert_eq!(split(&mut s, t, 1, 1), SplitAnswer::EndOfSplits);
+    assert!(lost(&mut s, "w1:1", 1));
+    assert!(s.lost_task_held_elements(&s.tasks[&t]));
+    // OFF: a lost task is always an incomplete copy.
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    let j = job(&mut s, 10, Mode::Off);
+    let (it, _) = iteration(&mut s, j, 10);
+    let t = s.iterations[&it].tasks[0];
+    assert!(lost(&mut s, "w1:1", 1));
+    assert!(s.lost_task_held_elements(&s.tasks[&t]));
+}
+
+#[test]
 fn a_restarted_worker_s_last_ranges_are_recorded_lost_once() {
     let mut s = State::default();
     worker(&mut s, "w:1", 1);

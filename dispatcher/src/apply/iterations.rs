@@ -1,6 +1,7 @@
 //! Iterations, their tasks and their consumers: `GetOrCreateIteration` (the
-//! iteration, one task per taking-part worker — for a pipeline with Python stages,
-//! per worker that can run them — and a client id, in one command),
+//! iteration, one task per taking-part worker that is not lost — for a pipeline
+//! with Python stages, per worker that can run them — and a client id, in one
+//! command),
 //! `ReleaseClient`, and `FinishTasks` (tasks that reached end of sequence, and the
 //! iterations that thereby finished).
 //!
@@ -56,21 +57,21 @@ pub(super) fn get_or_create_iteration(
                 Mode::Dynamic => vec![SplitCursor::default()],
                 _ => vec![],
             };
-            // Static modes: only the listed workers that registered so far; the
-            // others get their shard's task when they register.
+            // Only workers that are registered and not lost: a task on a lost
+            // worker would never end (nothing declares a worker lost twice), and
+            // every reader of the iteration would wait on it. Static modes: only
+            // the listed workers; the others, and a lost one that comes back, get
+            // their shard's task when they register (`workers.rs`).
+            let live = |a: &String| state.workers.get(a).is_some_and(|w| !w.lost);
             let workers: Vec<String> = if job.is_static() {
-                job.static_workers
-                    .iter()
-                    .filter(|a| state.workers.contains_key(*a))
-                    .cloned()
-                    .collect()
+                job.static_workers.iter().filter(|a| live(a)).cloned().collect()
             } else {
                 // A pipeline with Python stages only on workers whose Python can run it.
                 let needs = state.python_needs(job);
                 state
                     .workers
                     .values()
-                    .filter(|w| w.can_run(&needs))
+                    .filter(|w| !w.lost && w.can_run(&needs))
                     .map(|w| w.address.clone())
                     .collect()
             };

@@ -50,15 +50,18 @@ pub(super) fn worker_lost(
         }
         task.finished = true;
         task.lost = true;
-        let lost_range = match task.last_split.take() {
+        // A split range is recorded as lost and taken; any other last answer is
+        // kept: it tells readers whether the task ever held an element
+        // (`State::lost_task_held_elements`).
+        let lost_range = match task.last_split {
             Some(r) if r.worker_uid == worker_uid => match r.answer {
-                SplitAnswer::Split { begin, end } => Some(LostSplit { task_id, begin, end }),
+                SplitAnswer::Split { begin, end } => {
+                    task.last_split = None;
+                    Some(LostSplit { task_id, begin, end })
+                }
                 SplitAnswer::EndOfSplits | SplitAnswer::Wait => None,
             },
-            other => {
-                task.last_split = other;
-                None
-            }
+            _ => None,
         };
         let iteration_id = task.iteration_id;
         if let Some(it) = state.iterations.get_mut(&iteration_id) {
