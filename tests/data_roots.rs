@@ -68,6 +68,16 @@ fn wait_workers(dispatcher: &str, n: usize) {
     });
 }
 
+/// `from_tensor_slices` of one string tensor (the `tensors` form) holding
+/// `names`, flat-mapped through `text_lines`.
+fn tensor_file_names(names: &[&str]) -> String {
+    use sluice_dataset::{DType, DatasetDef, SliceValues, Tensor};
+    let t = Tensor::from_items(DType::String, vec![names.len() as u64], names).expect("tensor");
+    DatasetDef::from_tensor_slices(SliceValues::Tensors { tensors: vec![t], names: None })
+        .flat_map("text_lines", vec![])
+        .to_json()
+}
+
 #[test]
 fn registration_outside_the_data_roots_is_refused_naming_the_path_and_the_flag() {
     let f = Files::new();
@@ -96,6 +106,8 @@ fn registration_outside_the_data_roots_is_refused_naming_the_path_and_the_flag()
             {"flat_map": {"fn": "text_lines"}}
         ]})
         .to_string(),
+        // ... and in a string column of the `tensors` form (issue 31, defect 8).
+        tensor_file_names(&["labels", &secret]),
     ] {
         let err = register(&d, &spec).expect_err(&spec);
         assert!(err.contains("InvalidArgument"), "{err}");
@@ -165,4 +177,27 @@ fn a_worker_refuses_a_file_its_roots_do_not_admit_and_keeps_serving() {
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
     assert!(Path::new(&allowed).exists());
+}
+
+#[test]
+fn a_double_star_over_a_symlink_loop_in_a_data_root_lists_each_file_once() {
+    // Issue 31, defect 7: such a pattern kept most of a core busy for 15-27 s
+    // after the caller had given up. Now the walk enters a loop once, and every
+    // listing is bounded in depth, entries and time.
+    let f = Files::new();
+    let allowed = f.path("allowed");
+    symlink(&allowed, f.path("allowed/loop")).expect("symlink");
+    symlink(f.path("allowed"), f.path("allowed/again")).expect("symlink");
+    let dispatcher = common::server(&["dispatcher", "--port", "0", FLAG, &allowed]);
+    let d = dispatcher.address().to_string();
+    let _worker = common::server(&["worker", "--dispatcher", &d, "--port", "0", FLAG, &allowed]);
+    wait_workers(&d, 1);
+    let spec = serde_json::json!({"stages": [
+        {"list_files": {"pattern": format!("{allowed}/**/*.txt")}},
+        {"flat_map": {"fn": "text_lines"}}
+    ]});
+    let id = register(&d, &spec.to_string()).expect("listed");
+    let (ok, out, err) = read(&d, &id);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["\"a1\"", "\"a2\""], "the file once");
 }

@@ -231,3 +231,15 @@ async fn grants_of_several_splits_per_request_still_deliver_each_element_once() 
     let log = client.status().await.unwrap().raft.unwrap().last_log_index.unwrap();
     assert!(log < (N as u64) / 4, "{log} log entries for {N} one-element splits");
 }
+
+#[test]
+fn the_readme_s_first_command_starts_a_fresh_quorum_without_a_warning() {
+    // Issue 31, defect 12: `sluice local` printed two WARN lines (votes a
+    // node refused while the fresh group was still deciding what it is).
+    let (ok, out, err) = common::sluice().run_as_user(&["local"]);
+    assert!(ok, "{err}");
+    assert!(out.lines().any(|l| l.starts_with("sluice local: 10 elements")), "{out}");
+    let loud: Vec<&str> =
+        err.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    assert!(loud.is_empty(), "a fresh start logged:\n{}", loud.join("\n"));
+}

@@ -279,7 +279,13 @@ mod tests {
         let digests = ViewDigests::default();
         let ask = Ask { client_id, known_view: 0, omit_unchanged_tasks: true };
         let task = view(&s, 1, ask, &digests).unwrap().tasks[0].task_id;
-        s.tasks.get_mut(&task).unwrap().finished = true;
+        // It was granted a split, so its loss may cost its readers elements
+        // (`State::lost_task_held_elements`).
+        let t = s.tasks.get_mut(&task).unwrap();
+        let worker_uid = 0;
+        let answer = crate::state::SplitAnswer::Split { begin: 0, end: 10 };
+        t.last_split = Some(crate::state::SplitRecord { worker_uid, sequence: 1, answer });
+        t.finished = true;
         let before = view(&s, 2, ask, &digests).unwrap();
         s.tasks.get_mut(&task).unwrap().lost = true;
         let known = Ask { known_view: before.view_digest, ..ask };

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_dataset::io::DataRoots;
+use sluice_dataset::io::{DataRoots, ListBudget};
 use sluice_dataset::{DatasetDef, DatasetError, FunctionRegistry, Stage};
 use sluice_proto::v1 as pb;
 use sluice_security::Caller;
@@ -594,9 +594,15 @@ async fn resolve_files(mut def: DatasetDef, roots: DataRoots) -> Result<DatasetD
             _ => None,
         })
         .collect();
-    let resolved = tokio::task::spawn_blocking(move || def.resolve_files_in(&roots).map(|()| def))
-        .await
-        .map_err(|e| Status::internal(format!("listing files: {e}")))?;
+    // Bounded in depth, entries and time (`sluice_dataset::io::ListBudget`), and
+    // cancelled when this request is dropped (the caller gave up or went away).
+    let budget = ListBudget::default();
+    let _cancel_on_drop = CancelOnDrop(budget.clone());
+    let resolved = tokio::task::spawn_blocking(move || {
+        def.resolve_files_within(&roots, &budget).map(|()| def)
+    })
+    .await
+    .map_err(|e| Status::internal(format!("listing files: {e}")))?;
     resolved.map_err(|e| {
         let msg = e.to_string();
         if patterns.is_empty() || patterns.iter().any(|p| msg.contains(p.as_str())) {
@@ -605,4 +611,13 @@ async fn resolve_files(mut def: DatasetDef, roots: DataRoots) -> Result<DatasetD
             Status::invalid_argument(format!("list_files `{}`: {msg}", patterns.join("`, `")))
         }
     })
+}
+
+/// Cancels a listing's budget when the request that started it ends.
+struct CancelOnDrop(ListBudget);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
 }

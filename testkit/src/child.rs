@@ -35,6 +35,8 @@ pub struct Spec {
     pub args: Vec<String>,
     /// Added to the child's environment in order (a later entry wins).
     pub envs: Vec<(String, String)>,
+    /// Taken out of the child's environment (before `envs` are added).
+    pub env_removed: Vec<String>,
     pub stderr: Stderr,
     /// Pipe stdout to this process (to read `listening on`, or for the caller's
     /// [`Child::take_stdout`]); otherwise it goes to /dev/null.
@@ -51,6 +53,7 @@ impl Spec {
             exe: exe.into(),
             args: args.into_iter().map(Into::into).collect(),
             envs: vec![],
+            env_removed: vec![],
             stderr: Stderr::Tail { echo: false },
             pipe_stdout: true,
         }
@@ -59,6 +62,12 @@ impl Spec {
     /// Adds environment variables (after those already set).
     pub fn envs(mut self, envs: impl IntoIterator<Item = (String, String)>) -> Spec {
         self.envs.extend(envs);
+        self
+    }
+
+    /// Leaves `name` out of the child's environment, unless `envs` sets it.
+    pub fn env_remove(mut self, name: &str) -> Spec {
+        self.env_removed.push(name.to_string());
         self
     }
 
@@ -78,6 +87,9 @@ impl Spec {
 
     fn command(&self) -> Command {
         let mut cmd = Command::new(&self.exe);
+        for name in &self.env_removed {
+            cmd.env_remove(name);
+        }
         cmd.args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())

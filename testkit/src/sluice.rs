@@ -70,6 +70,16 @@ impl Sluice {
         self.run_within(args, stdin, DEADLINE)
     }
 
+    /// [`Sluice::run`] as a user runs it: the child logs at its own default
+    /// level (no `SLUICE_LOG` from this process or the test's environment).
+    pub fn run_as_user(&self, args: &[&str]) -> (bool, String, String) {
+        let spec = Spec::new(&self.exe, args.iter().copied())
+            .env_remove("SLUICE_LOG")
+            .stderr(Stderr::Tail { echo: true });
+        let out = run(&spec, None, DEADLINE).unwrap_or_else(|e| panic!("{e}"));
+        (out.success(), out.stdout, out.stderr)
+    }
+
     /// [`Sluice::run`] with a deadline scaled to the command's work (a read of tens
     /// of thousands of elements on a loaded machine can outlast [`DEADLINE`]).
     pub fn run_within(

@@ -13,21 +13,6 @@ use crate::error::DatasetError;
 /// Read buffer per open file.
 pub(super) const READ_BUFFER: usize = 256 << 10;
 
-/// Paths of the regular files matching `pattern` (unsorted). Directories that
-/// match are left out: a file source cannot read them.
-pub(super) fn list(pattern: &str) -> Result<Vec<String>, DatasetError> {
-    let paths = glob::glob(pattern)
-        .map_err(|e| DatasetError::io(pattern, format!("bad glob pattern: {e}")))?;
-    let mut out = Vec::new();
-    for p in paths {
-        let p = p.map_err(|e| DatasetError::io(e.path().display().to_string(), e.error()))?;
-        if p.is_file() {
-            out.push(p.to_string_lossy().into_owned());
-        }
-    }
-    Ok(out)
-}
-
 /// The local file at `path` (`url` names it in errors); the caller buffers it.
 pub(super) fn open(url: &str, path: &Path) -> Result<File, DatasetError> {
     File::open(path).map_err(|e| DatasetError::io(url, e))

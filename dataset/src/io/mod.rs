@@ -17,6 +17,7 @@
 //!
 //! Every error is a [`DatasetError::Io`] naming the file (or pattern) as given.
 
+mod listing;
 mod local;
 mod object;
 mod roots;
@@ -35,6 +36,7 @@ use crate::error::DatasetError;
 use crate::formats::file_function;
 
 use self::url::{parse, Target};
+pub use listing::{ListBudget, LIST_DEADLINE, MAX_LIST_DEPTH, MAX_LIST_ENTRIES};
 pub use object::READ_AHEAD_CHUNKS;
 pub use roots::{DataRoots, DATA_ROOTS_FLAG};
 pub use writer::FileWriter;
@@ -50,17 +52,26 @@ pub fn list_files(pattern: &str) -> Result<Vec<String>, DatasetError> {
 /// root, and so must every match (a symlink among them pointing out of the roots
 /// is refused, naming it).
 pub fn list_files_in(pattern: &str, roots: &DataRoots) -> Result<Vec<String>, DatasetError> {
+    list_files_within(pattern, roots, &ListBudget::default())
+}
+
+/// [`list_files_in`] within `budget` (and the bounds of `listing`).
+pub fn list_files_within(
+    pattern: &str,
+    roots: &DataRoots,
+    budget: &ListBudget,
+) -> Result<Vec<String>, DatasetError> {
     roots.check_pattern(pattern)?;
     let mut files = match parse(pattern)? {
         Target::Local { path, file_url } => {
-            let listed = local::list(&path.to_string_lossy())?;
+            let listed = listing::list(&path.to_string_lossy(), budget)?;
             if file_url {
                 listed.into_iter().map(|p| format!("file://{p}")).collect()
             } else {
                 listed
             }
         }
-        Target::Object(url) => object::list(&url)?,
+        Target::Object(url) => object::list(&url, budget)?,
     };
     if files.is_empty() {
         return Err(DatasetError::io(
@@ -145,19 +156,29 @@ impl DatasetDef {
 
     /// [`Self::resolve_files`] under `roots` (see [`list_files_in`]).
     pub fn resolve_files_in(&mut self, roots: &DataRoots) -> Result<(), DatasetError> {
+        self.resolve_files_within(roots, &ListBudget::default())
+    }
+
+    /// [`Self::resolve_files_in`], every listing within `budget` (the dispatcher
+    /// cancels it when the registration is dropped).
+    pub fn resolve_files_within(
+        &mut self,
+        roots: &DataRoots,
+        budget: &ListBudget,
+    ) -> Result<(), DatasetError> {
         for stage in &mut self.stages {
             match stage {
                 Stage::ListFiles { pattern, shuffle, seed, files } if files.is_none() => {
-                    let mut listed = list_files_in(pattern, roots)?;
+                    let mut listed = list_files_within(pattern, roots, budget)?;
                     if *shuffle {
                         listed.shuffle(&mut ChaCha8Rng::seed_from_u64(*seed));
                     }
                     *files = Some(listed);
                 }
                 Stage::Zip { datasets } => {
-                    datasets.iter_mut().try_for_each(|d| d.resolve_files_in(roots))?;
+                    datasets.iter_mut().try_for_each(|d| d.resolve_files_within(roots, budget))?;
                 }
-                Stage::Concatenate { dataset } => dataset.resolve_files_in(roots)?,
+                Stage::Concatenate { dataset } => dataset.resolve_files_within(roots, budget)?,
                 _ => {}
             }
         }
@@ -200,6 +221,17 @@ impl DatasetDef {
                 Stage::FromTensorSlices(SliceValues::Bytes(v)) if strings_name_files => {
                     let names = v.iter().filter_map(|b| std::str::from_utf8(b).ok());
                     names.into_iter().try_for_each(|f| roots.check(f).map(drop))?;
+                }
+                // The `tensors` form: any string or bytes column may reach a file
+                // function (alone, or picked out of a tuple by a later stage).
+                Stage::FromTensorSlices(SliceValues::Tensors { tensors, .. })
+                    if strings_name_files =>
+                {
+                    for t in tensors.iter().filter(|t| t.dtype().width().is_none()) {
+                        let items = t.items()?;
+                        let names = items.iter().filter_map(|b| std::str::from_utf8(b).ok());
+                        names.into_iter().try_for_each(|f| roots.check(f).map(drop))?;
+                    }
                 }
                 Stage::Zip { datasets } => {
                     datasets.iter().try_for_each(|d| d.check_files_at(roots, strings_name_files))?

@@ -23,6 +23,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
+use super::listing::{ListBudget, MAX_LIST_ENTRIES};
 use super::runtime;
 use super::url::ObjectUrl;
 use super::writer::FileWriter;
@@ -85,7 +86,8 @@ fn key_path(key: &str) -> Path {
 
 /// URLs of the objects whose keys match `url.key` (a glob; `*` stays within one
 /// `/`-separated component). Lists only under the longest wildcard-free directory.
-pub(super) fn list(url: &ObjectUrl) -> Result<Vec<String>, DatasetError> {
+/// Bounded like a local listing: at most `MAX_LIST_ENTRIES` keys, within `budget`.
+pub(super) fn list(url: &ObjectUrl, budget: &ListBudget) -> Result<Vec<String>, DatasetError> {
     let shown = url.to_string();
     let pattern = glob::Pattern::new(&url.key)
         .map_err(|e| DatasetError::io(&shown, format!("bad glob pattern: {e}")))?;
@@ -100,12 +102,23 @@ pub(super) fn list(url: &ObjectUrl) -> Result<Vec<String>, DatasetError> {
     let prefix = dir_parts.join("/");
     let store = store(url)?;
     let what = shown.clone();
+    let budget = budget.clone();
     let keys = runtime::run(&shown, async move {
         let prefix = (!prefix.is_empty()).then(|| Path::from(prefix.as_str()));
         let mut stream = store.list(prefix.as_ref());
         let mut keys = Vec::new();
         while let Some(meta) = stream.next().await {
             let meta = meta.map_err(|e| DatasetError::io(&what, format!("listing failed: {e}")))?;
+            if keys.len() as u64 >= MAX_LIST_ENTRIES {
+                return Err(DatasetError::io(
+                    &what,
+                    format!(
+                        "listing found more than {MAX_LIST_ENTRIES} objects under the pattern's \
+                         fixed prefix; narrow the pattern (a longer fixed prefix)"
+                    ),
+                ));
+            }
+            budget.check(&what)?;
             keys.push(meta.location.as_ref().to_string());
         }
         Ok(keys)

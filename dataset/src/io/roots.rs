@@ -168,6 +168,15 @@ impl DataRoots {
                     .components()
                     .take_while(|c| !has_glob(&c.as_os_str().to_string_lossy()))
                     .collect();
+                // A `..` after a glob character could climb out of the fixed
+                // directory: only the fixed part may hold one (it is resolved).
+                let climbs = path
+                    .components()
+                    .skip_while(|c| !has_glob(&c.as_os_str().to_string_lossy()))
+                    .any(|c| c == std::path::Component::ParentDir);
+                if climbs {
+                    return Err(self.refusal_with(pattern, "it has a `..` after a glob character"));
+                }
                 let fixed = if fixed.as_os_str().is_empty() { PathBuf::from(".") } else { fixed };
                 let canonical = canonical(&fixed).map_err(|e| DatasetError::io(pattern, e))?;
                 local_within(roots, &canonical)

@@ -23,7 +23,7 @@
 //! (`raft::membership`); until then its `Rejoin` is refused, and it waits, not voting.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,19 +47,36 @@ const REPORT_EVERY: Duration = Duration::from_secs(5);
 /// Whether this node may answer vote requests. Closed while an empty node has not yet
 /// decided (or finished rejoining); open otherwise.
 #[derive(Clone, Debug)]
-pub struct VoteGate(Arc<AtomicBool>);
+pub struct VoteGate(Arc<AtomicU8>);
+
+/// The gate's states: closed while the node decides what it is (a refused vote
+/// then is the ordinary start of a new group, whose nodes decide a few hundred
+/// milliseconds apart), closed while it rejoins (worth an operator's eye), open.
+const DECIDING: u8 = 0;
+const REJOINING: u8 = 1;
+const OPEN: u8 = 2;
 
 impl VoteGate {
     pub(crate) fn new(open: bool) -> VoteGate {
-        VoteGate(Arc::new(AtomicBool::new(open)))
+        VoteGate(Arc::new(AtomicU8::new(if open { OPEN } else { DECIDING })))
     }
 
     pub fn is_open(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.load(Ordering::Acquire) == OPEN
+    }
+
+    /// Closed because the node found the group has state and is rejoining it,
+    /// not because it is still deciding.
+    pub fn is_rejoining(&self) -> bool {
+        self.0.load(Ordering::Acquire) == REJOINING
+    }
+
+    fn rejoining(&self) {
+        self.0.store(REJOINING, Ordering::Release);
     }
 
     fn open(&self) {
-        self.0.store(true, Ordering::Release);
+        self.0.store(OPEN, Ordering::Release);
     }
 }
 
@@ -103,14 +120,18 @@ pub(crate) async fn run(raft: Raft, peers: Peers, gate: VoteGate) {
             }
         }
         if let Some((peer, term)) = with_state {
-            tracing::warn!(
+            // Info, not a warning: a node of a brand-new group that decided after
+            // the others had elected a leader comes here too (`sluice local` at
+            // times). A rejoin that does not end soon is warned of by `rejoin`.
+            tracing::info!(
                 node_id = peers.me,
                 peer,
                 term,
-                "this node's journal is empty but the group has state (its work_dir was wiped \
-                 or is new): rejoining as a learner; it votes only once the leader has caught \
-                 it up and made it a voter again"
+                "this node's journal is empty but the group has state (the node was late to \
+                 a new group, or its work_dir was wiped or is new): rejoining as a learner; \
+                 it votes only once the leader has caught it up and made it a voter again"
             );
+            gate.rejoining();
             rejoin(&peers).await;
             gate.open();
             tracing::info!(node_id = peers.me, "rejoined as a voter, caught up");

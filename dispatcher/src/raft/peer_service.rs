@@ -63,12 +63,14 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::RaftMessage>, Status> {
         if !self.votes.is_open() {
             let n = self.refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if n % 20 == 1 {
-                tracing::warn!(
-                    refused = n,
-                    "refused a vote request: this node's journal was empty and it has not \
-                     rejoined the group yet"
-                );
+            let what = "refused a vote request: this node's journal was empty and it has not \
+                        rejoined the group yet";
+            // While it still decides what it is, a refusal is the ordinary start
+            // of a new group (the first node to decide asks the others for votes).
+            if !self.votes.is_rejoining() {
+                tracing::debug!(refused = n, "{what}");
+            } else if n % 20 == 1 {
+                tracing::warn!(refused = n, "{what}");
             }
             return Err(Status::unavailable(
                 "this node started with an empty journal and does not vote until it has \
