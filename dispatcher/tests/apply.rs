@@ -323,19 +323,28 @@ fn target_workers_is_part_of_a_named_jobs_identity() {
 #[test]
 fn values_at_their_limit_are_refused_without_changing_state() {
     let mut s = State::default();
-    // A user's numeric dataset id of u64::MAX leaves no automatic id after it.
+    // A user's numeric dataset ids do not move the automatic counter (issue 31:
+    // an explicit id of 2^64-1 ended automatic ids for good): the next automatic
+    // id skips the ids taken.
+    let first = s.next_dataset_id;
+    for id in [u64::MAX, u64::MAX - 1, first, first + 1] {
+        let c = Command::RegisterDataset {
+            dataset_id: Some(id.to_string()),
+            def: DatasetDef::range(1),
+            limits: Limits::default(),
+        };
+        ok(&mut s, c);
+    }
     let c = Command::RegisterDataset {
-        dataset_id: Some(u64::MAX.to_string()),
-        def: DatasetDef::range(1),
+        dataset_id: None,
+        def: DatasetDef::range(3),
         limits: Limits::default(),
     };
-    ok(&mut s, c);
-    let c = Command::RegisterDataset {
-        dataset_id: Some((u64::MAX - 1).to_string()),
-        def: DatasetDef::range(1),
-        limits: Limits::default(),
-    };
-    ok(&mut s, c);
+    let next = (first + 2).to_string();
+    assert_eq!(ok(&mut s, c), Response::DatasetRegistered { dataset_id: next });
+    // Only 2^64 automatic registrations could reach the end; there, the last
+    // ids taken, a registration is refused without changing anything.
+    s.next_dataset_id = u64::MAX - 1;
     let before = s.clone();
     let c = Command::RegisterDataset {
         dataset_id: None,

@@ -43,7 +43,8 @@ pub(super) fn register_dataset(
         Some(id) => id,
         None => {
             // Ids users chose may sit anywhere up to u64::MAX: find the next free
-            // one without wrapping, and refuse (changing nothing) when none is left.
+            // one without wrapping, and refuse (changing nothing) when none is left
+            // (only 2^64 automatic registrations reach that).
             let mut next = state.next_dataset_id;
             while state.datasets.contains_key(&next.to_string()) {
                 next = next.checked_add(1).ok_or_else(|| {
@@ -58,10 +59,9 @@ pub(super) fn register_dataset(
             next.to_string()
         }
     };
-    // Keep automatic ids clear of numeric ids users chose.
-    if let Ok(n) = id.parse::<u64>() {
-        state.next_dataset_id = state.next_dataset_id.max(n.saturating_add(1));
-    }
+    // Numeric ids users chose do not move the counter (one of 2^64-1 would end
+    // automatic ids for good); the search above skips them instead, at most
+    // `max_datasets` steps.
     let source_cardinality = def.source_cardinality();
     state.datasets.insert(id.clone(), Dataset { id: id.clone(), def, source_cardinality });
     Ok(Response::DatasetRegistered { dataset_id: id })
