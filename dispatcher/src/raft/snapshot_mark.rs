@@ -138,6 +138,65 @@ mod tests {
         assert!(refused.to_string().contains("failed to install"), "{refused}");
     }
 
+    /// The install path as openraft drives it on a follower: the purge to the
+    /// snapshot's last log id runs beside the state machine's install. A body
+    /// the install refuses leaves the journal unpurged, and so startable.
+    #[tokio::test]
+    async fn a_failed_install_leaves_the_journal_unpurged() {
+        use openraft::storage::{RaftLogStorage, RaftStateMachine};
+        use openraft::SnapshotMeta;
+
+        use crate::raft::{log_store::LogStore, state_machine::StateMachine};
+
+        let (journal, _) = sluice_journal::open("memory://failed-install").await.unwrap();
+        let mut sm = StateMachine::open(journal.clone()).await.unwrap();
+        let log = LogStore::open(journal.clone()).await.unwrap();
+        let mut log = log.gated_by(sm.snapshot_mark());
+        let at = id(1_000_000_000);
+        // As the peer service does once it has checked a snapshot (this one it
+        // would have refused: the state machine checks again).
+        sm.snapshot_mark().announce(at);
+        let purge = tokio::spawn(async move { log.purge(at.unwrap()).await });
+        let meta =
+            SnapshotMeta { last_log_id: at, snapshot_id: "forged".into(), ..Default::default() };
+        let garbage = Box::new(std::io::Cursor::new(vec![0xa5; 200]));
+        sm.install_snapshot(&meta, garbage).await.unwrap_err();
+        let refused = purge.await.unwrap().unwrap_err();
+        assert!(refused.to_string().contains("failed to install"), "{refused}");
+        let state = journal.state().await.unwrap();
+        assert!(state.purged_marker.is_none(), "the purge became durable");
+        assert!(journal.read_snapshot().await.unwrap().is_none());
+    }
+
+    /// A journal an earlier build left purged past its snapshot is refused at
+    /// start, naming the work_dir and what to do, where openraft panicked.
+    #[tokio::test]
+    async fn a_journal_purged_past_its_snapshot_is_refused_at_start() {
+        use openraft::storage::RaftLogStorage;
+
+        use crate::config::DispatcherConfig;
+        use crate::error::DispatcherError;
+        use crate::raft::log_store::LogStore;
+
+        let dir = tempfile::tempdir().unwrap();
+        let work_dir = dir.path().to_str().unwrap().to_string();
+        let config = DispatcherConfig { work_dir: Some(work_dir), ..DispatcherConfig::default() };
+        let location = config.journal_location();
+        {
+            let (journal, _) = sluice_journal::open(&location).await.unwrap();
+            let mut log = LogStore::open(journal).await.unwrap();
+            log.purge(id(1_000_000_000).unwrap()).await.unwrap();
+        }
+        assert!(sluice_journal::wait_closed(&location, Duration::from_secs(30)).await);
+        let refused = crate::core::Core::start(&config, "127.0.0.1:1").await.err();
+        let Some(DispatcherError::PurgedPastSnapshot { journal, purged, .. }) = &refused else {
+            panic!("expected PurgedPastSnapshot, got {refused:?}")
+        };
+        assert_eq!((journal.as_str(), *purged), (location.as_str(), 1_000_000_000));
+        let message = refused.unwrap().to_string();
+        assert!(message.contains("empty work_dir"), "{message}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_purge_waits_a_bounded_time() {
         let mark = SnapshotMark::new(None);
