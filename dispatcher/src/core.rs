@@ -71,7 +71,7 @@ fn check_purge_point(
 ) -> Result<(), DispatcherError> {
     let covered = sm.shared().read().last_applied;
     match log.last_purged() {
-        Some(purged) if covered.map_or(true, |c| purged.index > c.index) => {
+        Some(purged) if covered.is_none_or(|c| purged.index > c.index) => {
             Err(DispatcherError::PurgedPastSnapshot {
                 journal: journal.to_string(),
                 purged: purged.index,

@@ -122,7 +122,7 @@ pub fn check_append(me: NodeId, req: &AppendEntriesRequest<TypeConfig>) -> Resul
     for (position, entry) in req.entries.iter().enumerate() {
         let log_id = entry.log_id;
         let next = previous.map_or(0, |p| p.index + 1);
-        let ordered = previous.map_or(true, |p| {
+        let ordered = previous.is_none_or(|p| {
             let (before, by) = (p.leader_id, log_id.leader_id);
             before.term < by.term || before == by
         });
