@@ -27,6 +27,7 @@ use crate::raft::bootstrap::{self, VoteGate};
 use crate::raft::contacts::PeerContacts;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::PeerNetwork;
+use crate::raft::snapshot_mark::SnapshotMark;
 use crate::raft::state_machine::{Shared, StateMachine};
 use crate::raft::{NodeId, Raft};
 use crate::read_barrier::ReadBarrier;
@@ -57,6 +58,28 @@ pub struct Core {
     bootstrap: Option<tokio::task::JoinHandle<()>>,
     /// Soft state: when each peer last answered this node's Raft RPCs.
     contacts: PeerContacts,
+    /// How far the journal's snapshot covers the log (`raft::snapshot_mark`).
+    snapshots: SnapshotMark,
+}
+
+/// Refuses a journal purged past its snapshot (left so by an earlier build,
+/// issue 31) with what to do, where openraft would panic on it at start.
+fn check_purge_point(
+    journal: &str,
+    log: &LogStore,
+    sm: &StateMachine,
+) -> Result<(), DispatcherError> {
+    let covered = sm.shared().read().last_applied;
+    match log.last_purged() {
+        Some(purged) if covered.is_none_or(|c| purged.index > c.index) => {
+            Err(DispatcherError::PurgedPastSnapshot {
+                journal: journal.to_string(),
+                purged: purged.index,
+                covered: covered.map_or("nothing (no snapshot)".into(), |c| c.index.to_string()),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// How long a leader read waits for the log to be applied before answering
@@ -91,8 +114,11 @@ impl Core {
         crate::raft::versioned::check_work_dir(&journal, &options).await?;
         let (store, recovery) = sluice_journal::open_with(&journal, &options).await?;
         tracing::info!(%journal, entries = recovery.entries, "journal opened");
-        let log = LogStore::open(store.clone()).await.map_err(DispatcherError::raft)?;
-        let sm = StateMachine::open(store).await.map_err(DispatcherError::raft)?;
+        let sm = StateMachine::open(store.clone()).await.map_err(DispatcherError::raft)?;
+        let snapshots = sm.snapshot_mark();
+        let log = LogStore::open(store).await.map_err(DispatcherError::raft)?;
+        let log = log.gated_by(snapshots.clone());
+        check_purge_point(&journal, &log, &sm)?;
         let data = sm.shared();
         let raft_config = openraft::Config {
             cluster_name: "sluice".into(),
@@ -169,6 +195,7 @@ impl Core {
             votes,
             bootstrap,
             contacts,
+            snapshots,
         })
     }
 
@@ -381,6 +408,10 @@ impl Core {
     /// Whether this node answers vote requests (see `raft::bootstrap`).
     pub(crate) fn vote_gate(&self) -> VoteGate {
         self.votes.clone()
+    }
+
+    pub(crate) fn snapshot_mark(&self) -> SnapshotMark {
+        self.snapshots.clone()
     }
 
     /// Stops the Raft node (its background tasks end).

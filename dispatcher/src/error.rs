@@ -64,6 +64,15 @@ pub enum DispatcherError {
     Format(#[from] crate::raft::versioned::CheckError),
     #[error("raft: {0}")]
     Raft(String),
+    /// The journal was purged past its snapshot (an earlier build installed a
+    /// peer's snapshot that then failed, issue 31): openraft cannot start on it.
+    #[error(
+        "the journal at {journal} is purged up to log index {purged} but its snapshot \
+         covers only up to {covered}: the entries between are lost and this node cannot \
+         start on it. Restore the work_dir from a backup, or move it aside and start this \
+         node with an empty work_dir so it rejoins the group and catches up from the leader"
+    )]
+    PurgedPastSnapshot { journal: String, purged: u64, covered: String },
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),
     #[error(transparent)]

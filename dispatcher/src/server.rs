@@ -135,6 +135,7 @@ pub async fn run_with_listeners(
     let peer = PeerService::new(
         core.raft().clone(),
         core.vote_gate(),
+        core.snapshot_mark(),
         dial,
         config.security.peer_client()?,
     );

@@ -24,6 +24,14 @@ pub const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
 /// the envelope. An AppendEntries over it is sent in smaller pieces.
 pub const MAX_RAFT_MESSAGE_BYTES: u64 = sluice_proto::MAX_MESSAGE_BYTES as u64 - 1024 * 1024;
 
+/// The most bytes of one snapshot a node takes from a peer (InstallSnapshot,
+/// in chunks within the gRPC limit): it holds one such snapshot in memory
+/// until the last chunk, and checks it before openraft sees it
+/// (`snapshot_inbox.rs`). 32 times the 30 MiB state of 2,000 workers and 200
+/// jobs (docs/performance.md); a node whose snapshot grows past it warns
+/// (`state_machine.rs`), since its followers would refuse it.
+pub const MAX_SNAPSHOT_BYTES: u64 = 1024 * 1024 * 1024;
+
 fn options() -> impl Options {
     bincode::DefaultOptions::new()
         .with_fixint_encoding()

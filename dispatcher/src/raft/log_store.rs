@@ -11,6 +11,11 @@
 //! Every record is written with its format version (`versioned.rs`) and read
 //! back through it, so an older record is migrated and a newer one refused.
 //!
+//! A purge up to a snapshot being installed from the leader waits until that
+//! snapshot is durable, and is refused if its install failed
+//! (`snapshot_mark.rs`), so the journal never holds a purge point beyond its
+//! snapshot, on which the node could not start.
+//!
 //! Soft state: `last_log_id` and `last_purged` are caches of what the journal holds
 //! plus the appends in flight, rebuilt at open.
 
@@ -26,6 +31,7 @@ use openraft::{
 use sluice_journal::Journal;
 
 use super::group_commit::{self, Op, Pending};
+use super::snapshot_mark::{SnapshotMark, INSTALL_WAIT};
 use super::versioned::{seal, unseal, Kind, Versioned};
 use super::{NodeId, TypeConfig};
 
@@ -50,6 +56,9 @@ pub struct LogStore {
     /// Appended, not yet durable, readable.
     pending: Pending,
     writer: tokio::sync::mpsc::Sender<Op>,
+    /// What a purge waits for (`gated_by`); none in the storage suite, whose
+    /// purges have no snapshot behind them.
+    snapshots: Option<SnapshotMark>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -91,7 +100,19 @@ impl LogStore {
         let marks = Marks { last_log_id, last_purged };
         let pending = Pending::default();
         let writer = group_commit::start(journal.clone(), pending.clone());
-        Ok(LogStore { journal, marks: Arc::new(Mutex::new(marks)), pending, writer })
+        let marks = Arc::new(Mutex::new(marks));
+        Ok(LogStore { journal, marks, pending, writer, snapshots: None })
+    }
+
+    /// Purges wait for the snapshot install that covers them (`snapshot_mark.rs`).
+    pub fn gated_by(mut self, snapshots: SnapshotMark) -> Self {
+        self.snapshots = Some(snapshots);
+        self
+    }
+
+    /// The purge point the journal holds (for the start-up check in `core.rs`).
+    pub fn last_purged(&self) -> Option<LogId<NodeId>> {
+        self.marks().last_purged
     }
 
     /// Waits until every append queued before it is durable.
@@ -226,6 +247,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        if let Some(snapshots) = &self.snapshots {
+            snapshots.covers(log_id, INSTALL_WAIT).await.map_err(io_write)?;
+        }
         self.barrier().await?;
         let marker = Bytes::from(seal(&log_id).map_err(io_write)?);
         self.journal.purge(log_id.index, marker).await.map_err(io_write)?;

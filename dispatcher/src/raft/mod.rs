@@ -26,6 +26,10 @@
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
 //! - `network` / `peer_service`: Raft RPCs over tonic, both directions;
+//!   `peer_checks`: what a peer's message must satisfy before openraft sees it;
+//!   `snapshot_inbox`: a leader's snapshot chunks, gathered and checked before
+//!   openraft installs them; `snapshot_mark`: how far the journal's snapshot
+//!   covers the log, so a purge never passes it;
 //!   `contacts`: when each peer last answered this node (soft, for the status page).
 //! - `addresses`: a membership entry's client and Raft ports (a leaf).
 //! - `membership`: adding and removing voters while the group serves (the
@@ -38,7 +42,7 @@ pub(crate) mod bootstrap;
 // Public so tests can speak Raft to a node as a peer (or a forger) would.
 pub mod codec;
 pub(crate) mod contacts;
-pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES};
+pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES, MAX_SNAPSHOT_BYTES};
 pub(crate) mod addresses;
 pub(crate) mod group_commit;
 pub(crate) mod layout_v1;
@@ -46,7 +50,10 @@ pub(crate) mod layout_v2;
 pub mod log_store;
 pub mod membership;
 pub(crate) mod network;
+pub(crate) mod peer_checks;
 pub(crate) mod peer_service;
+pub(crate) mod snapshot_inbox;
+pub mod snapshot_mark;
 pub mod state_machine;
 pub mod versioned;
 

@@ -3,16 +3,29 @@
 //! while this node's [`VoteGate`] is closed (an empty journal not yet decided or
 //! rejoined, see `bootstrap`); `ClusterState` and `Rejoin` are `bootstrap`'s;
 //! `AddDispatcher` and `RemoveDispatcher` are `membership`'s.
+//!
+//! Before openraft sees a Vote, AppendEntries or InstallSnapshot, the message
+//! is checked (`peer_checks`): one no correct peer sends is refused with
+//! `InvalidArgument`, logged, and the node keeps serving. Snapshot chunks are
+//! gathered here (`snapshot_inbox`) and the whole snapshot checked against its
+//! meta before openraft, which purges the log on the last chunk, gets it.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sluice_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
+
 use super::bootstrap::{self, VoteGate, REJOIN_TIMEOUT};
 use super::codec::{decode, encode};
 use super::membership::Membership;
-use super::Raft;
+use super::peer_checks::PeerRefusal;
+use super::peer_checks::{check_append, check_snapshot, check_snapshot_chunk, check_vote};
+use super::snapshot_inbox::{Received, SnapshotInbox};
+use super::snapshot_mark::SnapshotMark;
+use super::{NodeId, Raft, TypeConfig};
 
 pub struct PeerService {
     raft: Raft,
@@ -21,7 +34,18 @@ pub struct PeerService {
     membership: Membership,
     /// Vote requests refused while the gate was closed (logged 1st, 21st, 41st, ...).
     refused: std::sync::atomic::AtomicU64,
+    /// This node's id: no peer's message names it as leader or candidate.
+    me: NodeId,
+    /// Messages refused by `peer_checks` (logged 1st, 21st, 41st, ...).
+    forged: std::sync::atomic::AtomicU64,
+    /// A leader's snapshot, until its last chunk.
+    inbox: SnapshotInbox,
+    /// Told of a checked snapshot before openraft installs it (`snapshot_mark`).
+    snapshots: SnapshotMark,
 }
+
+type SnapshotResult =
+    Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>;
 
 impl PeerService {
     /// `dial`: the peers' Raft ports (`--peers` with `--raft-dial`); `security`: what
@@ -29,11 +53,62 @@ impl PeerService {
     pub fn new(
         raft: Raft,
         votes: VoteGate,
+        snapshots: SnapshotMark,
         dial: std::collections::BTreeMap<u64, String>,
         security: sluice_security::ClientSecurity,
     ) -> Self {
+        let me = raft.metrics().borrow().id;
         let membership = Membership::new(raft.clone(), dial, security);
-        PeerService { raft, votes, membership, refused: Default::default() }
+        PeerService {
+            raft,
+            votes,
+            membership,
+            refused: Default::default(),
+            me,
+            forged: Default::default(),
+            inbox: SnapshotInbox::default(),
+            snapshots,
+        }
+    }
+
+    /// The one place a refused peer message becomes a `Status` (and a log line).
+    fn refuse(&self, rpc: &str, why: PeerRefusal) -> Status {
+        let n = self.forged.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n % 20 == 1 {
+            tracing::warn!(refused = n, "refused a Raft {rpc} from a peer: {why}");
+        }
+        Status::invalid_argument(format!("refused a Raft {rpc}: {why}"))
+    }
+
+    /// A chunk: kept until the last, then the whole snapshot checked and handed
+    /// to openraft as one request.
+    async fn install_snapshot(
+        &self,
+        req: InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<SnapshotResult, Status> {
+        check_snapshot_chunk(self.me, &req).map_err(|e| self.refuse("InstallSnapshot", e))?;
+        // As openraft answers a chunk of an older leader: with this node's vote,
+        // on which the sender stops.
+        let vote = self.raft.metrics().borrow().vote;
+        let current = req.vote.partial_cmp(&vote);
+        if !matches!(current, Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)) {
+            return Ok(Ok(InstallSnapshotResponse { vote }));
+        }
+        let whole = match self.inbox.receive(req) {
+            Ok(Received::More) => return Ok(Ok(InstallSnapshotResponse { vote })),
+            Ok(Received::Mismatch(e)) => return Ok(Err(RaftError::APIError(e))),
+            Ok(Received::Complete(whole)) => whole,
+            Err(e) => return Err(self.refuse("InstallSnapshot", e)),
+        };
+        // Decoding tens of MiB: off the runtime's threads.
+        let checked = tokio::task::spawn_blocking(move || {
+            check_snapshot(&whole.meta, &whole.data).map(|_| whole)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("checking a snapshot: {e}")))?;
+        let whole = checked.map_err(|e| self.refuse("InstallSnapshot", e))?;
+        self.snapshots.announce(whole.meta.last_log_id);
+        Ok(self.raft.install_snapshot(whole).await)
     }
 }
 
@@ -54,7 +129,9 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         &self,
         req: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
-        reply(&self.raft.append_entries(decode_req(req)?).await)
+        let req = decode_req(req)?;
+        check_append(self.me, &req).map_err(|e| self.refuse("AppendEntries", e))?;
+        reply(&self.raft.append_entries(req).await)
     }
 
     async fn vote(
@@ -77,14 +154,16 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
                  rejoined the group (caught up as a learner)",
             ));
         }
-        reply(&self.raft.vote(decode_req(req)?).await)
+        let req = decode_req(req)?;
+        check_vote(self.me, &req).map_err(|e| self.refuse("Vote", e))?;
+        reply(&self.raft.vote(req).await)
     }
 
     async fn install_snapshot(
         &self,
         req: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
-        reply(&self.raft.install_snapshot(decode_req(req)?).await)
+        reply(&PeerService::install_snapshot(self, decode_req(req)?).await?)
     }
 
     async fn cluster_state(

@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use sluice_journal::Journal;
 use tokio::sync::watch;
 
-use super::codec::{decode, encode, encode_with_capacity};
+use super::codec::{decode, encode, encode_with_capacity, MAX_SNAPSHOT_BYTES};
+use super::peer_checks::check_snapshot;
+use super::snapshot_mark::SnapshotMark;
 use super::versioned::{seal, seal_encoded, unseal, Kind, Versioned};
 use super::{layout_v1, layout_v2};
 use super::{CommandResult, NodeId, TypeConfig};
@@ -182,6 +184,8 @@ pub struct StateMachine {
     /// The size of the last snapshot built (the next one's buffer).
     last_snapshot_bytes: Arc<AtomicUsize>,
     encode_hook: EncodeHook,
+    /// How far the journal's snapshot covers the log (`snapshot_mark.rs`).
+    mark: SnapshotMark,
 }
 
 /// Runs between a snapshot's copy of the state and its encoding: nothing, but a
@@ -214,17 +218,45 @@ impl StateMachine {
         if let Some((_meta, body)) = journal.read_snapshot().await.map_err(snap_read_err)? {
             *data.write() = unseal(&body, &journal.location()).map_err(snap_read_err)?;
         }
+        let mark = SnapshotMark::new(data.read().last_applied);
         Ok(StateMachine {
             data,
             journal,
             snapshots_built: Arc::new(AtomicU64::new(0)),
             last_snapshot_bytes: Arc::default(),
             encode_hook: EncodeHook::default(),
+            mark,
         })
     }
 
     pub fn shared(&self) -> Shared {
         self.data.clone()
+    }
+
+    /// How far the journal's snapshot covers the log: for the log store's
+    /// purge and the peer service (`snapshot_mark.rs`).
+    pub fn snapshot_mark(&self) -> SnapshotMark {
+        self.mark.clone()
+    }
+
+    /// `install_snapshot` up to the journal write: checked against its meta
+    /// (`check_snapshot`, as the peer service did), then durable.
+    async fn save_installed(
+        &self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        body: &[u8],
+    ) -> Result<Applied, StorageError<NodeId>> {
+        let applied = check_snapshot(meta, body).map_err(sm_err)?;
+        // Stored as this build's layout (the body may be a version-1 peer's).
+        let body = encode(&applied).map_err(snap_write_err)?;
+        // Durable first: a crash after this keeps the snapshot the log was cut at.
+        let meta_bytes = seal(meta).map_err(snap_write_err)?;
+        let stored = seal_encoded(Kind::Snapshot, &body);
+        self.journal
+            .save_snapshot(Bytes::from(meta_bytes), Bytes::from(stored))
+            .await
+            .map_err(snap_write_err)?;
+        Ok(applied)
     }
 }
 
@@ -261,6 +293,14 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         .map_err(snap_write_err)?
         .map_err(snap_write_err)?;
         self.last_snapshot_bytes.store(body.len(), Ordering::Relaxed);
+        if body.len() as u64 > MAX_SNAPSHOT_BYTES {
+            tracing::warn!(
+                bytes = body.len(),
+                max = MAX_SNAPSHOT_BYTES,
+                "this snapshot is larger than a follower takes: a follower that needs it \
+                 to catch up will refuse it (MAX_SNAPSHOT_BYTES)"
+            );
+        }
         let n = self.snapshots_built.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match last_applied {
             Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
@@ -275,6 +315,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             .save_snapshot(Bytes::from(meta_bytes), Bytes::from(stored))
             .await
             .map_err(snap_write_err)?;
+        self.mark.saved(last_applied);
         tracing::info!(
             index = ?last_applied.map(|l| l.index),
             bytes = body.len(),
@@ -346,17 +387,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta<NodeId, BasicNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
+        // openraft has already issued the purge up to `meta`'s last log id; the
+        // log store holds it until the snapshot is durable, and drops it if this
+        // fails (`snapshot_mark.rs`), so a failure here leaves the journal on its
+        // previous snapshot and log, from which the node starts again.
         let body = snapshot.into_inner();
-        let applied = decode_peer_snapshot(&body).map_err(sm_err)?;
-        // Stored as this build's layout (the body may be a version-1 peer's).
-        let body = encode(&applied).map_err(snap_write_err)?;
-        // Durable first: a crash after this keeps the snapshot the log was cut at.
-        let meta_bytes = seal(meta).map_err(snap_write_err)?;
-        let stored = seal_encoded(Kind::Snapshot, &body);
-        self.journal
-            .save_snapshot(Bytes::from(meta_bytes), Bytes::from(stored))
-            .await
-            .map_err(snap_write_err)?;
+        let applied = match self.save_installed(meta, &body).await {
+            Ok(applied) => applied,
+            Err(e) => {
+                self.mark.failed(meta.last_log_id);
+                tracing::error!(
+                    index = ?meta.last_log_id.map(|l| l.index),
+                    "installing the leader's snapshot failed, the log is kept: {e}"
+                );
+                return Err(e);
+            }
+        };
+        self.mark.saved(meta.last_log_id);
         let generation = {
             let _turn = self.data.turn_to_write().await;
             let mut d = self.data.write();
