@@ -283,7 +283,7 @@ async fn raft_call(
 ) -> Result<pb::RaftMessage, tonic::Status> {
     let token = bearer.map(|b| Secret::parse(b).unwrap());
     let sec = ClientSecurity::new(tls.as_ref(), token.as_ref()).unwrap();
-    let endpoint = tonic::transport::Endpoint::from_shared(sec.url(address)).unwrap();
+    let endpoint = tonic::transport::Endpoint::from_shared(sec.url(address).unwrap()).unwrap();
     let endpoint = sec.apply(endpoint.connect_timeout(Duration::from_secs(5))).unwrap();
     let channel = tonic::service::interceptor::InterceptedService::new(
         endpoint.connect_lazy(),

@@ -16,6 +16,9 @@
 //!   needs, answers `Unauthenticated` / `PermissionDenied` naming what is missing
 //!   or wrong (never the secret), and hands the [`Caller`] to the service in the
 //!   request's extensions.
+//! - [`address`]: [`ServerAddress`] — the one parser of `HOST:PORT`, used by
+//!   clients, by a worker for its `--advertise`, and by the dispatcher at
+//!   RegisterWorker.
 //! - [`client`]: [`ClientSecurity`] — what a client presents: TLS (dial `https://`)
 //!   and its bearer token, added to every request by [`Bearer`].
 //! - [`exposure`]: the loopback test and "secure by default off loopback".
@@ -29,6 +32,7 @@
 //!  token ─► Secret ─► Bearer (client interceptor) ─► `authorization: Bearer …`
 //! ```
 
+pub mod address;
 pub mod client;
 pub mod error;
 pub mod exposure;
@@ -37,6 +41,7 @@ pub mod health_port;
 pub mod tls;
 pub mod tokens;
 
+pub use address::ServerAddress;
 pub use client::{Bearer, ClientSecurity};
 pub use error::SecurityError;
 pub use exposure::{

@@ -336,8 +336,8 @@ fn advertised_address(
     config: &WorkerConfig,
     listener: &TcpListener,
 ) -> Result<String, WorkerError> {
-    match &config.advertised_address {
-        Some(address) => Ok(address.clone()),
+    match config.advertised()? {
+        Some(address) => Ok(address),
         None => Ok(format!("127.0.0.1:{}", listener.local_addr()?.port())),
     }
 }
