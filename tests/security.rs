@@ -419,6 +419,23 @@ fn a_listen_address_off_loopback_is_refused_before_binding_naming_the_flags() {
     assert!(!ok, "{stderr}");
     assert!(stderr.contains("Raft listener") && stderr.contains("--peer-secret-file"), "{stderr}");
 
+    // Mutual TLS against the CA of clients' and workers' certificates is no peer
+    // identity (any of them would pass): refused with --tls-ca, and with a
+    // --peer-ca that is the same CA in another file (a CA of its own passes:
+    // `sluice-security` `exposure::tests`).
+    let ca = pki.arg("ca.pem");
+    let copy = pki.dir().join("same-ca.pem");
+    std::fs::write(&copy, pki.read("ca.pem")).unwrap();
+    let copy = copy.display().to_string();
+    for extra in [&[][..], &["--peer-ca", &copy][..]] {
+        let with_ca = [&args[..], &["--tls-ca", &ca], extra].concat();
+        let (ok, _, stderr) = sluice.run(&with_ca, None);
+        assert!(!ok, "{extra:?}: {stderr}");
+        for want in ["Raft listener", "--peer-secret-file", "--peer-ca", "other than --tls-ca"] {
+            assert!(stderr.contains(want), "{extra:?}: missing {want}: {stderr}");
+        }
+    }
+
     // The metrics endpoint (plain HTTP, no authentication) off loopback, on a
     // dispatcher that is otherwise on loopback.
     let args = ["dispatcher", "--port", "0", "--metrics-addr", "0.0.0.0:0"];

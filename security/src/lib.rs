@@ -45,8 +45,8 @@ pub use address::ServerAddress;
 pub use client::{Bearer, ClientSecurity};
 pub use error::SecurityError;
 pub use exposure::{
-    is_loopback, is_loopback_host, missing_protections, require_auth_for_user_code,
-    require_secure_off_loopback,
+    is_loopback, is_loopback_host, missing_peer_identity, missing_protections,
+    require_auth_for_user_code, require_secure_off_loopback,
 };
 pub use guard::{Caller, Guard};
 pub use tls::TlsSettings;
