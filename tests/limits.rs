@@ -109,6 +109,33 @@ async fn a_worker_address_readers_could_not_dial_safely_is_refused_at_registrati
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_and_a_worker_close_connections_that_send_nothing() {
+    use tokio::io::AsyncReadExt;
+    let server = ServerLimits {
+        silent_connection_timeout: std::time::Duration::from_millis(300),
+        ..ServerLimits::default()
+    };
+    let mut cluster =
+        Cluster::start_with(0, DispatcherConfig { server, ..Default::default() }).await;
+    let mut worker = sluice_worker::WorkerConfig::for_tests(cluster.addresses());
+    worker.server = server;
+    cluster.add_worker_with(worker).await;
+    for address in [cluster.dispatcher_address.clone(), cluster.workers[0].address().to_string()] {
+        let mut idle = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let read_to_end = async {
+            let mut buf = [0u8; 1024];
+            while let Ok(1..) = idle.read(&mut buf).await {}
+        };
+        // A deadline far above the timeout, not a measurement.
+        tokio::time::timeout(std::time::Duration::from_secs(20), read_to_end)
+            .await
+            .unwrap_or_else(|_| panic!("{address} kept a silent connection open"));
+    }
+    // Real callers are served all along.
+    cluster.wait_workers(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatcher_at_a_cap_answers_resource_exhausted_naming_the_flag() {
     let limits = Limits { max_datasets: 2, max_jobs: 1, ..Limits::default() };
     let cluster = Cluster::start_with(1, DispatcherConfig { limits, ..Default::default() }).await;

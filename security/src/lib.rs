@@ -22,6 +22,9 @@
 //! - [`client`]: [`ClientSecurity`] — what a client presents: TLS (dial `https://`)
 //!   and its bearer token, added to every request by [`Bearer`].
 //! - [`exposure`]: the loopback test and "secure by default off loopback".
+//! - [`incoming`]: [`Incoming`] — the accept loop every server serves from:
+//!   connections bounded in all and per IP, silent ones closed, accept errors
+//!   backed off.
 //! - [`health_port`]: the plain-text, health-only listener for orchestrators'
 //!   probes (`--health-addr`).
 //! - [`error`] — [`SecurityError`].
@@ -38,6 +41,7 @@ pub mod error;
 pub mod exposure;
 pub mod guard;
 pub mod health_port;
+pub mod incoming;
 pub mod tls;
 pub mod tokens;
 
@@ -49,6 +53,7 @@ pub use exposure::{
     require_auth_for_user_code, require_secure_off_loopback,
 };
 pub use guard::{Caller, Guard};
+pub use incoming::Incoming;
 pub use tls::TlsSettings;
 pub use tokens::{Role, Secret, TokenSet};
 
