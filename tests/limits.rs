@@ -77,6 +77,65 @@ async fn a_request_from_another_worker_incarnation_is_refused_and_takes_nothing(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_address_readers_could_not_dial_safely_is_refused_at_registration() {
+    let cluster = Cluster::start(0).await;
+    let d = cluster.client().dispatcher().clone();
+    let register = |address: &str| pb::RegisterWorkerRequest {
+        address: address.to_string(),
+        worker_uid: 1,
+        functions: vec![],
+        python_version: String::new(),
+    };
+    // This cluster serves plain text: https:// contradicts it; the rest never parse.
+    for (address, why) in [
+        ("not an address", "' '"),
+        ("127.0.0.1:99999", "port 99999"),
+        ("https://127.0.0.1:5051", "asks for TLS"),
+        ("grpc://127.0.0.1:5051", "unknown scheme"),
+        ("127.0.0.1:5051/path", "path"),
+    ] {
+        let err = d.register_worker(register(address)).await.unwrap_err();
+        assert_eq!(err.code(), Some(Code::InvalidArgument), "{address}: {err}");
+        let msg = err.to_string();
+        assert!(msg.contains(address) && msg.contains(why), "{address}: {msg}");
+        assert!(msg.contains("HOST:PORT") && msg.contains("--advertise"), "{msg}");
+    }
+    let status = cluster.client().status().await.unwrap();
+    assert!(status.workers.is_empty(), "a refused worker was registered: {status:?}");
+    // HOST:PORT, or the scheme that matches the cluster's transport, registers.
+    for address in ["127.0.0.1:5051", "http://127.0.0.1:5052", "[::1]:5053"] {
+        d.register_worker(register(address)).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_and_a_worker_close_connections_that_send_nothing() {
+    use tokio::io::AsyncReadExt;
+    let server = ServerLimits {
+        silent_connection_timeout: std::time::Duration::from_millis(300),
+        ..ServerLimits::default()
+    };
+    let mut cluster =
+        Cluster::start_with(0, DispatcherConfig { server, ..Default::default() }).await;
+    let mut worker = sluice_worker::WorkerConfig::for_tests(cluster.addresses());
+    worker.server = server;
+    cluster.add_worker_with(worker).await;
+    for address in [cluster.dispatcher_address.clone(), cluster.workers[0].address().to_string()] {
+        let mut idle = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let read_to_end = async {
+            let mut buf = [0u8; 1024];
+            while let Ok(1..) = idle.read(&mut buf).await {}
+        };
+        // A deadline far above the timeout, not a measurement.
+        tokio::time::timeout(std::time::Duration::from_secs(20), read_to_end)
+            .await
+            .unwrap_or_else(|_| panic!("{address} kept a silent connection open"));
+    }
+    // Real callers are served all along.
+    cluster.wait_workers(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatcher_at_a_cap_answers_resource_exhausted_naming_the_flag() {
     let limits = Limits { max_datasets: 2, max_jobs: 1, ..Limits::default() };
     let cluster = Cluster::start_with(1, DispatcherConfig { limits, ..Default::default() }).await;

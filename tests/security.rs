@@ -283,7 +283,7 @@ async fn raft_call(
 ) -> Result<pb::RaftMessage, tonic::Status> {
     let token = bearer.map(|b| Secret::parse(b).unwrap());
     let sec = ClientSecurity::new(tls.as_ref(), token.as_ref()).unwrap();
-    let endpoint = tonic::transport::Endpoint::from_shared(sec.url(address)).unwrap();
+    let endpoint = tonic::transport::Endpoint::from_shared(sec.url(address).unwrap()).unwrap();
     let endpoint = sec.apply(endpoint.connect_timeout(Duration::from_secs(5))).unwrap();
     let channel = tonic::service::interceptor::InterceptedService::new(
         endpoint.connect_lazy(),
@@ -418,6 +418,23 @@ fn a_listen_address_off_loopback_is_refused_before_binding_naming_the_flags() {
     let (ok, _, stderr) = sluice.run(&args, None);
     assert!(!ok, "{stderr}");
     assert!(stderr.contains("Raft listener") && stderr.contains("--peer-secret-file"), "{stderr}");
+
+    // Mutual TLS against the CA of clients' and workers' certificates is no peer
+    // identity (any of them would pass): refused with --tls-ca, and with a
+    // --peer-ca that is the same CA in another file (a CA of its own passes:
+    // `sluice-security` `exposure::tests`).
+    let ca = pki.arg("ca.pem");
+    let copy = pki.dir().join("same-ca.pem");
+    std::fs::write(&copy, pki.read("ca.pem")).unwrap();
+    let copy = copy.display().to_string();
+    for extra in [&[][..], &["--peer-ca", &copy][..]] {
+        let with_ca = [&args[..], &["--tls-ca", &ca], extra].concat();
+        let (ok, _, stderr) = sluice.run(&with_ca, None);
+        assert!(!ok, "{extra:?}: {stderr}");
+        for want in ["Raft listener", "--peer-secret-file", "--peer-ca", "other than --tls-ca"] {
+            assert!(stderr.contains(want), "{extra:?}: missing {want}: {stderr}");
+        }
+    }
 
     // The metrics endpoint (plain HTTP, no authentication) off loopback, on a
     // dispatcher that is otherwise on loopback.

@@ -68,10 +68,80 @@ fn endpoint(
     policy: &RetryPolicy,
     security: &ClientSecurity,
 ) -> Result<Endpoint, ClientError> {
-    let endpoint = Endpoint::from_shared(security.url(address))
+    let endpoint = Endpoint::from_shared(security.url(address)?)
         .map_err(|e| ClientError::InvalidArgument(format!("bad address `{address}`: {e}")))?;
     let endpoint = sluice_proto::limits::client_endpoint(endpoint)
         .connect_timeout(policy.attempt_timeout)
         .tcp_nodelay(true);
     Ok(security.apply(endpoint)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use sluice_proto::v1 as pb;
+    use sluice_security::{Secret, TlsSettings};
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    const TOKEN: &str = "trainer-secret-0123456789";
+
+    /// A fake plain-text "worker": a loopback listener that keeps every byte any
+    /// connection sends it. Stops with the test (the task is aborted on drop).
+    struct Capture {
+        address: String,
+        bytes: Arc<Mutex<Vec<u8>>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Capture {
+        async fn start() -> Capture {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            let bytes = Arc::new(Mutex::new(vec![]));
+            let sink = bytes.clone();
+            let task = tokio::spawn(async move {
+                while let Ok((mut tcp, _)) = listener.accept().await {
+                    let sink = sink.clone();
+                    tokio::spawn(async move {
+                        let mut buf = [0u8; 4096];
+                        while let Ok(n @ 1..) = tcp.read(&mut buf).await {
+                            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+                        }
+                    });
+                }
+            });
+            Capture { address, bytes, task }
+        }
+    }
+
+    impl Drop for Capture {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tls_reader_never_dials_an_http_worker_address_so_never_sends_its_token() {
+        let fake = Capture::start().await;
+        let ca = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let tls = TlsSettings::from_pem(None, Some(ca.cert.pem().into_bytes()));
+        let token = Secret::parse(TOKEN).unwrap();
+        let security = ClientSecurity::new(Some(&tls), Some(&token)).unwrap();
+        let advertised = format!("http://{}", fake.address);
+        let channel = worker_channel(&advertised, &RetryPolicy::for_tests(), &security);
+        if let Ok(channel) = &channel {
+            // What a reader does with a worker's channel: a call carrying its token.
+            let authed = InterceptedService::new(channel.clone(), security.bearer().clone());
+            let mut worker = pb::worker_client::WorkerClient::new(authed);
+            let call = worker.cache_status(pb::CacheStatusRequest::default());
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), call).await;
+        }
+        let sent = fake.bytes.lock().unwrap().len();
+        assert_eq!(sent, 0, "a TLS-configured reader sent {sent} bytes in plain text");
+        let err = channel.expect_err("an http:// address was dialled with TLS configured");
+        assert!(err.to_string().contains("plain-text (http://)"), "{err}");
+    }
 }

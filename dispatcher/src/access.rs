@@ -8,7 +8,10 @@
 //! - the **Raft port** (the RaftPeer service, only in a group of several nodes):
 //!   mutual TLS — the dialling peer's certificate must be signed by the peer CA —
 //!   and/or the group's peer secret on every RPC. No client or worker token is
-//!   accepted there: the peer secret is the only token its guard knows.
+//!   accepted there: the peer secret is the only token its guard knows. Off
+//!   loopback it needs a peer identity of its own: the secret, or a `--peer-ca`
+//!   other than `--tls-ca` (mutual TLS against the clients' CA would let every
+//!   worker's and client's certificate in, issue 31).
 //!
 //! The node dials its peers' Raft ports presenting its own certificate and the
 //! peer secret ([`DispatcherSecurity::peer_client`]).
@@ -98,16 +101,12 @@ impl DispatcherSecurity {
         sluice_security::missing_protections(self.tls.as_ref(), self.tokens.is_some())
     }
 
-    /// The flags whose protection the Raft port lacks: mutual TLS or a peer
-    /// secret is enough.
+    /// The flags whose protection the Raft port lacks: a peer identity of its
+    /// own, the peer secret or a peer CA other than `--tls-ca`
+    /// ([`sluice_security::missing_peer_identity`]).
     pub fn missing_on_raft_port(&self) -> Vec<&'static str> {
-        let mutual =
-            self.tls.as_ref().is_some_and(|t| t.has_identity()) && self.peer_ca().is_some();
-        if mutual || self.peer_secret.is_some() {
-            vec![]
-        } else {
-            vec!["--peer-secret-file (or mutual TLS: --tls-cert/--tls-key with --peer-ca or --tls-ca)"]
-        }
+        let (tls, peer_ca) = (self.tls.as_ref(), self.peer_ca.as_deref());
+        sluice_security::missing_peer_identity(tls, peer_ca, self.peer_secret.is_some())
     }
 }
 

@@ -104,9 +104,10 @@ where
     loop {
         for address in &target.raft_addresses {
             let bad = |error: String| AdminError::BadAddress { address: address.clone(), error };
-            let endpoint = Endpoint::from_shared(security.url(address))
-                .map_err(|e| bad(e.to_string()))?
-                .connect_timeout(Duration::from_secs(2));
+            let endpoint =
+                Endpoint::from_shared(security.url(address).map_err(|e| bad(e.to_string()))?)
+                    .map_err(|e| bad(e.to_string()))?
+                    .connect_timeout(Duration::from_secs(2));
             let channel = security.apply(endpoint).map_err(|e| bad(e.to_string()))?.connect_lazy();
             let client =
                 RaftPeerClient::new(InterceptedService::new(channel, security.bearer().clone()));

@@ -13,7 +13,6 @@ use sluice_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Server, ServerTlsConfig};
 
 use crate::config::DispatcherConfig;
@@ -176,10 +175,12 @@ pub async fn run_with_listeners(
             let _ = stop_tx.send(true);
         }
     };
-    // `serve_with_incoming*` ignores the builder's tcp_nodelay; the incoming sets
-    // it. Without it every small answer (a heartbeat, a Raft append's ack) can sit
-    // ~40 ms in Nagle's buffer waiting for a delayed ACK.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    // `serve_with_incoming*` ignores the builder's tcp_nodelay and keepalive; the
+    // incoming sets them (without nodelay every small answer, a heartbeat or a
+    // Raft append's ack, can sit ~40 ms in Nagle's buffer waiting for a delayed
+    // ACK), and bounds connections (`sluice_security::incoming`).
+    let limits = config.server_limits();
+    let incoming = sluice_security::Incoming::new(listener, &limits, "dispatcher");
     let (reporter, health_service) = tonic_health::server::health_reporter();
     // tonic-health starts the server's status at SERVING; a probe answered before the
     // task below first ran would see a node that knows no leader yet as ready.
@@ -208,7 +209,7 @@ pub async fn run_with_listeners(
     let raft_port = async {
         let Some(l) = raft_listener else { return Ok(()) };
         tracing::info!(raft_address = %l.local_addr()?, "raft peers served");
-        let incoming = TcpIncoming::from(l).with_nodelay(Some(true));
+        let incoming = sluice_security::Incoming::new(l, &limits, "dispatcher's Raft listener");
         builder(&config, raft_tls)?
             .layer(config.security.peer_guard())
             .add_service(
@@ -255,15 +256,16 @@ pub async fn run_with_listeners(
     Ok(())
 }
 
-/// A server builder with `tls` (if any).
-/// A server with the configured connection and stream bounds, over TLS if given.
+/// A server with the configured connection and stream bounds, over TLS if given
+/// (its handshake bounded too).
 fn builder(
     config: &DispatcherConfig,
     tls: Option<ServerTlsConfig>,
 ) -> Result<Server, DispatcherError> {
-    let builder = config.server_limits().apply(Server::builder());
+    let limits = config.server_limits();
+    let builder = limits.apply(Server::builder());
     Ok(match tls {
-        Some(tls) => builder.tls_config(tls)?,
+        Some(tls) => builder.tls_config(limits.tls(tls))?,
         None => builder,
     })
 }

@@ -407,6 +407,18 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         let caller = req.extensions().get::<Caller>().cloned();
         let req = req.into_inner();
         let (address, worker_uid) = (req.address.clone(), req.worker_uid);
+        // Readers dial this address with their token: checked here, before it is
+        // proposed (the state machine stays as it was, so old journals replay
+        // unchanged), by the one address parser, with a scheme only if it matches
+        // the cluster's TLS (issue 31: `http://` made TLS readers send tokens in
+        // clear, an unparsable one failed every read).
+        let tls = self.config.security.tls.as_ref().is_some_and(|t| t.has_identity());
+        if let Err(e) = sluice_security::ServerAddress::parse_for(&address, tls) {
+            return Err(Status::invalid_argument(format!(
+                "RegisterWorker: the worker's address is not one readers can dial: {e}; \
+                 start the worker with --advertise HOST:PORT"
+            )));
+        }
         self.identities.register(caller.as_ref(), &address, worker_uid)?;
         let allowed = &self.config.worker_addresses;
         if !allowed.is_empty() && !allowed.contains(&address) {

@@ -3,6 +3,11 @@
 //! open, how many requests it may have in service at once, how long a request
 //! may take to be answered, and keepalives that find dead peers.
 //!
+//! Connections themselves are bounded where they are accepted
+//! (`sluice_security::incoming`, with the fields below): how many may be open
+//! in all and per peer IP, how long a new one may stay silent, how long a TLS
+//! handshake may take, and TCP keepalive.
+//!
 //! Which timeouts apply where: [`ServerLimits::request_timeout`] bounds the
 //! time until a response *starts* (tonic's server timeout). A unary call is then
 //! done; a server stream (a worker's element stream) has started and lives on,
@@ -38,6 +43,16 @@ pub struct ServerLimits {
     pub max_pending_accept_reset_streams: usize,
     /// Bytes of request headers (gRPC metadata) one request may carry.
     pub max_header_list_size: u32,
+    /// Connections open at once, in all, and from one peer IP address: at the
+    /// bound a new connection is closed at once (`sluice_security::incoming`).
+    /// Keep the total below the process's file-descriptor limit (`ulimit -n`).
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    /// How long a new connection may stay silent (no byte received: no TLS
+    /// ClientHello, no HTTP/2 preface) before it is closed.
+    pub silent_connection_timeout: Duration,
+    /// How long a TLS handshake may take.
+    pub tls_handshake_timeout: Duration,
 }
 
 impl Default for ServerLimits {
@@ -51,6 +66,12 @@ impl Default for ServerLimits {
             tcp_keepalive: Duration::from_secs(60),
             max_pending_accept_reset_streams: 64,
             max_header_list_size: 64 * 1024,
+            max_connections: 8192,
+            // High enough for a benchmark host's thousands of fake workers and
+            // readers on loopback; it bounds what one host can hold open.
+            max_connections_per_ip: 4096,
+            silent_connection_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -69,6 +90,11 @@ impl ServerLimits {
             .http2_max_header_list_size(self.max_header_list_size)
     }
 
+    /// `tls` with the handshake bounded by [`ServerLimits::tls_handshake_timeout`].
+    pub fn tls(&self, tls: tonic::transport::ServerTlsConfig) -> tonic::transport::ServerTlsConfig {
+        tls.timeout(self.tls_handshake_timeout)
+    }
+
     /// Every bound must allow something.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_concurrent_streams == 0 {
@@ -79,6 +105,12 @@ impl ServerLimits {
         }
         if self.request_timeout.is_zero() {
             return Err("--request-timeout-secs must be above 0".into());
+        }
+        if self.max_connections == 0 || self.max_connections_per_ip == 0 {
+            return Err("the connection bounds (in all, per IP) must be at least 1".into());
+        }
+        if self.silent_connection_timeout.is_zero() || self.tls_handshake_timeout.is_zero() {
+            return Err("the silent-connection and TLS handshake timeouts must be above 0".into());
         }
         Ok(())
     }

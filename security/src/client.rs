@@ -99,16 +99,16 @@ impl ClientSecurity {
         &self.bearer
     }
 
-    /// The URL of `address` (`host:port`, or a URL kept as it is): `https://`
-    /// with TLS, `http://` without.
-    pub fn url(&self, address: &str) -> String {
-        if address.contains("://") {
-            address.to_string()
-        } else if self.uses_tls() {
-            format!("https://{address}")
-        } else {
-            format!("http://{address}")
-        }
+    /// The URL to dial for `address`: `https://` with TLS, `http://` without.
+    /// `address` is `HOST:PORT` ([`crate::ServerAddress`]), optionally with the
+    /// scheme that matches this client's TLS setting. A scheme that contradicts
+    /// it is refused, never followed: an `http://` address must not make a TLS
+    /// client send its token in clear (issue 31), and an `https://` one cannot be
+    /// dialled without a CA to verify it.
+    pub fn url(&self, address: &str) -> Result<String, SecurityError> {
+        let tls = self.uses_tls();
+        let address = crate::address::ServerAddress::parse_for(address, tls)?;
+        Ok(format!("{}://{address}", if tls { "https" } else { "http" }))
     }
 
     /// `endpoint` with this side's TLS applied (if any).
@@ -144,9 +144,28 @@ mod tests {
 
     #[test]
     fn without_tls_the_url_is_http_and_with_tls_https() {
-        assert_eq!(ClientSecurity::none().url("127.0.0.1:1"), "http://127.0.0.1:1");
+        let plain = ClientSecurity::none();
+        assert_eq!(plain.url("127.0.0.1:1").unwrap(), "http://127.0.0.1:1");
+        assert_eq!(plain.url("http://127.0.0.1:1/").unwrap(), "http://127.0.0.1:1");
         let tls = TlsSettings::from_pem(None, Some(b"-----BEGIN CERTIFICATE-----\n".to_vec()));
         let s = ClientSecurity::new(Some(&tls), None).unwrap();
-        assert_eq!(s.url("127.0.0.1:1"), "https://127.0.0.1:1");
+        assert_eq!(s.url("127.0.0.1:1").unwrap(), "https://127.0.0.1:1");
+        assert_eq!(s.url("HTTPS://[::1]:2").unwrap(), "https://[::1]:2");
+    }
+
+    #[test]
+    fn a_scheme_that_contradicts_the_tls_setting_is_refused_never_followed() {
+        let tls = TlsSettings::from_pem(None, Some(b"-----BEGIN CERTIFICATE-----\n".to_vec()));
+        let s = ClientSecurity::new(Some(&tls), None).unwrap();
+        let e = s.url("http://127.0.0.1:1").unwrap_err().to_string();
+        assert!(e.contains("plain-text") && e.contains("TLS is in use"), "{e}");
+        let e = ClientSecurity::none().url("https://127.0.0.1:1").unwrap_err().to_string();
+        assert!(e.contains("--tls-ca"), "{e}");
+        let e = s.url("grpc://127.0.0.1:1").unwrap_err().to_string();
+        assert!(e.contains("unknown scheme `grpc://`"), "{e}");
+        let e = s.url("https://127.0.0.1:99999").unwrap_err().to_string();
+        assert!(e.contains("port 99999"), "{e}");
+        let e = s.url("not an address").unwrap_err().to_string();
+        assert!(e.contains("HOST:PORT"), "{e}");
     }
 }

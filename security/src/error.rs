@@ -25,6 +25,16 @@ pub enum SecurityError {
     /// The TLS library refused the certificates or key.
     #[error("TLS settings ({what}): {reason}")]
     Tls { what: &'static str, reason: String },
+    /// A server address that is not `HOST:PORT` (`crate::address`).
+    #[error(
+        "`{address}` is not a server address: {reason}; give {}",
+        crate::address::ADDRESS_FORM
+    )]
+    Address { address: String, reason: String },
+    /// An address whose scheme contradicts the client's TLS setting, or is not
+    /// one Sluice speaks.
+    #[error("{0}")]
+    Scheme(String),
     /// A server would listen off loopback without the protection it needs.
     #[error("{0}")]
     Insecure(String),

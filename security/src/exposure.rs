@@ -37,6 +37,32 @@ pub fn missing_protections(tls: Option<&crate::TlsSettings>, tokens: bool) -> Ve
     missing
 }
 
+/// What a Raft port lacks to tell a dispatcher peer from any other holder of a
+/// certificate: a peer secret every Raft RPC carries (`peer_secret`), or mutual
+/// TLS against a peer CA (`peer_ca`) that is not the CA of clients' and workers'
+/// certificates (`tls`'s CA). Mutual TLS against `--tls-ca` alone is not enough:
+/// every worker's and client's certificate of that CA would pass it and could
+/// vote or append entries (issue 31: one moved a group's term to 10^6).
+pub fn missing_peer_identity(
+    tls: Option<&crate::TlsSettings>,
+    peer_ca: Option<&[u8]>,
+    peer_secret: bool,
+) -> Vec<&'static str> {
+    let own_ca = |ca: &[u8]| match tls.and_then(|t| t.ca_pem()) {
+        Some(tls_ca) => !crate::tls::same_certificates(ca, tls_ca),
+        None => true,
+    };
+    let mutual = tls.is_some_and(|t| t.has_identity()) && peer_ca.is_some_and(own_ca);
+    if peer_secret || mutual {
+        vec![]
+    } else {
+        vec![
+            "--peer-secret-file, or --peer-ca naming a CA other than --tls-ca that signs \
+             only dispatchers' certificates (with --tls-cert/--tls-key)",
+        ]
+    }
+}
+
 /// Refuses a `server` listening on `host` off loopback while `missing` (the
 /// flags of the protections it lacks) is not empty, unless `insecure`; then it
 /// warns.
@@ -91,6 +117,30 @@ mod tests {
         assert!(require_auth_for_user_code("0.0.0.0", true).is_ok());
         let e = require_auth_for_user_code("0.0.0.0", false).unwrap_err().to_string();
         assert!(e.contains("--allow-python") && e.contains("--auth-tokens"), "{e}");
+    }
+
+    #[test]
+    fn a_raft_port_needs_a_peer_secret_or_a_peer_ca_of_its_own() {
+        let ca = |name: &str| {
+            let mut params = rcgen::CertificateParams::new(vec![]).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.distinguished_name.push(rcgen::DnType::CommonName, name);
+            let key = rcgen::KeyPair::generate().unwrap();
+            params.self_signed(&key).unwrap().pem().into_bytes()
+        };
+        let (client_ca, peer_ca) = (ca("clients"), ca("peers"));
+        let identity = Some((b"cert".to_vec(), b"key".to_vec()));
+        let tls = crate::TlsSettings::from_pem(identity, Some(client_ca.clone()));
+        // mTLS against the client CA alone: any worker's certificate would pass.
+        assert_eq!(missing_peer_identity(Some(&tls), None, false).len(), 1);
+        let same = missing_peer_identity(Some(&tls), Some(&client_ca), false);
+        assert!(same[0].contains("--peer-ca") && same[0].contains("--peer-secret-file"));
+        // The same CA written differently (CRLF line ends) is still the same CA.
+        let crlf = String::from_utf8(client_ca.clone()).unwrap().replace('\n', "\r\n");
+        assert_eq!(missing_peer_identity(Some(&tls), Some(crlf.as_bytes()), false).len(), 1);
+        assert!(missing_peer_identity(Some(&tls), Some(&peer_ca), false).is_empty());
+        assert!(missing_peer_identity(Some(&tls), None, true).is_empty());
+        assert!(missing_peer_identity(None, Some(&peer_ca), false).len() == 1, "no identity");
     }
 
     #[test]

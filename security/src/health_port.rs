@@ -11,7 +11,6 @@
 use std::future::Future;
 
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
@@ -24,6 +23,11 @@ pub async fn serve<T: Health>(
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "health service served in plain text (--health-addr)");
     }
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Server::builder().add_service(health).serve_with_incoming_shutdown(incoming, shutdown).await
+    let limits = sluice_proto::limits::ServerLimits::default();
+    let incoming = crate::Incoming::new(listener, &limits, "health port");
+    limits
+        .apply(Server::builder())
+        .add_service(health)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
 }

@@ -16,9 +16,15 @@
 //!   needs, answers `Unauthenticated` / `PermissionDenied` naming what is missing
 //!   or wrong (never the secret), and hands the [`Caller`] to the service in the
 //!   request's extensions.
+//! - [`address`]: [`ServerAddress`] — the one parser of `HOST:PORT`, used by
+//!   clients, by a worker for its `--advertise`, and by the dispatcher at
+//!   RegisterWorker.
 //! - [`client`]: [`ClientSecurity`] — what a client presents: TLS (dial `https://`)
 //!   and its bearer token, added to every request by [`Bearer`].
 //! - [`exposure`]: the loopback test and "secure by default off loopback".
+//! - [`incoming`]: [`Incoming`] — the accept loop every server serves from:
+//!   connections bounded in all and per IP, silent ones closed, accept errors
+//!   backed off.
 //! - [`health_port`]: the plain-text, health-only listener for orchestrators'
 //!   probes (`--health-addr`).
 //! - [`error`] — [`SecurityError`].
@@ -29,21 +35,25 @@
 //!  token ─► Secret ─► Bearer (client interceptor) ─► `authorization: Bearer …`
 //! ```
 
+pub mod address;
 pub mod client;
 pub mod error;
 pub mod exposure;
 pub mod guard;
 pub mod health_port;
+pub mod incoming;
 pub mod tls;
 pub mod tokens;
 
+pub use address::ServerAddress;
 pub use client::{Bearer, ClientSecurity};
 pub use error::SecurityError;
 pub use exposure::{
-    is_loopback, is_loopback_host, missing_protections, require_auth_for_user_code,
-    require_secure_off_loopback,
+    is_loopback, is_loopback_host, missing_peer_identity, missing_protections,
+    require_auth_for_user_code, require_secure_off_loopback,
 };
 pub use guard::{Caller, Guard};
+pub use incoming::Incoming;
 pub use tls::TlsSettings;
 pub use tokens::{Role, Secret, TokenSet};
 

@@ -60,6 +60,21 @@ pub fn read_pem(flag: &'static str, path: &Path, kind: &str) -> Result<Vec<u8>, 
     Ok(bytes)
 }
 
+/// Whether the PEM files `a` and `b` hold the same certificates (in any order,
+/// whatever their formatting): two flags naming one CA.
+pub fn same_certificates(a: &[u8], b: &[u8]) -> bool {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let ders = |pem: &[u8]| -> Option<std::collections::BTreeSet<Vec<u8>>> {
+        CertificateDer::pem_slice_iter(pem).map(|c| c.ok().map(|c| c.to_vec())).collect()
+    };
+    match (ders(a), ders(b)) {
+        (Some(a), Some(b)) if !a.is_empty() => a == b,
+        // Unparsable (refused later, when TLS is built): compare the bytes.
+        _ => a == b,
+    }
+}
+
 impl TlsSettings {
     /// The settings of `--tls-cert`, `--tls-key` and `--tls-ca`; `None` when none
     /// is given (plain-text transport).

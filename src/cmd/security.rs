@@ -90,7 +90,9 @@ impl ServerAuthFlags {
 #[derive(Args, Clone, Debug, Default)]
 pub struct PeerFlags {
     /// PEM CA whose certificates the Raft port accepts from peers (mutual TLS);
-    /// default: --tls-ca. Best one that signs only dispatchers' certificates.
+    /// default: --tls-ca. Off loopback it is the peers' identity only if it is
+    /// another CA than --tls-ca, one that signs only dispatchers' certificates;
+    /// else give --peer-secret-file.
     #[arg(long, env = "SLUICE_PEER_CA", value_name = "FILE")]
     pub peer_ca: Option<PathBuf>,
     /// File holding a secret every dispatcher of the group shares; every Raft RPC

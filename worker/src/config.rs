@@ -100,6 +100,20 @@ impl WorkerConfig {
         }
     }
 
+    /// The address to advertise, as `HOST:PORT`: `advertised_address` checked
+    /// by the one address parser (`sluice_security::ServerAddress`) with a scheme,
+    /// if any, that matches this worker's TLS dropped. Readers dial it, so an
+    /// address that does not parse, or a plain-text `http://` one on a worker
+    /// serving TLS, fails the worker at start instead of every read (issue 31).
+    /// `None`: not set.
+    pub fn advertised(&self) -> Result<Option<String>, WorkerError> {
+        let Some(address) = &self.advertised_address else { return Ok(None) };
+        let tls = self.security.tls.as_ref().is_some_and(|t| t.has_identity());
+        sluice_security::ServerAddress::parse_for(address, tls)
+            .map(|a| Some(a.to_string()))
+            .map_err(|e| WorkerError::Config(format!("--advertise (advertised_address): {e}")))
+    }
+
     pub fn validate(&self) -> Result<(), WorkerError> {
         let bad = |m: &str| Err(WorkerError::Config(m.to_string()));
         if let Err(e) = self.server.validate() {
@@ -114,6 +128,7 @@ impl WorkerConfig {
         if matches!(&self.advertised_address, Some(a) if a.trim().is_empty()) {
             return bad("advertised_address: must not be empty when set");
         }
+        self.advertised()?;
         if !(1..=1024).contains(&self.splits_per_request) {
             return bad("splits_per_request: must be between 1 and 1024");
         }

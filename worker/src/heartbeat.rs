@@ -23,7 +23,8 @@
 //! this loop only decides what to do after one gave up: registration is tried again
 //! (the client's retry loop, without a deadline) until it succeeds or the worker
 //! stops (a FailedPrecondition refusal — the address is not in the dispatcher's
-//! worker list — stops the worker), a failed heartbeat is logged and the next one
+//! worker list — or an InvalidArgument one — the address is not `HOST:PORT` —
+//! stops the worker), a failed heartbeat is logged and the next one
 //! carries the same reports. NotFound means the dispatcher lost this worker (an
 //! in-memory dispatcher restarted, or it timed us out), so the worker registers again.
 
@@ -76,7 +77,8 @@ async fn register(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) ->
                         Attempt::Done(true)
                     }
                     // A refusal that no retry changes (the address is not in the
-                    // dispatcher's worker list): stop the worker, which then exits
+                    // dispatcher's worker list, or not an address readers can
+                    // dial): stop the worker, which then exits
                     // with the reason.
                     // Also a token the dispatcher does not accept.
                     Err(e)
@@ -84,6 +86,7 @@ async fn register(worker: &Arc<Worker>, shutdown: &mut watch::Receiver<bool>) ->
                             e.code(),
                             Some(
                                 Code::FailedPrecondition
+                                    | Code::InvalidArgument
                                     | Code::Unauthenticated
                                     | Code::PermissionDenied
                             )

@@ -110,7 +110,6 @@ use sluice_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tracing::Instrument;
 
@@ -286,11 +285,13 @@ async fn serve(
             worker.shut_down();
         }
     };
-    // `serve_with_incoming*` ignores the builder's tcp_nodelay; the incoming sets it.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let mut builder = worker.config.server.apply(Server::builder());
+    // `serve_with_incoming*` ignores the builder's tcp_nodelay and keepalive; the
+    // incoming sets them, and bounds connections (`sluice_security::incoming`).
+    let limits = worker.config.server;
+    let incoming = sluice_security::Incoming::new(listener, &limits, "worker");
+    let mut builder = limits.apply(Server::builder());
     if let Some(tls) = worker.config.security.server_tls()? {
-        builder = builder.tls_config(tls)?;
+        builder = builder.tls_config(limits.tls(tls))?;
     }
     let server = builder
         .layer(sluice_telemetry::RpcSpans::new("worker"))
@@ -336,8 +337,8 @@ fn advertised_address(
     config: &WorkerConfig,
     listener: &TcpListener,
 ) -> Result<String, WorkerError> {
-    match &config.advertised_address {
-        Some(address) => Ok(address.clone()),
+    match config.advertised()? {
+        Some(address) => Ok(address),
         None => Ok(format!("127.0.0.1:{}", listener.local_addr()?.port())),
     }
 }

@@ -128,7 +128,8 @@ pub(crate) fn peer_channel(
     addr: &str,
     connect_timeout: Option<std::time::Duration>,
 ) -> Result<PeerChannel, String> {
-    let endpoint = Endpoint::from_shared(security.url(addr)).map_err(|e| e.to_string())?;
+    let endpoint = Endpoint::from_shared(security.url(addr).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
     let mut endpoint = sluice_proto::limits::client_endpoint(endpoint).tcp_nodelay(true);
     if let Some(timeout) = connect_timeout {
         endpoint = endpoint.connect_timeout(timeout);

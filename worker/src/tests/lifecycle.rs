@@ -100,6 +100,30 @@ async fn advertised_address_defaults_to_the_bound_port() {
 }
 
 #[test]
+fn an_advertised_address_that_readers_could_not_dial_safely_is_refused_at_start() {
+    let config = |address: &str, tls: bool| {
+        let mut c = WorkerConfig::for_tests(vec!["127.0.0.1:1".into()]);
+        c.advertised_address = Some(address.to_string());
+        let identity = (b"cert".to_vec(), b"key".to_vec());
+        c.security.tls = tls.then(|| sluice_security::TlsSettings::from_pem(Some(identity), None));
+        c
+    };
+    for (address, tls, want) in [
+        ("not an address", false, "HOST:PORT"),
+        ("10.0.0.1:99999", false, "port 99999"),
+        ("http://10.0.0.1:5051", true, "plain-text (http://)"),
+        ("ftp://10.0.0.1:5051", false, "unknown scheme"),
+    ] {
+        let err = config(address, tls).validate().unwrap_err().to_string();
+        assert!(err.contains("--advertise") && err.contains(want), "{address}: {err}");
+    }
+    // A matching scheme is dropped: readers are given HOST:PORT.
+    let c = config("https://worker-0.pool:5051", true);
+    assert_eq!(c.advertised().unwrap().as_deref(), Some("worker-0.pool:5051"));
+    assert_eq!(config("[::1]:5051", false).advertised().unwrap().as_deref(), Some("[::1]:5051"));
+}
+
+#[test]
 fn requests_may_only_lower_the_message_bounds() {
     let config = WorkerConfig::default();
     let limits = |e, b| {
