@@ -27,6 +27,10 @@ pub enum DatasetError {
     /// Reading, writing or listing a file or object failed (`file` is its URL or path).
     #[error("I/O error on `{file}`: {message}")]
     Io { file: String, message: String },
+    /// A file or object that does not exist (`file` is its URL or path): the
+    /// reader's status code is `NotFound` (Python `NotFoundError`), as tf.data's.
+    #[error("`{file}` does not exist ({message}): check the name, and that every worker sees it")]
+    NotFound { file: String, message: String },
     /// A file or object lies outside the data roots (`io::DataRoots`): refused
     /// before anything is opened; `message` names the roots and the flag.
     #[error("`{file}` may not be read: {message}")]
@@ -58,5 +62,28 @@ impl DatasetError {
     /// An [`DatasetError::Io`] for `file`.
     pub fn io(file: impl Into<String>, message: impl std::fmt::Display) -> Self {
         DatasetError::Io { file: file.into(), message: message.to_string() }
+    }
+
+    /// `e`, met opening `file`: [`DatasetError::NotFound`] when the file does not
+    /// exist, else [`DatasetError::Io`].
+    pub fn opening(file: impl Into<String>, e: &std::io::Error) -> Self {
+        let (file, message) = (file.into(), e.to_string());
+        if e.kind() == std::io::ErrorKind::NotFound {
+            DatasetError::NotFound { file, message }
+        } else {
+            DatasetError::Io { file, message }
+        }
+    }
+
+    /// `e`, met reading `file`: an object that turned out not to exist (the object
+    /// reader passes its [`DatasetError::NotFound`] through `std::io::Error`) stays
+    /// [`DatasetError::NotFound`]; anything else is [`DatasetError::Io`].
+    pub fn reading(file: impl Into<String>, e: &std::io::Error) -> Self {
+        match e.get_ref().and_then(|inner| inner.downcast_ref::<DatasetError>()) {
+            Some(DatasetError::NotFound { file, message }) => {
+                DatasetError::NotFound { file: file.clone(), message: message.clone() }
+            }
+            _ => DatasetError::io(file, e),
+        }
     }
 }

@@ -213,7 +213,7 @@ fn tfrecord_source_errors_name_the_file() {
     let out = common::run(&DatasetDef::tfrecord(files.clone()));
     assert_eq!(out.len(), 3, "two records, then the error ends the stream");
     let err = out[2].clone().expect_err("missing file");
-    assert!(matches!(&err, DatasetError::Io { file, .. } if file == &files[1]), "{err:?}");
+    assert!(matches!(&err, DatasetError::NotFound { file, .. } if file == &files[1]), "{err:?}");
 
     // A corrupt record, skipped with skip_corrupt.
     let mut bytes = std::fs::read(&files[2]).expect("read");

@@ -40,7 +40,7 @@ from sluice import _native
 from sluice.distribute import DistributedDataset
 from sluice.errors import InvalidArgumentError
 
-__all__ = ["STATE_VERSION", "Position", "is_dynamic", "merge_states"]
+__all__ = ["STATE_VERSION", "Position", "idle_state", "is_dynamic", "merge_states"]
 
 STATE_VERSION = 1
 """Version of the state dict's layout; a state of another version is refused."""
@@ -304,6 +304,19 @@ class Position:
         self._restore = position
 
 
+IDLE = "idle"
+"""The key that marks the state of a consumer that reads nothing (a PyTorch loader
+process other than 0 of an exactly-once job): ``merge_states`` leaves it out."""
+
+
+def idle_state(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as the state of a consumer that reads nothing: no position."""
+    if "position" in state:
+        state["position"] = None
+    state[IDLE] = True
+    return state
+
+
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One checkpoint's states of all consumers of an exactly-once job (each
     consumer's ``state_dict()`` / ``get_state()``, e.g. every host's or loader
@@ -313,9 +326,14 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     checkpointed consumers had not returned, once. (Restoring each consumer
     from its own position instead would not claim the others' records.)
     Raises ``InvalidArgumentError`` for states of different jobs, datasets,
-    repetitions or checkpoints."""
+    repetitions or checkpoints. States of consumers that read nothing
+    (``"idle"``: PyTorch loader processes other than 0 of an exactly-once job)
+    are left out."""
     if isinstance(states, Mapping) or not states:
         raise InvalidArgumentError("merge_states takes a non-empty list of states")
+    readers = [s for s in states if not s.get(IDLE)]
+    if readers:
+        states = readers
     first = states[0]
     for key in ("job_name", "dataset_id", "repetition"):
         values = {repr(s.get(key)) for s in states}

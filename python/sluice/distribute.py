@@ -13,7 +13,8 @@ import enum
 import hashlib
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 from sluice import _native
 from sluice.errors import InvalidArgumentError
@@ -35,7 +36,8 @@ __all__ = [
 Service = Union[str, Sequence[str], Any]
 """Dispatcher addresses: ``"host:port"``, ``"grpc://host:port"``, a comma list, a
 list of those, or an object with ``.addresses`` (a quorum) or ``.address`` (a
-``DispatchServer``)."""
+``DispatchServer``). Anything else (another scheme, no port) is refused with
+``InvalidArgumentError`` when the dataset or client is made."""
 
 
 class ShardingPolicy(enum.Enum):
@@ -86,30 +88,71 @@ def _mode(processing_mode: Union[ShardingPolicy, str]) -> str:
     )
 
 
-def addresses(service: Service) -> list[str]:
-    """The dispatcher addresses of ``service`` (see ``Service``)."""
+_SCHEME = "grpc://"
+"""The one scheme a dispatcher address may carry (tf.data's default protocol);
+TLS is chosen by ``tls_ca`` / ``$SLUICE_TLS_CA``, not by the address."""
+
+
+def addresses(service: Service, param: str = "service") -> list[str]:
+    """The dispatcher addresses of ``service`` (see ``Service``), each checked to
+    be ``host:port`` (``param`` names the argument in the error)."""
     if hasattr(service, "addresses"):
         return list(service.addresses)
     if hasattr(service, "address") and not isinstance(service, str):
         return [service.address]
-    parts = [service] if isinstance(service, str) else list(service)
+    if isinstance(service, str):
+        parts: list[Any] = [service]
+    elif isinstance(service, (Sequence, set, frozenset)) and not isinstance(
+        service, (bytes, bytearray)
+    ):
+        parts = list(service)
+    else:
+        raise InvalidArgumentError(
+            f"{param} must be a dispatcher address 'host:port', a comma list or a list of "
+            f"them, or a DispatchServer; got {type(service).__name__} {service!r}"
+        )
     out: list[str] = []
     for part in parts:
         if not isinstance(part, str):
             raise InvalidArgumentError(
-                f"service must be 'host:port', a comma list or a list of them; got {part!r}"
+                f"{param} must be 'host:port', a comma list or a list of them; got "
+                f"{type(part).__name__} {part!r} in {service!r}"
             )
         for a in part.split(","):
             a = a.strip()
-            if a.startswith("grpc://"):
-                a = a[len("grpc://") :]
             if a:
-                out.append(a)
+                out.append(_address(a, param))
     if not out:
         raise InvalidArgumentError(
-            f"service names no dispatcher: give 'host:port' or a list of them, got {service!r}"
+            f"{param} names no dispatcher: give 'host:port' or a list of them, got {service!r}"
         )
     return out
+
+
+def _address(address: str, param: str) -> str:
+    """``address`` without its ``grpc://``, refused unless it is ``host:port``."""
+    scheme, sep, rest = address.partition("://")
+    if sep:
+        if scheme.lower() + sep != _SCHEME:
+            raise InvalidArgumentError(
+                f"{param}: unknown scheme {scheme + sep!r} in {address!r}; give 'host:port' "
+                f"(or '{_SCHEME}host:port'); TLS is chosen by tls_ca (or $SLUICE_TLS_CA), "
+                f"not by the address"
+            )
+        address = rest
+    host, colon, port = address.rpartition(":")
+    if (
+        not colon
+        or not host
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+        or any(c in host for c in "/ @?#")
+    ):
+        raise InvalidArgumentError(
+            f"{param}: {address!r} is not a dispatcher address: give 'host:port' (a port "
+            f"from 1 to 65535), e.g. 'localhost:5050' or '[::1]:5050'"
+        )
+    return address
 
 
 class _Clients:
@@ -190,6 +233,23 @@ def _dataset_id(spec_json: str) -> str:
     return "py-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 
+def _check_dataset(dataset: Any, where: str) -> None:
+    """Refuses anything but a ``sluice.Dataset`` as the pipeline of ``where``."""
+    from sluice.dataset import Dataset
+
+    if isinstance(dataset, Dataset):
+        return
+    if isinstance(dataset, DistributedDataset):
+        raise InvalidArgumentError(
+            f"{where} takes a sluice.Dataset, got a DistributedDataset (a dataset already "
+            f"read through the service): pass the sluice.Dataset it was made from "
+            f"(its .dataset), or read it as it is"
+        )
+    raise InvalidArgumentError(
+        f"{where} takes a sluice.Dataset, got {type(dataset).__name__} {dataset!r:.200}"
+    )
+
+
 def register_dataset(
     service: Service,
     dataset: "Dataset",
@@ -206,6 +266,7 @@ def register_dataset(
     unavailable dispatcher is retried before ``UnavailableError``. ``tls_ca``,
     ``token``: as ``sluice.client`` (docs/security.md).
     """
+    _check_dataset(dataset, "register_dataset")
     spec = dataset.to_json()
     native = client(service, dispatcher_timeout, tls_ca, token)
     return native.register_dataset(spec, dataset_id or _dataset_id(spec))
@@ -262,6 +323,8 @@ class DistributedDataset:
     ) -> None:
         if (dataset is None) == (dataset_id is None):
             raise InvalidArgumentError("give exactly one of dataset and dataset_id")
+        if dataset is not None:
+            _check_dataset(dataset, "distribute")
         if cross_trainer_cache is not None and not isinstance(cross_trainer_cache, CrossTrainerCache):
             raise InvalidArgumentError(
                 f"cross_trainer_cache must be a sluice.CrossTrainerCache, got {cross_trainer_cache!r}"

@@ -265,7 +265,7 @@ class WorkerServer(_Server):
         elif python is not None:
             raise ValueError("python= names the interpreter of allow_python=True; pass both")
         self._native = _native.WorkerServer(
-            addresses(dispatcher_address),
+            addresses(dispatcher_address, "dispatcher_address"),
             port=port,
             host=host,
             advertise=worker_address,

@@ -39,7 +39,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "(or read Sluice elements as numpy arrays without this module)"
     ) from e
 
-from sluice._state import HasPosition, Position, is_dynamic
+from sluice._state import HasPosition, Position, idle_state, is_dynamic
 from sluice.distribute import DistributedDataset
 from sluice.errors import InvalidArgumentError
 
@@ -103,6 +103,18 @@ class IterableDataset(HasPosition, _TorchIterableDataset):  # type: ignore[type-
 
     * DYNAMIC (``"distributed_epoch"``): all of them consume the *same* job and
       repetition, so together they read each element once;
+    * an exactly-once DYNAMIC read (``exactly_once=True`` or ``"auto"``): loader
+      process 0 alone reads the job, the others end their epoch at once (and
+      their ``state_dict()`` says ``"idle": True``). Why: an exactly-once
+      reader's epoch ends only once every record of the job is consumed, so it
+      waits for the elements other live readers of the job hold; the loader
+      takes from its processes in turn and asks none for more while it waits
+      for one, so two readers in one loader would wait for each other for
+      ever. And one reader's ``state_dict()`` at any step is a whole
+      checkpoint (positions of several readers merge only when each took as
+      many, which the loader's processes do only at every n-th step). The
+      work is the Sluice workers'; a loader process only wraps arrays as
+      tensors, so one of them keeps up;
     * OFF and the static modes: with ``n > 1`` loader process ``i`` reads its own
       job, ``<job_name>-loader<i>``, so each reads everything (two loader
       processes sharing one OFF job would split it first come, first served).
@@ -149,11 +161,14 @@ class IterableDataset(HasPosition, _TorchIterableDataset):  # type: ignore[type-
     ``load_state_dict`` restores the job's iteration from it: every element
     the checkpointed consumer had not returned is delivered once. Each
     ``state_dict()`` of a read under way is a new checkpoint of the consumer.
-    A position of another job is refused (``InvalidArgumentError``). With
-    several consumers (loader processes, hosts), restore every resuming
-    consumer from ``sluice.merge_states`` of all their states of one
-    checkpoint: one consumer's position alone does not claim the records the
-    others consumed.
+    A position of another job is refused (``InvalidArgumentError``). In one
+    ``DataLoader``, any ``num_workers``, ``in_order`` either way, a checkpoint
+    at any step: ``StatefulDataLoader`` restores each loader process from its
+    own state (process 0's is the job's only reader). With several consumers
+    of the job (hosts, each with its loader), restore every resuming consumer
+    from ``sluice.merge_states`` of all their states of one checkpoint (one
+    step: each host's reader took as many positions): one consumer's position
+    alone does not claim the records the others consumed.
 
     For an OFF job the workers' tasks continue where they are, with the same
     loss. Rejoining a repetition that has finished gives an empty epoch. The saved
@@ -207,7 +222,17 @@ class IterableDataset(HasPosition, _TorchIterableDataset):  # type: ignore[type-
             return None  # these reads name their consumers themselves
         return f"{self._position.job_name}-loader{info.id}"
 
+    def _idle_process(self) -> bool:
+        """Whether this is a loader process that reads nothing: an exactly-once
+        DYNAMIC job is read by loader process 0 alone (see the class docstring)."""
+        info = get_worker_info()
+        if info is None or info.id == 0:
+            return False
+        return self._position.exactly_once and is_dynamic(self._position.dataset.processing_mode)
+
     def __iter__(self) -> Iterator[Any]:
+        if self._idle_process():
+            return iter(())
         position, copy = self._position, self._copy
         token = position.start_epoch(job_name=self._process_job_name())
         return (to_torch(e, copy) for e in position.elements_of(token))
@@ -219,7 +244,11 @@ class IterableDataset(HasPosition, _TorchIterableDataset):  # type: ignore[type-
         self._position.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """The position (see the class docstring), a JSON-able dict."""
+        """The position (see the class docstring), a JSON-able dict. A loader
+        process that reads nothing says so (``"idle": True``, no position):
+        ``merge_states`` leaves its state out."""
+        if self._idle_process():
+            return idle_state(self._position.state())
         return self._position.state()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

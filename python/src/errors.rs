@@ -152,6 +152,10 @@ pub fn from_client(e: ClientError) -> PyErr {
         // A worker's failure of a user function, or one in a pipeline run here.
         ClientError::UserFunction(f) => return user_function(f),
         ClientError::Dataset(DatasetError::UserFunction(f)) => return user_function(f),
+        // A pipeline run in this process: the kinds a worker's status would carry.
+        ClientError::Dataset(DatasetError::Corrupt { .. }) => Kind::DataLoss,
+        ClientError::Dataset(DatasetError::NotFound { .. }) => Kind::NotFound,
+        ClientError::Dataset(DatasetError::Forbidden { .. }) => Kind::PermissionDenied,
         ClientError::Unavailable { .. } => Kind::Unavailable,
         ClientError::Rpc { code, .. } => Kind::of_code(*code),
         ClientError::InvalidArgument(_) | ClientError::Dataset(_) | ClientError::Security(_) => {

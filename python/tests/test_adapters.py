@@ -328,3 +328,86 @@ def test_tf_to_dataset_without_tensorflow_names_the_package(monkeypatch, target)
     dd = sluice.Dataset.range(3).distribute("distributed_epoch", target)
     with pytest.raises(ImportError, match="pip install tensorflow-cpu"):
         to_dataset(dd)
+
+
+# --- exactly-once in PyTorch's DataLoader (issue 31, defect 9) -------------------
+
+EXACT_N = 4 * SPLIT
+"""Elements of the exactly-once loader tests: 4 splits, spread over both workers,
+read in batches of EXACT_BATCH (256 loader items)."""
+EXACT_BATCH = 16
+LOADER_TIMEOUT = 60
+"""Seconds the loader waits for one element: the deadline that turns the hang
+the tests guard against (an epoch that never ends) into a failure."""
+
+
+def exactly_once_loader_dataset(target: str, job_name: str) -> Any:
+    from sluice.torch import IterableDataset
+
+    ds = sluice.Dataset.range(EXACT_N).batch(EXACT_BATCH).distribute(
+        "distributed_epoch", target, job_name=job_name, exactly_once=True
+    )
+    return IterableDataset(ds)
+
+
+@pytest.mark.parametrize("in_order", [True, False], ids=["in_order", "any_order"])
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_torch_loader_reads_an_exactly_once_epoch_once_and_it_ends(target, num_workers, in_order):
+    torch = need_torch()
+    ds = exactly_once_loader_dataset(target, f"eo-loader-{num_workers}-{in_order}")
+    context = loader_context() if num_workers else None
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=num_workers, in_order=in_order,
+        timeout=LOADER_TIMEOUT if num_workers else 0, multiprocessing_context=context,
+    )
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        # The loop ends: the epoch's end does not wait on another loader process.
+        got = Counter(ints(loader))
+        assert got == Counter(range(EXACT_N)), f"epoch {epoch}: not each element once"
+
+
+def dataset_states(checkpoint: Any) -> list[dict[str, Any]]:
+    """The sluice states (one per loader process) inside a StatefulDataLoader checkpoint."""
+    if isinstance(checkpoint, dict):
+        if "job_name" in checkpoint and "repetition" in checkpoint:
+            return [checkpoint]
+        return [s for v in checkpoint.values() for s in dataset_states(v)]
+    return []
+
+
+@pytest.mark.parametrize("in_order", [True, False], ids=["in_order", "any_order"])
+@pytest.mark.parametrize("step", [31, 30])
+def test_torch_stateful_loader_restores_an_exactly_once_epoch_from_any_step(target, step, in_order):
+    need_torch()
+    stateful = pytest.importorskip(
+        "torchdata.stateful_dataloader",
+        reason="torchdata is not installed in this environment (CI does not install it)",
+    )
+    job = f"eo-restore-{step}-{in_order}"
+
+    def loader() -> Any:
+        return stateful.StatefulDataLoader(
+            exactly_once_loader_dataset(target, job), batch_size=None, num_workers=2,
+            in_order=in_order, timeout=LOADER_TIMEOUT, multiprocessing_context=loader_context(),
+        )
+
+    first_loader = loader()
+    batches = iter(first_loader)
+    first = ints(next(batches) for _ in range(step))
+    checkpoint = json.loads(json.dumps(first_loader.state_dict()))  # as a checkpoint stores it
+    del batches, first_loader  # the loader processes stop, holding prefetched elements
+
+    states = dataset_states(checkpoint)
+    assert len(states) == 2, "one state per loader process"
+    merged = sluice.merge_states(states)  # the recipe for several consumers: not refused
+    assert merged["position"] is not None and merged["elements_consumed"] == step
+
+    resumed = loader()
+    resumed.load_state_dict(checkpoint)
+    second = ints(resumed)  # ends: the epoch is over once the rest is read
+    got = Counter(first) + Counter(second)
+    assert got == Counter(range(EXACT_N)), (
+        f"{sum(v - 1 for v in got.values())} read twice, "
+        f"{EXACT_N - len(got)} missing after a restore at step {step}"
+    )

@@ -188,3 +188,56 @@ def test_a_pipeline_of_too_many_stages_is_refused_naming_the_bound(service):
         ds = ds.take(10)
     with pytest.raises(sluice.InvalidArgumentError, match="more than 256 stages"):
         sluice.register_dataset(service.target, ds)
+
+
+# --- what was wrong, said by the exception's class and message (issue 31, defect 10)
+
+
+@pytest.mark.parametrize(
+    "service, says",
+    [
+        (1, "service must be a dispatcher address 'host:port'.*got int 1"),
+        (b"127.0.0.1:5050", "service must be.*got bytes"),
+        (["127.0.0.1:5050", 2], "service must be.*got int 2"),
+        ("grp://127.0.0.1:5050", "service: unknown scheme 'grp://'"),
+        ("foo://127.0.0.1:5050", "service: unknown scheme 'foo://'"),
+        ("http://127.0.0.1:5050", "service: unknown scheme 'http://'"),
+        ("https://127.0.0.1:5050", "service: unknown scheme 'https://'.*tls_ca"),
+        ("127.0.0.1", "service: '127.0.0.1' is not a dispatcher address"),
+        ("127.0.0.1:0", "service: '127.0.0.1:0' is not a dispatcher address"),
+    ],
+)
+def test_a_service_that_is_not_a_dispatcher_address_is_refused_naming_it(service, says):
+    # Refused when the dataset is made: nothing dials, so nothing waits out a timeout.
+    with pytest.raises(sluice.InvalidArgumentError, match=says):
+        sluice.Dataset.range(3).distribute("parallel_epochs", service)
+    with pytest.raises(sluice.InvalidArgumentError, match=says.replace("service", "dispatcher_address")):
+        sluice.WorkerServer(service)
+
+
+def test_the_accepted_service_forms_are_kept():
+    ds = sluice.Dataset.range(3)
+    assert ds.distribute("dynamic", "grpc://127.0.0.1:5050").service == ["127.0.0.1:5050"]
+    assert ds.distribute("dynamic", "a:1, b:2").service == ["a:1", "b:2"]
+    assert ds.distribute("dynamic", ("[::1]:5050", "h:3")).service == ["[::1]:5050", "h:3"]
+
+
+def test_a_distributed_dataset_where_a_dataset_belongs_is_refused_saying_so(service):
+    distributed = sluice.Dataset.range(3).distribute("dynamic", service.target)
+    with pytest.raises(sluice.InvalidArgumentError, match="register_dataset takes a sluice.Dataset, got a DistributedDataset"):
+        sluice.register_dataset(service.target, distributed)
+    with pytest.raises(sluice.InvalidArgumentError, match="distribute takes a sluice.Dataset, got a DistributedDataset"):
+        sluice.distribute("dynamic", service.target)(distributed)
+    with pytest.raises(sluice.InvalidArgumentError, match="got list"):
+        sluice.register_dataset(service.target, [1, 2])
+
+
+@pytest.mark.parametrize("mode", ["distributed_epoch", "parallel_epochs"])
+def test_a_corrupt_tfrecord_is_data_loss_and_a_missing_one_not_found(service, tmp_path, mode):
+    corrupt = tmp_path / "corrupt.tfrecord"
+    corrupt.write_bytes(b"\x05" + bytes(7) + b"not a checksum, not a record")
+    with pytest.raises(sluice.DataLossError, match="corrupt TFRecord in `.*corrupt.tfrecord` at byte 0"):
+        list(sluice.Dataset.tfrecord(str(corrupt)).distribute(mode, service.target))
+    missing = tmp_path / "missing.tfrecord"
+    with pytest.raises(sluice.NotFoundError, match="`.*missing.tfrecord` does not exist"):
+        list(sluice.Dataset.tfrecord(str(missing)).distribute(mode, service.target))

@@ -194,6 +194,23 @@ def test_merge_states_joins_one_checkpoint_of_all_consumers_for_every_resuming_o
     assert sluice.merge_states(between)["position"] is None
 
 
+def test_merge_states_leaves_out_the_states_of_consumers_that_read_nothing():
+    # A PyTorch loader process other than 0 of an exactly-once job reads nothing
+    # (sluice.torch): its state says so, at whatever repetition its copy is.
+    from sluice._state import idle_state
+
+    reader = _state("j", position("j", watermark=3))
+    reader["elements_consumed"] = 31
+    idle = idle_state(_state("j", position("j", generation=7), repetition=1))
+    assert idle["position"] is None and idle["idle"] is True
+    merged = sluice.merge_states([reader, idle])  # not refused: the generations differ
+    info = _native.position_info(base64.b64decode(merged["position"]))
+    assert (info["job_name"], info["merged_consumers"], info["generation"]) == ("j", 1, 0)
+    assert merged["elements_consumed"] == 31
+    assert "idle" not in merged
+    assert sluice.merge_states([idle])["position"] is None
+
+
 def test_merge_states_refuses_states_of_different_jobs_checkpoints_or_reads():
     with pytest.raises(sluice.InvalidArgumentError, match="job_names"):
         sluice.merge_states([_state("j", position("j")), _state("k", position("k"))])

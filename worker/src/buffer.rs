@@ -466,23 +466,19 @@ impl TaskBuffer {
         }
     }
 
-    /// The pipeline failed: every later request gets the returned status. A user
-    /// function's failure carries [`Reason::UserFunction`] and the failure itself
-    /// (`user_error`), so the reader can show the user their exception.
+    /// The pipeline failed: every later request gets the returned status, whose
+    /// code names the kind of failure (`user_error`: a corrupt file `DataLoss`, a
+    /// missing one `NotFound`). A user function's failure carries
+    /// [`Reason::UserFunction`] and the failure itself, so the reader can show the
+    /// user their exception.
     fn fail(&self, buf: &mut Inner, error: DatasetError) -> Status {
-        let message = error.to_string();
-        tracing::warn!(task_id = self.task_id, %message, "pipeline failed");
-        let status = match &error {
-            DatasetError::UserFunction(failure) => {
-                crate::user_error::status(self.task_id, failure, &self.worker)
-            }
-            _ => self.failure(&message),
-        };
+        tracing::warn!(task_id = self.task_id, message = %error, "pipeline failed");
+        let status = crate::user_error::status_of(self.task_id, &error, &self.worker);
         buf.state = State::Failed(status.clone());
         status
     }
 
     fn failure(&self, message: &str) -> Status {
-        Status::internal(format!("task {}: pipeline failed: {message}", self.task_id))
+        Status::internal(crate::user_error::pipeline_failed(self.task_id, message))
     }
 }

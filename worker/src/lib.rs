@@ -10,8 +10,9 @@
 //!   job puts in front of the buffer (a `cache` or `coordinated` rounds).
 //! - `buffer`: a task's bounded buffer as its readers see it — the next batch, one
 //!   element, the message bounds, why the task stopped. A leaf but for
-//!   `user_error`: a user function's failure as the status that ends a read
-//!   (reason, failure as JSON details, bounded to fit HTTP/2 trailers).
+//!   `user_error`: a pipeline's failure as the status that ends a read (its code
+//!   the kind: `DataLoss`, `NotFound`, ...; a user function's with its reason,
+//!   failure as JSON details, bounded to fit HTTP/2 trailers).
 //! - `runner`: the pipeline thread — builds the task's pipeline (a static mode's
 //!   shard) and fills the buffer; a DYNAMIC source takes its splits from `splits`.
 //! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.

@@ -1,4 +1,13 @@
-//! A user function's failure as the status that ends a read: code `Internal` (the
+//! A failed pipeline's error as the status that ends a read ([`status_of`]).
+//!
+//! The code says the kind of failure, as tf.data's does, so a reader can tell
+//! bad data from a bug: a corrupt file is `DataLoss`, a file that does not exist
+//! `NotFound`, a file outside the data roots `PermissionDenied`, anything else
+//! `Internal` (Python: `DataLossError`, `NotFoundError`, `PermissionDeniedError`,
+//! `InternalError`). The client keys nothing on these codes (its decisions ride
+//! on [`Reason`]s), so they only name the failure.
+//!
+//! A user function's failure: code `Internal` (the
 //! pipeline failed, as for any pipeline error), [`Reason::UserFunction`], the
 //! [`UserFunctionFailure`] as JSON in the status's details (what the client turns
 //! into `ClientError::UserFunction`, and Python into `sluice.UserFunctionError`),
@@ -11,7 +20,7 @@
 //! twice: the traceback keeps its end (the innermost frames and the exception
 //! line, what a user reads first), the exception message its start.
 
-use sluice_dataset::UserFunctionFailure;
+use sluice_dataset::{DatasetError, UserFunctionFailure};
 use sluice_proto::contract::Reason;
 use tonic::{Code, Status};
 
@@ -22,6 +31,24 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 /// Bytes kept of each name (stage, function, worker, exception type).
 pub(crate) const MAX_NAME_BYTES: usize = 256;
 
+/// The status of a read of task `task_id` that `error` ended, on the worker at
+/// `worker`.
+pub(crate) fn status_of(task_id: u64, error: &DatasetError, worker: &str) -> Status {
+    let code = match error {
+        DatasetError::UserFunction(failure) => return status(task_id, failure, worker),
+        DatasetError::Corrupt { .. } => Code::DataLoss,
+        DatasetError::NotFound { .. } => Code::NotFound,
+        DatasetError::Forbidden { .. } => Code::PermissionDenied,
+        _ => Code::Internal,
+    };
+    Status::new(code, pipeline_failed(task_id, error))
+}
+
+/// The message of a read that `what` ended.
+pub(crate) fn pipeline_failed(task_id: u64, what: impl std::fmt::Display) -> String {
+    format!("task {task_id}: pipeline failed: {what}")
+}
+
 /// The status of a read that `failure` ended, on the worker at `worker`.
 pub(crate) fn status(task_id: u64, failure: &UserFunctionFailure, worker: &str) -> Status {
     let mut failure = failure.clone();
@@ -29,7 +56,7 @@ pub(crate) fn status(task_id: u64, failure: &UserFunctionFailure, worker: &str) 
         failure.worker = worker.to_string();
     }
     let failure = bounded(failure);
-    let message = format!("task {task_id}: pipeline failed: {failure}");
+    let message = pipeline_failed(task_id, &failure);
     let status = Status::with_details(Code::Internal, message, failure.to_details().into());
     Reason::UserFunction.attach(status)
 }

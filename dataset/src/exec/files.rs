@@ -124,7 +124,7 @@ impl<R: BufRead> Iterator for Lines<R> {
         line.resize(ITEM_PREFIX, 0);
         let limit = MAX_LINE_BYTES + 1;
         let read = match (&mut self.input).take(limit).read_until(b'\n', &mut line) {
-            Err(e) => return Some(Err(DatasetError::io(&self.url, e))),
+            Err(e) => return Some(Err(DatasetError::reading(&self.url, &e))),
             Ok(0) => return None,
             Ok(n) => n,
         };

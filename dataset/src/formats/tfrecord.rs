@@ -86,7 +86,10 @@ impl<R: Read> TfRecordReader<R> {
     /// end of file.
     fn read_record(&mut self) -> Result<Result<Option<Vec<u8>>, Bad>, DatasetError> {
         let mut header = [0u8; HEADER];
-        let n = self.input.read_small(&mut header).map_err(|e| DatasetError::io(&self.file, e))?;
+        let n = self
+            .input
+            .read_small(&mut header)
+            .map_err(|e| DatasetError::reading(&self.file, &e))?;
         if n == 0 {
             return Ok(Ok(None));
         }
@@ -120,7 +123,7 @@ impl<R: Read> TfRecordReader<R> {
         let got = self
             .input
             .read_into(&mut data, body, HEADER)
-            .map_err(|e| DatasetError::io(&self.file, e))?;
+            .map_err(|e| DatasetError::reading(&self.file, &e))?;
         if got < body {
             return Ok(Err(Bad::Fatal(format!(
                 "truncated record ({} of {} bytes); the file was cut short",

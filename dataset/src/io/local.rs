@@ -15,7 +15,7 @@ pub(super) const READ_BUFFER: usize = 256 << 10;
 
 /// The local file at `path` (`url` names it in errors); the caller buffers it.
 pub(super) fn open(url: &str, path: &Path) -> Result<File, DatasetError> {
-    File::open(path).map_err(|e| DatasetError::io(url, e))
+    File::open(path).map_err(|e| DatasetError::opening(url, &e))
 }
 
 /// Writes to `.<name>.tmp-<pid>-<n>` beside `path`; `finish` renames it into place.

@@ -15,7 +15,8 @@
 //! - `object` — one cached store per bucket configured from `AWS_*` / `GOOGLE_*`
 //!   like the journal's, streaming reads with bounded read-ahead, multipart writes.
 //!
-//! Every error is a [`DatasetError::Io`] naming the file (or pattern) as given.
+//! Every error is a [`DatasetError::Io`] naming the file (or pattern) as given, or
+//! [`DatasetError::NotFound`] for a file or object that does not exist.
 
 mod listing;
 mod local;

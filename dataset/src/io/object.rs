@@ -164,7 +164,8 @@ async fn pump(
         let failure = match tokio::time::timeout(CHUNK_TIMEOUT, store.get_opts(&path, opts)).await {
             Err(_) => format!("GET timed out after {CHUNK_TIMEOUT:?}"),
             Ok(Err(e @ object_store::Error::NotFound { .. })) => {
-                return Err(DatasetError::io(url, format!("no such object: {e}")));
+                let (file, message) = (url.to_string(), format!("no such object: {e}"));
+                return Err(DatasetError::NotFound { file, message });
             }
             Ok(Err(e)) => format!("GET failed: {e}"),
             Ok(Ok(result)) => {

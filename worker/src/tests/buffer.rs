@@ -62,6 +62,35 @@ async fn a_pipeline_error_is_delivered_after_the_elements_before_it_and_sticks()
 }
 
 #[tokio::test]
+async fn a_pipeline_error_s_code_names_its_kind() {
+    let file = || "/data/a.tfrecord".to_string();
+    let message = || "m".to_string();
+    let cases = [
+        (
+            DatasetError::Corrupt {
+                format: "TFRecord",
+                file: file(),
+                offset: 0,
+                message: message(),
+            },
+            Code::DataLoss,
+        ),
+        (DatasetError::NotFound { file: file(), message: message() }, Code::NotFound),
+        (DatasetError::Forbidden { file: file(), message: message() }, Code::PermissionDenied),
+        (DatasetError::Io { file: file(), message: message() }, Code::Internal),
+    ];
+    for (task_id, (error, code)) in (10..).zip(cases) {
+        let (tx, buffer) = channel(task_id, "w:1".into(), 16);
+        let text = error.to_string();
+        tx.try_send(Err(error)).expect("room");
+        let status = buffer.next_batch(ALL).await.err().expect("the error");
+        assert_eq!(status.code(), code, "{status:?}");
+        assert!(status.message().contains(&text), "{status:?}");
+        assert_eq!(Reason::of(&status), None, "no reason: the client keys nothing on it");
+    }
+}
+
+#[tokio::test]
 async fn a_task_that_could_not_start_fails_every_request_with_the_reason() {
     let (tx, mut buffer) = channel(3, "w:1".into(), 16);
     drop(tx);
