@@ -13,8 +13,8 @@ use openraft::{BasicNode, Entry, EntryPayload, LogId, SnapshotMeta, Vote};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::raft::applied::Applied;
 use crate::raft::codec::{decode, encode};
-use crate::raft::state_machine::Applied;
 use crate::raft::{NodeId, TypeConfig};
 use crate::state::State;
 

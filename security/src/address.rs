@@ -14,11 +14,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::error::SecurityError;
-
-/// The form an address must have, for error messages.
-pub const ADDRESS_FORM: &str =
-    "HOST:PORT (a host name or an IP address, `[IPv6]:PORT` for IPv6, a port in 1..=65535, \
-     no scheme and no path)";
+pub use crate::error::ADDRESS_FORM;
 
 /// A parsed `HOST:PORT`. Displays as it was given (IPv6 in brackets).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,6 +3,11 @@
 
 use std::path::PathBuf;
 
+/// The form a server address must have (`crate::address`), for error messages.
+pub const ADDRESS_FORM: &str =
+    "HOST:PORT (a host name or an IP address, `[IPv6]:PORT` for IPv6, a port in 1..=65535, \
+     no scheme and no path)";
+
 #[derive(Debug, thiserror::Error)]
 pub enum SecurityError {
     /// A file named by a flag could not be read.
@@ -26,10 +31,7 @@ pub enum SecurityError {
     #[error("TLS settings ({what}): {reason}")]
     Tls { what: &'static str, reason: String },
     /// A server address that is not `HOST:PORT` (`crate::address`).
-    #[error(
-        "`{address}` is not a server address: {reason}; give {}",
-        crate::address::ADDRESS_FORM
-    )]
+    #[error("`{address}` is not a server address: {reason}; give {}", ADDRESS_FORM)]
     Address { address: String, reason: String },
     /// An address whose scheme contradicts the client's TLS setting, or is not
     /// one Sluice speaks.

@@ -34,7 +34,7 @@ pub struct State {
     pub next_client_id: ClientId,
 }
 
-/// `state_machine::Applied` of layout version 1.
+/// `applied::Applied` of layout version 1.
 #[derive(Serialize, Deserialize)]
 pub struct Applied {
     pub last_applied: Option<LogId<NodeId>>,

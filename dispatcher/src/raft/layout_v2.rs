@@ -42,7 +42,7 @@ pub struct State {
     pub exactly_once: ExactlyOnceState,
 }
 
-/// `state_machine::Applied` of layout version 2.
+/// `applied::Applied` of layout version 2.
 #[derive(Serialize, Deserialize)]
 pub struct Applied {
     pub last_applied: Option<LogId<NodeId>>,

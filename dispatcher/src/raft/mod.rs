@@ -38,6 +38,7 @@
 // openraft's StorageError is large by design and is what its traits return.
 #![allow(clippy::result_large_err)]
 
+pub(crate) mod applied;
 pub(crate) mod bootstrap;
 // Public so tests can speak Raft to a node as a peer (or a forger) would.
 pub mod codec;

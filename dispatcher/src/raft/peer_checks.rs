@@ -16,7 +16,7 @@
 //! AppendEntries from a leader added after its last membership entry.
 
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use openraft::{LogId, SnapshotMeta, Vote};
+use openraft::{LogId, Vote};
 
 use super::{NodeId, TypeConfig};
 
@@ -143,37 +143,6 @@ pub fn check_snapshot_chunk(
     from_leader(me, &req.vote)?;
     let last = req.meta.last_log_id.as_ref().ok_or(PeerRefusal::SnapshotWithoutLogId)?;
     within_vote(last, &req.vote)
-}
-
-/// A snapshot's body against its meta: it decodes (`decode_peer_snapshot`),
-/// and what it decodes to stands where the meta says (last applied log id and
-/// membership), so installing it leaves the state machine where openraft, from
-/// the meta, believes it is. The decoded state is returned.
-pub fn check_snapshot(
-    meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-    body: &[u8],
-) -> Result<super::state_machine::Applied, PeerRefusal> {
-    let max = super::codec::MAX_SNAPSHOT_BYTES;
-    if body.len() as u64 > max {
-        return Err(PeerRefusal::SnapshotTooLarge { end: body.len() as u64, max });
-    }
-    let applied = super::state_machine::decode_peer_snapshot(body)
-        .map_err(|e| PeerRefusal::SnapshotUndecodable { error: e.to_string() })?;
-    if applied.last_applied != meta.last_log_id {
-        return Err(PeerRefusal::SnapshotInconsistent {
-            what: "last applied log id",
-            body: format!("{:?}", applied.last_applied),
-            meta: format!("{:?}", meta.last_log_id),
-        });
-    }
-    if applied.membership != meta.last_membership {
-        return Err(PeerRefusal::SnapshotInconsistent {
-            what: "membership",
-            body: applied.membership.to_string(),
-            meta: meta.last_membership.to_string(),
-        });
-    }
-    Ok(applied)
 }
 
 #[cfg(test)]

@@ -18,11 +18,12 @@ use tonic::{Request, Response, Status};
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
 
+use super::applied::check_snapshot;
 use super::bootstrap::{self, VoteGate, REJOIN_TIMEOUT};
 use super::codec::{decode, encode};
 use super::membership::Membership;
 use super::peer_checks::PeerRefusal;
-use super::peer_checks::{check_append, check_snapshot, check_snapshot_chunk, check_vote};
+use super::peer_checks::{check_append, check_snapshot_chunk, check_vote};
 use super::snapshot_inbox::{Received, SnapshotInbox};
 use super::snapshot_mark::SnapshotMark;
 use super::{NodeId, Raft, TypeConfig};

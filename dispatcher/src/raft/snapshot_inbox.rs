@@ -7,7 +7,7 @@
 //! then stops the node with its log purged and no snapshot to stand on, so it
 //! never starts again (issue 31). So the peer service keeps the chunks itself
 //! (`receive`), checks the whole body against its meta
-//! (`peer_checks::check_snapshot`) and passes openraft one request carrying
+//! (`applied::check_snapshot`) and passes openraft one request carrying
 //! all of it, which openraft installs in one step. A body that fails the check
 //! is refused and dropped: nothing reached openraft, nothing was purged.
 //!

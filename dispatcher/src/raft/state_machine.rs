@@ -20,66 +20,16 @@ use openraft::{
     AnyError, BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, Snapshot,
     SnapshotMeta, StorageError, StorageIOError, StoredMembership,
 };
-use serde::{Deserialize, Serialize};
 use sluice_journal::Journal;
 use tokio::sync::watch;
 
-use super::codec::{decode, encode, encode_with_capacity, MAX_SNAPSHOT_BYTES};
-use super::peer_checks::check_snapshot;
+use super::applied::check_snapshot;
+pub use super::applied::Applied;
+use super::codec::{encode, encode_with_capacity, MAX_SNAPSHOT_BYTES};
 use super::snapshot_mark::SnapshotMark;
 use super::versioned::{seal, seal_encoded, unseal, Kind, Versioned};
-use super::{layout_v1, layout_v2};
 use super::{CommandResult, NodeId, TypeConfig};
-use crate::state::State;
 
-/// What the state machine holds: the dispatcher's state and where it stands in the log.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Applied {
-    pub last_applied: Option<LogId<NodeId>>,
-    pub membership: StoredMembership<NodeId, BasicNode>,
-    pub state: State,
-}
-
-// What a snapshot persists, and as which kind (`versioned.rs`). A change to
-// `State`'s layout bumps the format and migrates here (`versioned.rs` docs):
-// version 1 had no exactly-once section (`layout_v1.rs`), version 2 no
-// deterministic orders in it (`layout_v2.rs`).
-impl Versioned for Applied {
-    const KIND: Kind = Kind::Snapshot;
-    fn migrate(version: u16, payload: &[u8]) -> Result<Self, bincode::Error> {
-        match version {
-            1 => decode::<layout_v1::Applied>(payload).map(Applied::from),
-            2 => decode::<layout_v2::Applied>(payload).map(Applied::from),
-            _ => decode(payload),
-        }
-    }
-}
-
-/// Version 1 → 2 (`layout_v1.rs`): the state gains an empty exactly-once section.
-impl From<layout_v1::Applied> for Applied {
-    fn from(a: layout_v1::Applied) -> Self {
-        Applied { last_applied: a.last_applied, membership: a.membership, state: a.state.into() }
-    }
-}
-
-/// Version 2 → 3 (`layout_v2.rs`): no job had a deterministic order.
-impl From<layout_v2::Applied> for Applied {
-    fn from(a: layout_v2::Applied) -> Self {
-        Applied { last_applied: a.last_applied, membership: a.membership, state: a.state.into() }
-    }
-}
-
-/// A snapshot body from a peer (InstallSnapshot carries no header): the current
-/// layout, or, failing that, version 2's or 1's (a peer of an earlier build),
-/// migrated. An older body never decodes as a newer one: each version only appends.
-pub(crate) fn decode_peer_snapshot(body: &[u8]) -> Result<Applied, bincode::Error> {
-    decode::<Applied>(body).or_else(|current| {
-        decode::<layout_v2::Applied>(body)
-            .map(Applied::from)
-            .or_else(|_| decode::<layout_v1::Applied>(body).map(Applied::from))
-            .map_err(|_| current)
-    })
-}
 impl Versioned for SnapshotMeta<NodeId, BasicNode> {
     const KIND: Kind = Kind::SnapshotMeta;
 }

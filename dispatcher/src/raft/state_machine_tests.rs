@@ -8,6 +8,7 @@ use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 
 use super::*;
 use crate::command::Command;
+use crate::raft::codec::decode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apply_waiting_for_a_snapshot_blocks_no_reader() {

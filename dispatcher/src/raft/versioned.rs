@@ -11,7 +11,7 @@
 //! ```
 //!
 //! # Versions (bump [`CURRENT`] and add a line when a persisted layout changes)
-//! - **1**: `Command`, `State` (in `state_machine::Applied`) and openraft 0.9's
+//! - **1**: `Command`, `State` (in `applied::Applied`) and openraft 0.9's
 //!   `Entry`, `Vote`, `LogId` and `SnapshotMeta`, as bincode (codec.rs). Builds
 //!   before this header wrote the same layouts without it ("unversioned"); they
 //!   are read as version 1 (below).
@@ -53,7 +53,7 @@
 //! InstallSnapshot) carry the current layout without the header, exactly as
 //! builds before it did. Across the version 1 → 2 change:
 //! - a snapshot received from a peer that does not decode as version 2 is
-//!   decoded as version 1 and migrated (`state_machine::decode_peer_snapshot`):
+//!   decoded as version 1 and migrated (`applied::decode_peer_snapshot`):
 //!   version 2 only appends to version 1, so a version-1 body is too short to
 //!   decode as version 2, and never misread as it;
 //! - a version-1 node decodes a version-2 snapshot as version 1 (bincode here

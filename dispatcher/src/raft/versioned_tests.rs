@@ -201,8 +201,8 @@ mod layout_v2 {
 
     use super::*;
     use crate::exactly_once::Progress;
+    use crate::raft::applied::decode_peer_snapshot;
     use crate::raft::layout_v1;
-    use crate::raft::state_machine::decode_peer_snapshot;
     use crate::state::State;
 
     /// A version-1 snapshot with some state in it, as version 1 encoded it.
