@@ -161,8 +161,11 @@ mod tests {
         assert!(e.contains("plain-text") && e.contains("TLS is in use"), "{e}");
         let e = ClientSecurity::none().url("https://127.0.0.1:1").unwrap_err().to_string();
         assert!(e.contains("--tls-ca"), "{e}");
-        let e = s.url("grpc://127.0.0.1:1").unwrap_err().to_string();
-        assert!(e.contains("unknown scheme `grpc://`"), "{e}");
+        let e = s.url("foo://127.0.0.1:1").unwrap_err().to_string();
+        assert!(e.contains("unknown scheme `foo://`"), "{e}");
+        // tf.data's `grpc://` names no transport: the settings choose it.
+        assert_eq!(s.url("grpc://127.0.0.1:1").unwrap(), "https://127.0.0.1:1");
+        assert_eq!(ClientSecurity::none().url("grpc://127.0.0.1:1").unwrap(), "http://127.0.0.1:1");
         let e = s.url("https://127.0.0.1:99999").unwrap_err().to_string();
         assert!(e.contains("port 99999"), "{e}");
         let e = s.url("not an address").unwrap_err().to_string();
