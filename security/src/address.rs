@@ -63,7 +63,7 @@ impl ServerAddress {
     }
 
     /// Parses `address`, which may carry the scheme that matches `tls` (whether
-    /// TLS is in use: `https://`, else `http://`), or tf.data's `grpc://`. A scheme that contradicts it is
+    /// TLS is in use: `https://`, else `http://`). A scheme that contradicts it is
     /// refused, never followed: a plain-text address must not make a TLS client
     /// send its token in clear (issue 31), and an `https://` one cannot be dialled
     /// without a CA to verify it.
@@ -74,9 +74,6 @@ impl ServerAddress {
         let scheme = scheme.to_ascii_lowercase();
         let refuse = |why: String| Err(SecurityError::Scheme(format!("`{address}`: {why}")));
         match (scheme.as_str(), tls) {
-            // tf.data's protocol prefix (`DispatchServer.target` is
-            // `grpc://HOST:PORT`): it names no transport, the settings choose it.
-            ("grpc", _) => ServerAddress::parse(rest.strip_suffix('/').unwrap_or(rest)),
             ("https", true) | ("http", false) => {
                 ServerAddress::parse(rest.strip_suffix('/').unwrap_or(rest))
             }

@@ -101,12 +101,16 @@ impl ClientSecurity {
 
     /// The URL to dial for `address`: `https://` with TLS, `http://` without.
     /// `address` is `HOST:PORT` ([`crate::ServerAddress`]), optionally with the
-    /// scheme that matches this client's TLS setting. A scheme that contradicts
-    /// it is refused, never followed: an `http://` address must not make a TLS
-    /// client send its token in clear (issue 31), and an `https://` one cannot be
-    /// dialled without a CA to verify it.
+    /// scheme that matches this client's TLS setting, or tf.data's `grpc://`. A
+    /// scheme that contradicts it is refused, never followed: an `http://`
+    /// address must not make a TLS client send its token in clear (issue 31), and
+    /// an `https://` one cannot be dialled without a CA to verify it.
     pub fn url(&self, address: &str) -> Result<String, SecurityError> {
         let tls = self.uses_tls();
+        // tf.data's protocol prefix (Python's `DispatchServer.target` is
+        // `grpc://HOST:PORT`) names no transport: the settings choose it. Only a
+        // client dialling takes it; a worker's advertised address never has it.
+        let address = address.strip_prefix("grpc://").unwrap_or(address);
         let address = crate::address::ServerAddress::parse_for(address, tls)?;
         Ok(format!("{}://{address}", if tls { "https" } else { "http" }))
     }
