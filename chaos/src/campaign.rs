@@ -199,6 +199,15 @@ pub fn totals(summaries: &[Summary]) -> String {
         "  longest stall after a leader kill  {}\n",
         stall.map(|ms| format!("{}.{:03} s", ms / 1000, ms % 1000)).unwrap_or("-".into())
     ));
+    let started = sum(&|s| s.jobs_started, &all);
+    if started > 0 {
+        out.push_str(&format!(
+            "  lifecycle jobs               {started} started, {} completed, {} failed with a \
+             reason the run caused\n",
+            sum(&|s| s.jobs_completed, &all),
+            sum(&|s| s.jobs_failed_with_reason, &all)
+        ));
+    }
     out.push_str(&format!(
         "  violations                   {}\n",
         sum(&|s| s.violations as u64, &all)

@@ -23,6 +23,7 @@ fn start(mode: &str, dataset_len: u64, workers: u32, consumers: u32, epochs: u32
         work_dir_kind: "local disk".into(),
         exactly_once: false,
         order: None,
+        lifecycle: false,
     }
 }
 

@@ -78,6 +78,7 @@ fn run_with_faults() -> Vec<Event> {
         work_dir_kind: "s3".into(),
         exactly_once: false,
         order: None,
+        lifecycle: false,
     }];
     let faults: [(Millis, Millis, Fault); 4] = [
         (2_000, 3_500, Fault::KillDispatcher { node: 1, was_leader: true }),
