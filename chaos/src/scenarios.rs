@@ -266,5 +266,7 @@ pub const CI: &[(&str, u64)] = &[
     ("off", 1),
     ("exactly-once", 1),
     ("deterministic", 1),
+    // Without the fix of issue 31's defect 1 (a lost worker in every new job)
+    // this seed fails: jobs started after a drain give up on the dead worker.
     ("lifecycle", 1),
 ];

@@ -22,6 +22,7 @@ fn summary(seed: u64, faults: &[(&str, u32)], violations: usize) -> Summary {
         time_to_recover_ms: Some(1500),
         epochs: 3,
         violations,
+        ..Summary::default()
     }
 }
 

@@ -84,7 +84,8 @@ pub(crate) fn check(events: &[Event]) -> CheckResult {
                 }
             }
             Event::FaultEnd { id, .. } => {
-                if open_faults.remove(id).is_none() {
+                let was_open = open_faults.remove(id).is_some();
+                if !was_open {
                     bad.push(line);
                 }
             }

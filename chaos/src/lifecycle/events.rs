@@ -37,8 +37,8 @@ pub async fn record_workers(cluster: &Cluster, recorder: &Recorder) {
     }
 }
 
-/// Applies the plan's events until `over` turns true; returns notes (processes
-/// that exited on their own, a worker slow to drain). Counts events in `events`.
+/// Applies the plan's events until `over` turns true; returns how many it applied
+/// and notes (processes that exited on their own, a worker slow to drain).
 pub async fn run(
     cluster: &mut Cluster,
     plan: &mut Plan,
@@ -100,7 +100,10 @@ async fn apply(
             .await;
             let exited = cluster.drain_worker(w, DRAIN_BOUND).await?;
             if !exited {
-                notes.push(format!("event #{id}: worker {worker} did not exit within {DRAIN_BOUND:?} of SIGTERM (SIGKILLed)"));
+                notes.push(format!(
+                    "event #{id}: worker {worker} did not exit within {DRAIN_BOUND:?} of \
+                     SIGTERM (SIGKILLed)"
+                ));
             }
             replace(cluster, recorder).await?;
         }
