@@ -231,9 +231,9 @@ pub fn all() -> Vec<Scenario> {
             lifecycle: Some(Duration::from_secs(60)),
             ..base(
                 "lifecycle",
-                "jobs for a minute, or --jobs-for (short and long, named and anonymous, OFF and DYNAMIC, \
-                 exactly-once and not) while workers are SIGKILLed and replaced on new \
-                 addresses, drained and replaced, readers checkpoint and restore, and the \
+                "jobs for a minute, or --jobs-for (short and long, named and anonymous, OFF \
+                 and DYNAMIC, exactly-once and not) while workers are SIGKILLed and replaced \
+                 on new addresses, drained and replaced, readers checkpoint and restore, and the \
                  dispatchers restart one by one; every job accounted for",
             )
         },
