@@ -169,8 +169,9 @@ pub struct JobSpec {
 pub enum Pipeline {
     /// `range(n)`: 0..n.
     Range { n: u64 },
-    /// `range(n).map(square)`: v² for v in 0..n.
-    Square { n: u64 },
+    /// `range(n).map(add(add))`: add..add + n. (A map that keeps values
+    /// consecutive, so a `JobEnd`'s runs stay few.)
+    Add { n: u64, add: i64 },
     /// `range(n).batch(size)`: 0..n in batches, flattened.
     Batch { n: u64, size: u64 },
 }
@@ -180,7 +181,7 @@ impl Pipeline {
     pub fn expected(&self) -> Vec<i64> {
         match *self {
             Pipeline::Range { n } | Pipeline::Batch { n, .. } => (0..n as i64).collect(),
-            Pipeline::Square { n } => (0..n as i64).map(|v| v * v).collect(),
+            Pipeline::Add { n, add } => (add..add + n as i64).collect(),
         }
     }
 }

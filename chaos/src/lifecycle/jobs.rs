@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use sluice_client::{Client, ClientError, ElementStream, ProcessingMode, ReadOptions, RetryPolicy};
-use sluice_dataset::{DatasetDef, Element};
+use sluice_dataset::{Arg, DatasetDef, Element};
 use sluice_positions::Position;
 
 use crate::history::{value_runs, Event, JobSpec, Pipeline, CHECKPOINTED};
@@ -47,7 +47,9 @@ pub fn worker_policy() -> RetryPolicy {
 pub fn dataset(p: &Pipeline) -> DatasetDef {
     match *p {
         Pipeline::Range { n } => DatasetDef::range(n as i64),
-        Pipeline::Square { n } => DatasetDef::range(n as i64).map("square"),
+        Pipeline::Add { n, add } => {
+            DatasetDef::range(n as i64).map_with("add", vec![Arg::Int(add)])
+        }
         Pipeline::Batch { n, size } => DatasetDef::range(n as i64).batch(size, false),
     }
 }

@@ -1,6 +1,6 @@
 //! The service-lifecycle soak (`--scenario lifecycle`, issue 31): one cluster
 //! serves a seeded stream of short and long jobs — named and anonymous, OFF and
-//! DYNAMIC, exactly-once and not, `range`, `range.map(square)`, `range.batch` —
+//! DYNAMIC, exactly-once and not, `range`, `range.map(add)`, `range.batch` —
 //! at most [`MAX_JOBS`] at once, for a set time, while workers are SIGKILLed
 //! and replaced on new addresses, drained and replaced, exactly-once readers
 //! checkpoint and restore, and the dispatchers restart one by one.

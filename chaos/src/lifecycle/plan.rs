@@ -73,7 +73,7 @@ impl Plan {
         let named = exactly_once || r.gen_bool(0.6);
         let pipeline = match r.gen_range(0..3) {
             0 => Pipeline::Range { n },
-            1 => Pipeline::Square { n },
+            1 => Pipeline::Add { n, add: r.gen_range(1..=1_000_000) },
             _ => Pipeline::Batch { n, size: r.gen_range(2..=16) },
         };
         let readers = if named && !exactly_once { r.gen_range(1..=2) } else { 1 };
