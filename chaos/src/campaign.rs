@@ -169,7 +169,10 @@ pub fn totals(summaries: &[Summary]) -> String {
             *faults.entry(k.as_str()).or_default() += *n as u64;
         }
     }
-    let worker_kills = |s: &&Summary| s.faults_by_kind.contains_key("kill worker");
+    // Lifecycle runs name theirs "kill worker (replaced)" and "drain worker".
+    let worker_kills = |s: &&Summary| {
+        s.faults_by_kind.keys().any(|k| k.starts_with("kill worker") || k == "drain worker")
+    };
     let sum = |f: &dyn Fn(&Summary) -> u64, filter: &dyn Fn(&&Summary) -> bool| -> u64 {
         summaries.iter().filter(|s| filter(s)).map(f).sum()
     };
