@@ -169,7 +169,10 @@ pub fn totals(summaries: &[Summary]) -> String {
             *faults.entry(k.as_str()).or_default() += *n as u64;
         }
     }
-    let worker_kills = |s: &&Summary| s.faults_by_kind.contains_key("kill worker");
+    // Lifecycle runs name theirs "kill worker (replaced)" and "drain worker".
+    let worker_kills = |s: &&Summary| {
+        s.faults_by_kind.keys().any(|k| k.starts_with("kill worker") || k == "drain worker")
+    };
     let sum = |f: &dyn Fn(&Summary) -> u64, filter: &dyn Fn(&&Summary) -> bool| -> u64 {
         summaries.iter().filter(|s| filter(s)).map(f).sum()
     };
@@ -199,6 +202,15 @@ pub fn totals(summaries: &[Summary]) -> String {
         "  longest stall after a leader kill  {}\n",
         stall.map(|ms| format!("{}.{:03} s", ms / 1000, ms % 1000)).unwrap_or("-".into())
     ));
+    let started = sum(&|s| s.jobs_started, &all);
+    if started > 0 {
+        out.push_str(&format!(
+            "  lifecycle jobs               {started} started, {} completed, {} failed with a \
+             reason the run caused\n",
+            sum(&|s| s.jobs_completed, &all),
+            sum(&|s| s.jobs_failed_with_reason, &all)
+        ));
+    }
     out.push_str(&format!(
         "  violations                   {}\n",
         sum(&|s| s.violations as u64, &all)

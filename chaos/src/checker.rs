@@ -12,6 +12,10 @@
 //!                                └─▶ stall / recovery times ──▶ Summary
 //! ```
 //!
+//! A lifecycle run (its `Start` says so) is checked by `lifecycle` instead: many
+//! jobs, each accounted for (completed with its multiset, or failed with a reason
+//! the run caused).
+//!
 //! An exactly-once run (its `Start` says so) is checked by `trainers` instead:
 //! trainers restored from checkpoints roll back what they consumed after them;
 //! with a deterministic order, `order` also demands each consumer's sequence.
@@ -25,6 +29,7 @@
 mod completion;
 mod deliveries;
 mod explain;
+mod lifecycle;
 mod order;
 mod run;
 mod trainers;
@@ -35,12 +40,15 @@ pub use explain::explain;
 use run::Run;
 pub use verdict::{
     CheckOptions, CheckResult, Summary, Violation, BOUNDED_LOSS, COMPLETION, DETERMINISTIC_ORDER,
-    EXACTLY_ONCE, HISTORY, IN_RANGE, NO_DUPLICATES, OFF_COPIES, REGISTRY,
+    EXACTLY_ONCE, HISTORY, IN_RANGE, LOSS_CAUSE, NO_DUPLICATES, OFF_COPIES, REGISTRY,
 };
 
 /// Checks a history; never panics on a malformed or truncated one (what cannot
 /// be checked is itself reported as a "history" violation).
 pub fn check(events: &[Event], opts: &CheckOptions) -> CheckResult {
+    if events.iter().any(|e| matches!(e, Event::Start { lifecycle: true, .. })) {
+        return lifecycle::check(events);
+    }
     if events.iter().any(|e| matches!(e, Event::Start { exactly_once: true, .. })) {
         return trainers::check(events);
     }

@@ -88,6 +88,8 @@ pub struct Cluster {
     paused: BTreeSet<u64>,
     worker_specs: Vec<Spec>,
     worker_logs: Vec<PathBuf>,
+    /// Each worker's address, worker `w` at index `w` (fixed for its life).
+    worker_addresses: Vec<String>,
     workers: Vec<Option<Child>>,
     /// (from, to) → the proxy node `from` dials for node `to`.
     links: BTreeMap<(u64, u64), Proxy>,
@@ -173,29 +175,13 @@ impl Cluster {
             .collect();
         let mut worker_specs = vec![];
         let mut worker_logs = vec![];
+        let mut worker_addresses = vec![];
         for w in 0..config.workers {
             let reserved = Port::reserve()?;
-            let port = reserved.number();
+            worker_addresses.push(reserved.address());
+            let (spec, log) = worker_spec(&config, &addresses, reserved.number(), w);
             ports.push(reserved);
-            let args = [
-                "worker",
-                "--dispatcher",
-                &addresses.join(","),
-                "--port",
-                &port.to_string(),
-                "--buffer",
-                &config.worker_buffer.to_string(),
-                "--splits-per-request",
-                &config.splits_per_request.to_string(),
-                "--timeout-secs",
-                &config.worker_timeout_secs.to_string(),
-            ];
-            let log = config.logs.join(format!("worker-{w}.log"));
-            worker_specs.push(
-                Spec::new(&config.sluice, args)
-                    .envs([harness_log_env()])
-                    .stderr(Stderr::File(log.clone())),
-            );
+            worker_specs.push(spec);
             worker_logs.push(log);
         }
         let probes = addresses
@@ -214,6 +200,7 @@ impl Cluster {
             paused: BTreeSet::new(),
             worker_specs,
             worker_logs,
+            worker_addresses,
             links,
             s3,
             state,
@@ -432,6 +419,70 @@ impl Cluster {
         self.workers[w as usize] = None;
     }
 
+    /// Starts a new worker on a port never used before in this cluster (a
+    /// replacement on a new address, as a preempted machine's successor);
+    /// returns its number.
+    pub async fn add_worker(&mut self) -> anyhow::Result<u32> {
+        let w = self.worker_specs.len() as u32;
+        let reserved = Port::reserve()?;
+        let (spec, log) = worker_spec(&self.config, &self.addresses, reserved.number(), w);
+        self.worker_specs.push(spec);
+        self.worker_logs.push(log);
+        self.worker_addresses.push(reserved.address());
+        self._ports.push(reserved);
+        self.workers.push(None);
+        self.start_worker(w).await?;
+        Ok(w)
+    }
+
+    /// The address worker `w` serves on (it keeps it across restarts).
+    pub fn worker_address(&self, w: u32) -> &str {
+        &self.worker_addresses[w as usize]
+    }
+
+    /// Workers whose process runs (started by the harness and not killed or drained).
+    pub fn running_workers(&self) -> Vec<u32> {
+        (0..self.workers.len() as u32).filter(|w| self.workers[*w as usize].is_some()).collect()
+    }
+
+    /// SIGTERMs worker `w` (it drains: guarantee P1) and waits, bounded, for it
+    /// to exit; returns whether it exited within `within` (if not it is SIGKILLed).
+    pub async fn drain_worker(&mut self, w: u32, within: Duration) -> anyhow::Result<bool> {
+        let child = self.workers[w as usize].as_mut().context("draining a stopped worker")?;
+        child.terminate()?;
+        let start = Instant::now();
+        while !child.exited() {
+            if start.elapsed() > within {
+                self.workers[w as usize] = None;
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Exited on the harness's signal: not a crash to report or restart.
+        self.workers[w as usize] = None;
+        Ok(true)
+    }
+
+    /// Waits (bounded) until the leader lists the worker at `address` as
+    /// registered and not lost.
+    pub async fn wait_worker_registered(
+        &self,
+        address: &str,
+        within: Duration,
+    ) -> anyhow::Result<()> {
+        let start = Instant::now();
+        loop {
+            let status = self.leader_status(within).await?;
+            if status.workers.iter().any(|w| w.address == address && !w.lost) {
+                return Ok(());
+            }
+            if start.elapsed() > within {
+                bail!("worker {address} not registered after {within:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// SIGSTOP (or SIGCONT) every running worker.
     pub fn pause_workers(&self, pause: bool) -> anyhow::Result<()> {
         for w in self.workers.iter().flatten() {
@@ -521,6 +572,32 @@ impl Drop for Cluster {
 enum Exited {
     Dispatcher(u64),
     Worker(u32),
+}
+
+/// `sluice worker` number `w` on `port`, and its log file.
+fn worker_spec(
+    config: &ClusterConfig,
+    dispatchers: &[String],
+    port: u16,
+    w: u32,
+) -> (Spec, PathBuf) {
+    let args = [
+        "worker",
+        "--dispatcher",
+        &dispatchers.join(","),
+        "--port",
+        &port.to_string(),
+        "--buffer",
+        &config.worker_buffer.to_string(),
+        "--splits-per-request",
+        &config.splits_per_request.to_string(),
+        "--timeout-secs",
+        &config.worker_timeout_secs.to_string(),
+    ];
+    let log = config.logs.join(format!("worker-{w}.log"));
+    let spec =
+        Spec::new(&config.sluice, args).envs([harness_log_env()]).stderr(Stderr::File(log.clone()));
+    (spec, log)
 }
 
 /// One quick attempt: a paused or dead node must not hold up a probe.

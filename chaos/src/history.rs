@@ -37,6 +37,10 @@ pub enum Event {
         /// sequence `i` (`checker/order.rs`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         order: Option<OrderSpec>,
+        /// A lifecycle run (`lifecycle/`): many jobs (`JobStart` … `JobEnd`) instead
+        /// of epochs of one; the checker is `checker/lifecycle.rs`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        lifecycle: bool,
     },
     /// A consumer received an element of an epoch.
     Element { t_ms: Millis, consumer: u32, epoch: u32, value: i64 },
@@ -65,6 +69,121 @@ pub enum Event {
     /// The dispatchers' durable registry (datasets, jobs, cursors) as `sluice
     /// status` reports it, before and after a full-cluster restart.
     Registry { t_ms: Millis, when: String, digest: String },
+    /// Lifecycle runs: a job was started; what it reads and how.
+    JobStart { t_ms: Millis, job: u32, spec: JobSpec },
+    /// Lifecycle runs: one reader of a job stopped. `outcome`: "end" (end of
+    /// sequence), "checkpointed" (an exactly-once reader stopped after taking a
+    /// position; the next `incarnation` of its slot restores from it), or the
+    /// error text. `values`: the multiset it kept (a checkpointed reader: what it
+    /// took before its position), as sorted runs; `rolled_back`: elements it took
+    /// after its position (they must come again); `lost_workers`: the workers its
+    /// loss report named (a read that accepted loss, or failed with DataLost).
+    JobEnd {
+        t_ms: Millis,
+        job: u32,
+        reader: u32,
+        incarnation: u32,
+        outcome: String,
+        values: Vec<ValueRun>,
+        #[serde(default)]
+        rolled_back: u64,
+        #[serde(default)]
+        lost_workers: Vec<String>,
+    },
+    /// Lifecycle runs: a worker process started at `worker` (an address) and
+    /// registered.
+    WorkerUp { t_ms: Millis, worker: String },
+}
+
+impl Event {
+    /// When it happened (ms since the run started); `None` for `Start`.
+    pub fn t_ms(&self) -> Option<Millis> {
+        match self {
+            Event::Element { t_ms, .. }
+            | Event::EpochEnd { t_ms, .. }
+            | Event::FaultStart { t_ms, .. }
+            | Event::FaultEnd { t_ms, .. }
+            | Event::Registry { t_ms, .. }
+            | Event::Checkpoint { t_ms, .. }
+            | Event::Restore { t_ms, .. }
+            | Event::JobStart { t_ms, .. }
+            | Event::JobEnd { t_ms, .. }
+            | Event::WorkerUp { t_ms, .. } => Some(*t_ms),
+            Event::Start { .. } => None,
+        }
+    }
+}
+
+/// A lifecycle `JobEnd` outcome: an exactly-once reader stopped after taking a
+/// position; the next incarnation of its reader restores from it.
+pub const CHECKPOINTED: &str = "checkpointed";
+
+/// `count` copies of each value in `from..=to`: a multiset as sorted runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueRun {
+    pub from: i64,
+    pub to: i64,
+    pub count: u32,
+}
+
+/// Encodes a multiset as its sorted runs (consecutive values with one count).
+pub fn value_runs(values: &mut [i64]) -> Vec<ValueRun> {
+    values.sort_unstable();
+    let mut runs: Vec<ValueRun> = Vec::new();
+    let mut i = 0;
+    while i < values.len() {
+        let v = values[i];
+        let count = values[i..].iter().take_while(|x| **x == v).count();
+        i += count;
+        let count = count as u32;
+        match runs.last_mut() {
+            Some(r) if r.to + 1 == v && r.count == count => r.to = v,
+            _ => runs.push(ValueRun { from: v, to: v, count }),
+        }
+    }
+    runs
+}
+
+/// What a lifecycle job reads and how (`lifecycle/plan.rs` draws them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// A named job (shared by its readers), or anonymous (`None`, one reader).
+    pub name: Option<String>,
+    /// "dynamic" or "off".
+    pub mode: String,
+    pub exactly_once: bool,
+    pub pipeline: Pipeline,
+    /// Readers sharing the job (anonymous: 1).
+    pub readers: u32,
+    /// At-most-once reads: a loss ends the read normally with a loss report
+    /// instead of `DataLost`.
+    pub accept_loss: bool,
+    /// Exactly-once: the reader takes a position after this many elements, reads
+    /// on a little, stops, and a new reader restores from the position.
+    pub checkpoint_after: Option<u64>,
+}
+
+/// A lifecycle job's pipeline; each element's int64 values are what it yields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Pipeline {
+    /// `range(n)`: 0..n.
+    Range { n: u64 },
+    /// `range(n).map(add(add))`: add..add + n. (A map that keeps values
+    /// consecutive, so a `JobEnd`'s runs stay few.)
+    Add { n: u64, add: i64 },
+    /// `range(n).batch(size)`: 0..n in batches, flattened.
+    Batch { n: u64, size: u64 },
+}
+
+impl Pipeline {
+    /// The values one whole copy yields, ascending.
+    pub fn expected(&self) -> Vec<i64> {
+        match *self {
+            Pipeline::Range { n } | Pipeline::Batch { n, .. } => (0..n as i64).collect(),
+            Pipeline::Add { n, add } => (add..add + n as i64).collect(),
+        }
+    }
 }
 
 /// What an exactly-once run's deterministic order is a function of
@@ -110,13 +229,28 @@ pub enum Fault {
     S3Slow { ms: u64 },
     /// The S3 server refuses connections until healed.
     S3Down,
+    /// Lifecycle runs: SIGKILL the worker at `worker` (an address); healed when a
+    /// replacement on a new address registered. It never comes back.
+    WorkerKilled { worker: String },
+    /// Lifecycle runs: SIGTERM the worker at `worker` (it drains, guarantee P1)
+    /// and start a replacement on a new address; healed when both happened.
+    WorkerDrained { worker: String },
+    /// Lifecycle runs: restart the dispatchers one by one, each waited for until
+    /// the cluster is whole again.
+    RollingRestart,
 }
 
 impl Fault {
     /// Faults that touch only dispatchers (and their storage and network): under
     /// these, DYNAMIC mode must deliver exactly once.
     pub fn is_dispatcher_only(&self) -> bool {
-        !matches!(self, Fault::KillWorker { .. } | Fault::RestartTrainers { .. })
+        !matches!(
+            self,
+            Fault::KillWorker { .. }
+                | Fault::RestartTrainers { .. }
+                | Fault::WorkerKilled { .. }
+                | Fault::WorkerDrained { .. }
+        )
     }
 
     /// A short name for tables ("kill leader", "partition", …).
@@ -136,6 +270,9 @@ impl Fault {
             Fault::S3Slow { .. } => "s3 slow",
             Fault::S3Down => "s3 down",
             Fault::RestartTrainers { .. } => "restart trainers",
+            Fault::WorkerKilled { .. } => "kill worker (replaced)",
+            Fault::WorkerDrained { .. } => "drain worker",
+            Fault::RollingRestart => "rolling restart",
         }
     }
 }

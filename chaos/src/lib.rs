@@ -16,6 +16,9 @@
 //!   bounded); [`proxy`]: the fault-injecting proxy.
 //! - [`runner`]: one scenario with one seed, end to end; [`recorder`]: funnels events to the
 //!   history file; [`campaign`]: several runs or a soak, the totals, `--check`.
+//! - [`lifecycle`]: the service-lifecycle soak: a stream of jobs on one cluster while
+//!   workers are killed, drained and replaced and the dispatchers restart one by one
+//!   (checked by `checker::lifecycle`).
 //! - [`trainers`]: exactly-once scenarios' consumers: trainers that take positions at
 //!   synchronized checkpoints and are restarted from them with another count.
 //! - [`history`]: the JSON-lines history (elements received, faults injected) that
@@ -31,6 +34,7 @@ pub mod checker;
 pub mod cluster;
 pub mod faults;
 pub mod history;
+pub mod lifecycle;
 pub mod proxy;
 pub mod recorder;
 pub mod report;

@@ -158,6 +158,9 @@ pub(crate) fn all_fault_kinds() -> Vec<&'static str> {
         Fault::S3Slow { ms: 0 },
         Fault::S3Down,
         Fault::RestartTrainers { consumers: 0 },
+        Fault::WorkerKilled { worker: String::new() },
+        Fault::WorkerDrained { worker: String::new() },
+        Fault::RollingRestart,
     ]
     .iter()
     .map(Fault::kind_name)

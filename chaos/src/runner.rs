@@ -106,7 +106,7 @@ pub struct RunOutcome {
 }
 
 /// Client → dispatcher: outlasts any fault (≤ 6 s held, then restarts).
-fn dispatcher_policy() -> RetryPolicy {
+pub(crate) fn dispatcher_policy() -> RetryPolicy {
     RetryPolicy {
         initial_backoff: Duration::from_millis(20),
         max_backoff: Duration::from_secs(1),
@@ -124,6 +124,9 @@ fn worker_policy() -> RetryPolicy {
 /// and prints the table (and, on violations, the explanation). Violations are in
 /// the outcome, not an error: an error means the run itself could not be done.
 pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Result<RunOutcome> {
+    if let Some(window) = scenario.lifecycle {
+        return crate::lifecycle::run(scenario, seed, window, cfg).await;
+    }
     let started = Instant::now();
     std::fs::create_dir_all(&cfg.dir).with_context(|| format!("creating {}", cfg.dir.display()))?;
     let schedule = Schedule::plan(scenario, seed);
@@ -144,6 +147,7 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
             exactly_once: scenario.exactly_once,
             order: order
                 .map(|seed| OrderSpec { seed, elements_per_split: scenario.elements_per_split }),
+            lifecycle: false,
         })
         .await;
 
@@ -235,10 +239,22 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
     };
     drop(recorder);
     let events = writer.finish().await?;
+    conclude(scenario, seed, cfg, &events, notes, started)
+}
 
-    let result = checker::check(&events, &check_options(scenario));
+/// Checks a finished run's history, writes its report, chart and notes, prints
+/// its table (and, on violations, the explanation).
+pub(crate) fn conclude(
+    scenario: &Scenario,
+    seed: u64,
+    cfg: &RunConfig,
+    events: &[Event],
+    notes: Vec<String>,
+    started: Instant,
+) -> anyhow::Result<RunOutcome> {
+    let result = checker::check(events, &check_options(scenario));
     report::write_json(&cfg.dir, std::slice::from_ref(&result))?;
-    report::write_chart(&cfg.dir, &format!("{}-{seed}", scenario.name), &events)?;
+    report::write_chart(&cfg.dir, &format!("{}-{seed}", scenario.name), events)?;
     if !notes.is_empty() {
         std::fs::write(cfg.dir.join("notes.txt"), notes.join("\n") + "\n")?;
     }
@@ -247,7 +263,7 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
         println!("note: {note}");
     }
     if !result.passed() {
-        println!("{}", checker::explain(&events, &result));
+        println!("{}", checker::explain(events, &result));
     }
     Ok(RunOutcome {
         scenario: scenario.name.to_string(),
@@ -259,7 +275,7 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
     })
 }
 
-fn cluster_config(s: &Scenario, cfg: &RunConfig) -> ClusterConfig {
+pub(crate) fn cluster_config(s: &Scenario, cfg: &RunConfig) -> ClusterConfig {
     ClusterConfig {
         sluice: cfg.sluice.clone(),
         logs: cfg.dir.join("logs"),

@@ -6,6 +6,8 @@
 //! first one in the middle of epoch 0) and draws the rest from `kinds` (see
 //! [`crate::faults`]).
 
+use std::time::Duration;
+
 use sluice_client::ProcessingMode;
 
 use crate::cluster::Storage;
@@ -86,6 +88,10 @@ pub struct Scenario {
     /// seed): every restart restores the same number of trainers, each with its
     /// consumer index, and the checker demands each index's sequence.
     pub deterministic: bool,
+    /// The service-lifecycle soak (`lifecycle/`): instead of epochs of one job,
+    /// a stream of jobs started for this long while workers are killed, drained
+    /// and replaced and the dispatchers restart one by one.
+    pub lifecycle: Option<Duration>,
 }
 
 use FaultKind::*;
@@ -120,6 +126,7 @@ const fn base(name: &'static str, about: &'static str) -> Scenario {
         faults: 4,
         exactly_once: false,
         deterministic: false,
+        lifecycle: None,
     }
 }
 
@@ -217,6 +224,19 @@ pub fn all() -> Vec<Scenario> {
                  consumer sees its seeded sequence",
             )
         },
+        Scenario {
+            workers: 3,
+            // Its events come from `lifecycle/plan.rs`, not a fault schedule.
+            faults: 0,
+            lifecycle: Some(Duration::from_secs(60)),
+            ..base(
+                "lifecycle",
+                "jobs for a minute, or --jobs-for (short and long, named and anonymous, OFF \
+                 and DYNAMIC, exactly-once and not) while workers are SIGKILLed and replaced \
+                 on new addresses, drained and replaced, readers checkpoint and restore, and the \
+                 dispatchers restart one by one; every job accounted for",
+            )
+        },
     ]
 }
 
@@ -233,7 +253,9 @@ pub fn names() -> Vec<&'static str> {
 /// `sluice chaos --ci`: the leader killed mid-epoch under several seeds, then one
 /// run that touches each other invariant (registry across a full restart, a wiped
 /// node that must not vote as if it remembered, bounded loss per worker kill, OFF
-/// copies). A few minutes in a debug build on 2 cores.
+/// copies), and a minute of the lifecycle soak (jobs coming and going through
+/// worker kills, drains and a rolling restart). A few minutes in a debug build
+/// on 2 cores.
 pub const CI: &[(&str, u64)] = &[
     ("leader", 1),
     ("leader", 2),
@@ -244,4 +266,7 @@ pub const CI: &[(&str, u64)] = &[
     ("off", 1),
     ("exactly-once", 1),
     ("deterministic", 1),
+    // Without the fix of issue 31's defect 1 (a lost worker in every new job)
+    // this seed fails: jobs started after a drain give up on the dead worker.
+    ("lifecycle", 1),
 ];

@@ -23,6 +23,7 @@ fn start(mode: &str, dataset_len: u64, workers: u32, consumers: u32, epochs: u32
         work_dir_kind: "local disk".into(),
         exactly_once: false,
         order: None,
+        lifecycle: false,
     }
 }
 
@@ -67,16 +68,7 @@ fn clean(mode: &str, n: u64, workers: u32, consumers: u32, epochs: u32) -> Vec<E
 }
 
 fn time(e: &Event) -> Millis {
-    match e {
-        Event::Element { t_ms, .. }
-        | Event::EpochEnd { t_ms, .. }
-        | Event::FaultStart { t_ms, .. }
-        | Event::FaultEnd { t_ms, .. }
-        | Event::Registry { t_ms, .. }
-        | Event::Checkpoint { t_ms, .. }
-        | Event::Restore { t_ms, .. } => *t_ms,
-        Event::Start { .. } => 0,
-    }
+    e.t_ms().unwrap_or(0)
 }
 
 /// Adds events where their times put them (after events of the same time).

@@ -22,6 +22,7 @@ fn summary(seed: u64, faults: &[(&str, u32)], violations: usize) -> Summary {
         time_to_recover_ms: Some(1500),
         epochs: 3,
         violations,
+        ..Summary::default()
     }
 }
 
@@ -78,6 +79,7 @@ fn run_with_faults() -> Vec<Event> {
         work_dir_kind: "s3".into(),
         exactly_once: false,
         order: None,
+        lifecycle: false,
     }];
     let faults: [(Millis, Millis, Fault); 4] = [
         (2_000, 3_500, Fault::KillDispatcher { node: 1, was_leader: true }),

@@ -12,7 +12,8 @@ use sluice_chaos::campaign::{self, CampaignConfig, Plan};
 #[derive(Args, Debug)]
 pub struct ChaosArgs {
     /// Scenarios, comma-separated (default: all): leader, quorum, network, wipe, s3,
-    /// workers, off, exactly-once, exactly-once-long, deterministic (docs/chaos.md).
+    /// workers, off, exactly-once, exactly-once-long, deterministic, lifecycle
+    /// (docs/chaos.md).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
     /// The seed of every scenario run (default: a random one, printed).
@@ -33,6 +34,10 @@ pub struct ChaosArgs {
     /// target/chaos/<UTC time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Lifecycle runs: start jobs for this long instead of a minute (e.g. 30m: one
+    /// cluster serving jobs through 30 minutes of lifecycle events).
+    #[arg(long, value_parser = campaign::parse_duration, conflicts_with_all = ["ci", "check"])]
+    pub jobs_for: Option<Duration>,
     /// Check a saved history.jsonl again instead of running anything.
     #[arg(long, conflicts_with_all = ["scenario", "seed", "seeds", "duration"])]
     pub check: Option<PathBuf>,
@@ -52,7 +57,10 @@ pub async fn run(a: ChaosArgs) -> anyhow::Result<()> {
     let plan = if a.ci {
         Plan::Runs(campaign::ci_runs())
     } else {
-        let scenarios = campaign::select(&a.scenario)?;
+        let mut scenarios = campaign::select(&a.scenario)?;
+        for s in scenarios.iter_mut().filter(|s| s.lifecycle.is_some()) {
+            s.lifecycle = a.jobs_for.or(s.lifecycle);
+        }
         match a.duration {
             Some(duration) => Plan::Soak { scenarios, duration },
             None => {

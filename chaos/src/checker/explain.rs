@@ -18,30 +18,23 @@ pub fn explain(events: &[Event], result: &CheckResult) -> String {
         s.seed,
         s.mode
     );
-    if let Some(Event::Start { dataset_len, workers, consumers, epochs, work_dir_kind, .. }) =
-        events.iter().find(|e| matches!(e, Event::Start { .. }))
-    {
+    let start = events.iter().find(|e| matches!(e, Event::Start { .. }));
+    if let Some(Event::Start { workers, consumers, work_dir_kind, lifecycle: true, .. }) = start {
         let _ = writeln!(
             out,
-            "  range({dataset_len}), {workers} workers, {consumers} consumers, {epochs} epochs, \
-             work_dir on {work_dir_kind}"
+            "  lifecycle: {workers} workers at first, at most {consumers} jobs at once, work_dir \
+             on {work_dir_kind}\n  {} jobs started, {} completed, {} failed with a reason the \
+             run caused; {} elements checked, {} duplicates, {} lost",
+            s.jobs_started,
+            s.jobs_completed,
+            s.jobs_failed_with_reason,
+            s.elements_checked,
+            s.duplicates,
+            s.losses
         );
+    } else {
+        summary_lines(&mut out, events, result);
     }
-    let _ = writeln!(
-        out,
-        "  {} elements checked, {} duplicates, {} lost, {} of {} epochs completed",
-        s.elements_checked,
-        s.duplicates,
-        s.losses,
-        s.epochs,
-        events
-            .iter()
-            .find_map(|e| match e {
-                Event::Start { epochs, .. } => Some(epochs.to_string()),
-                _ => None,
-            })
-            .unwrap_or_else(|| "?".into())
-    );
 
     let kinds: BTreeMap<u32, &'static str> = events
         .iter()
@@ -118,4 +111,33 @@ fn shell_word(s: &str) -> String {
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
     }
+}
+
+/// What ran and the totals, for an epoch-based run.
+fn summary_lines(out: &mut String, events: &[Event], result: &CheckResult) {
+    let s = &result.summary;
+    if let Some(Event::Start { dataset_len, workers, consumers, epochs, work_dir_kind, .. }) =
+        events.iter().find(|e| matches!(e, Event::Start { .. }))
+    {
+        let _ = writeln!(
+            out,
+            "  range({dataset_len}), {workers} workers, {consumers} consumers, {epochs} epochs, \
+             work_dir on {work_dir_kind}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {} elements checked, {} duplicates, {} lost, {} of {} epochs completed",
+        s.elements_checked,
+        s.duplicates,
+        s.losses,
+        s.epochs,
+        events
+            .iter()
+            .find_map(|e| match e {
+                Event::Start { epochs, .. } => Some(epochs.to_string()),
+                _ => None,
+            })
+            .unwrap_or_else(|| "?".into())
+    );
 }

@@ -138,6 +138,7 @@ mod tests {
             work_dir_kind: "local disk".into(),
             exactly_once: true,
             order: Some(SPEC),
+            lifecycle: false,
         }
     }
     fn els(consumer: u32, values: &[i64]) -> Vec<Event> {

@@ -99,8 +99,14 @@ impl<'a> Run<'a> {
         let mut open: BTreeMap<u32, usize> = BTreeMap::new();
         for (line, event) in events.iter().enumerate() {
             match event {
-                // Exactly-once runs are checked by `trainers`, not here.
-                Event::Start { .. } | Event::Checkpoint { .. } | Event::Restore { .. } => {}
+                // Exactly-once runs are checked by `trainers`, lifecycle runs by
+                // `lifecycle`, not here.
+                Event::Start { .. }
+                | Event::Checkpoint { .. }
+                | Event::Restore { .. }
+                | Event::JobStart { .. }
+                | Event::JobEnd { .. }
+                | Event::WorkerUp { .. } => {}
                 Event::Element { t_ms, consumer, epoch, value } => {
                     run.arrivals.push(*t_ms);
                     if run.setup.is_none() {
@@ -212,16 +218,7 @@ impl<'a> Run<'a> {
     }
 
     pub fn time(&self, line: usize) -> Millis {
-        match &self.events[line] {
-            Event::Element { t_ms, .. }
-            | Event::EpochEnd { t_ms, .. }
-            | Event::FaultStart { t_ms, .. }
-            | Event::FaultEnd { t_ms, .. }
-            | Event::Registry { t_ms, .. }
-            | Event::Checkpoint { t_ms, .. }
-            | Event::Restore { t_ms, .. } => *t_ms,
-            Event::Start { .. } => 0,
-        }
+        self.events[line].t_ms().unwrap_or(0)
     }
 
     /// The value of an `Element` line (only called on element lines).

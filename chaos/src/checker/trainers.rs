@@ -216,6 +216,7 @@ mod tests {
             work_dir_kind: "local disk".into(),
             exactly_once: true,
             order: None,
+            lifecycle: false,
         }
     }
     fn el(consumer: u32, value: i64) -> Event {

@@ -23,6 +23,8 @@ pub const BOUNDED_LOSS: &str = "bounded-loss";
 pub const OFF_COPIES: &str = "off-copies";
 pub const COMPLETION: &str = "completion";
 pub const REGISTRY: &str = "registry";
+/// Lifecycle runs: a loss report names a worker the run did not stop.
+pub const LOSS_CAUSE: &str = "loss-cause";
 
 /// History lines kept per violation.
 const MAX_LINES: usize = 10;
@@ -80,6 +82,11 @@ pub struct Summary {
     /// Epochs that every consumer read to the end.
     pub epochs: u32,
     pub violations: usize,
+    /// Lifecycle runs: jobs started, completed with their multiset, and failed
+    /// with a reason the run caused (DataLost naming a worker it killed).
+    pub jobs_started: u64,
+    pub jobs_completed: u64,
+    pub jobs_failed_with_reason: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -67,7 +67,9 @@ impl Category {
         match fault {
             Fault::Partition { .. } | Fault::Delay { .. } | Fault::Drop { .. } => Category::Network,
             Fault::S3Slow { .. } | Fault::S3Down => Category::S3,
-            Fault::KillWorker { .. } => Category::Worker,
+            Fault::KillWorker { .. } | Fault::WorkerKilled { .. } | Fault::WorkerDrained { .. } => {
+                Category::Worker
+            }
             _ => Category::DispatcherProcess,
         }
     }
@@ -141,7 +143,12 @@ impl ChartData {
                         faults.push(FaultBar::new(*id, fault, secs(start), secs(*t_ms)));
                     }
                 }
-                Event::Registry { .. } | Event::Checkpoint { .. } | Event::Restore { .. } => {}
+                Event::Registry { .. }
+                | Event::Checkpoint { .. }
+                | Event::Restore { .. }
+                | Event::JobStart { .. }
+                | Event::JobEnd { .. }
+                | Event::WorkerUp { .. } => {}
             }
         }
         for (id, (start, fault)) in starts {
@@ -171,16 +178,7 @@ impl FaultBar {
 }
 
 fn time(event: &Event) -> Option<Millis> {
-    match event {
-        Event::Element { t_ms, .. }
-        | Event::EpochEnd { t_ms, .. }
-        | Event::FaultStart { t_ms, .. }
-        | Event::FaultEnd { t_ms, .. }
-        | Event::Registry { t_ms, .. }
-        | Event::Checkpoint { t_ms, .. }
-        | Event::Restore { t_ms, .. } => Some(*t_ms),
-        Event::Start { .. } => None,
-    }
+    event.t_ms()
 }
 
 type DrawResult = Result<(), DrawingAreaErrorKind<std::io::Error>>;
