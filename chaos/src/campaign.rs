@@ -122,7 +122,13 @@ async fn one(cfg: &CampaignConfig, scenario: &Scenario, seed: u64, campaign: &mu
     let dir = run_dir(&cfg.out, scenario.name, seed);
     println!("=== {} seed {seed}: {} ({})", scenario.name, scenario.about, dir.display());
     let rc = RunConfig { sluice: cfg.sluice.clone(), dir };
-    match runner::run(scenario, seed, &rc).await {
+    // The lifecycle soak has a runner of its own, which shares the one-job
+    // runner's cluster and conclusion (`runner.rs`).
+    let outcome = match scenario.lifecycle {
+        Some(window) => crate::lifecycle::run(scenario, seed, window, &rc).await,
+        None => runner::run(scenario, seed, &rc).await,
+    };
+    match outcome {
         Ok(outcome) => {
             println!(
                 "=== {} seed {seed}: {} in {:.0?}",

@@ -123,10 +123,8 @@ fn worker_policy() -> RetryPolicy {
 /// Runs `scenario` with `seed`; writes the history, report and chart in `cfg.dir`
 /// and prints the table (and, on violations, the explanation). Violations are in
 /// the outcome, not an error: an error means the run itself could not be done.
+/// A lifecycle scenario runs in `crate::lifecycle` instead (`campaign.rs` picks).
 pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Result<RunOutcome> {
-    if let Some(window) = scenario.lifecycle {
-        return crate::lifecycle::run(scenario, seed, window, cfg).await;
-    }
     let started = Instant::now();
     std::fs::create_dir_all(&cfg.dir).with_context(|| format!("creating {}", cfg.dir.display()))?;
     let schedule = Schedule::plan(scenario, seed);
