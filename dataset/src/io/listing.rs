@@ -81,7 +81,9 @@ impl ListBudget {
     }
 }
 
-fn has_glob(component: &str) -> bool {
+/// Whether a path component (or key segment) holds a glob character: the one
+/// rule for where a pattern's fixed part ends (listing, data-roots checks).
+pub(super) fn has_glob(component: &str) -> bool {
     component.contains(['*', '?', '['])
 }
 

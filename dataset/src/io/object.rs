@@ -23,7 +23,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
-use super::listing::{ListBudget, MAX_LIST_ENTRIES};
+use super::listing::{has_glob, ListBudget, MAX_LIST_ENTRIES};
 use super::runtime;
 use super::url::ObjectUrl;
 use super::writer::FileWriter;
@@ -91,8 +91,7 @@ pub(super) fn list(url: &ObjectUrl, budget: &ListBudget) -> Result<Vec<String>, 
     let shown = url.to_string();
     let pattern = glob::Pattern::new(&url.key)
         .map_err(|e| DatasetError::io(&shown, format!("bad glob pattern: {e}")))?;
-    let literal: Vec<&str> =
-        url.key.split('/').take_while(|c| !c.contains(['*', '?', '['])).collect();
+    let literal: Vec<&str> = url.key.split('/').take_while(|c| !has_glob(c)).collect();
     // The last literal component may be the file name itself: list its directory.
     let dir_parts = if literal.len() == url.key.split('/').count() {
         &literal[..literal.len().saturating_sub(1)]

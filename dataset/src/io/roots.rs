@@ -28,6 +28,7 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+use super::listing::has_glob;
 use super::url::{parse, ObjectUrl, Target};
 use crate::error::DatasetError;
 
@@ -322,10 +323,6 @@ fn object_within(o: &ObjectUrl, root: &Root) -> bool {
 
 fn local_within(roots: &[Root], canonical: &Path) -> bool {
     roots.iter().any(|r| matches!(r, Root::Local(root) if canonical.starts_with(root)))
-}
-
-fn has_glob(component: &str) -> bool {
-    component.contains(['*', '?', '['])
 }
 
 #[cfg(test)]
