@@ -302,3 +302,31 @@ async fn many_waiting_consumers_add_no_log_entry() {
     futures::future::join_all(polls).await;
     assert_eq!(log_index().await, before, "waiting consumers wrote to the log");
 }
+
+/// Issue 31, defect 6: a dataset no job uses is forgotten after
+/// `unused_dataset_ttl`, by the leader's timer; one a job reads is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_dataset_is_forgotten_after_its_ttl_and_one_in_use_is_kept() {
+    let config = DispatcherConfig {
+        unused_dataset_ttl: std::time::Duration::from_millis(200),
+        ..Default::default()
+    };
+    let cluster = Cluster::start_with(1, config).await;
+    let client = cluster.client();
+    let unused = client.register_dataset(&DatasetDef::range(3), Some("unused")).await.unwrap();
+    // A job over `kept` holds it: an endless read with its consumer live.
+    let forever = DatasetDef::range(2).repeat_forever();
+    let kept = client.register_dataset(&forever, Some("kept")).await.unwrap();
+    let _reading =
+        client.from_dataset_id(&kept, ReadOptions::new(ProcessingMode::Off)).await.unwrap();
+    common::wait_until("the unused dataset forgotten", || {
+        let client = client.clone();
+        async move { client.status().await.is_ok_and(|s| s.datasets.len() == 1) }
+    })
+    .await;
+    let err = client.dispatcher().get_dataset(&unused).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::NotFound), "{err}");
+    client.dispatcher().get_dataset(&kept).await.unwrap();
+    // Its id can be registered again, and reads.
+    client.register_dataset(&DatasetDef::range(3), Some("unused")).await.unwrap();
+}

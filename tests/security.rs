@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use openraft::raft::AppendEntriesRequest;
 use openraft::Vote;
-use pki::{Pki, CLIENT_TOKEN, OTHER_WORKER_TOKEN, PEER_SECRET, WORKER_TOKEN};
+use pki::{Pki, CLIENT_TOKEN, OTHER_CLIENT_TOKEN, OTHER_WORKER_TOKEN, PEER_SECRET, WORKER_TOKEN};
 use sluice_client::{
     Client, ClientError, DispatcherClient, ProcessingMode, ReadOptions, RetryPolicy,
 };
@@ -213,6 +213,59 @@ async fn a_workers_element_stream_refuses_missing_wrong_and_worker_tokens() {
 }
 
 /// The flags of a dispatcher or worker serving TLS with the test certificate.
+/// Issue 31, defect 6: one token's holder fills its own quotas, not the
+/// dispatcher's: past them it is refused naming its token and the flag, and
+/// another token's holder is served in full meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_at_its_quota_is_refused_while_another_client_reads_in_full() {
+    let pki = Pki::new();
+    let sluice = sluice();
+    let tokens = pki.arg("tokens");
+    let d = sluice.server(&[
+        "dispatcher",
+        "--port",
+        "0",
+        "--auth-tokens",
+        &tokens,
+        "--quota-iterations",
+        "2",
+        "--quota-dataset-bytes",
+        "2000",
+    ]);
+    let token = pki.arg("worker.token");
+    let _w = sluice.server(&["worker", "--dispatcher", d.address(), "--token-file", &token]);
+    let addresses = vec![d.address().to_string()];
+    let greedy = client(&addresses, security(&pki, false, Some(CLIENT_TOKEN)));
+    let other = client(&addresses, security(&pki, false, Some(OTHER_CLIENT_TOKEN)));
+    wait_until("the worker registered", || async {
+        greedy.status().await.is_ok_and(|s| s.workers.len() == 1)
+    })
+    .await;
+
+    tracing::info!("--- `trainer` holds two unfinished iterations, its quota");
+    let opts = || ReadOptions::new(ProcessingMode::Dynamic).worker_retry(policy());
+    let forever = range(3).repeat_forever();
+    let _held: Vec<_> = [
+        greedy.distribute(&forever, opts()).await.unwrap(),
+        greedy.distribute(&forever, opts()).await.unwrap(),
+    ]
+    .into();
+    let (code, message) = refusal(greedy.distribute(&forever, opts()).await.map(|_| ()));
+    assert_eq!(code, Code::ResourceExhausted, "{message}");
+    assert!(message.contains("`trainer`") && message.contains("--quota-iterations 2"), "{message}");
+
+    tracing::info!("--- a definition past its byte quota is refused, naming it");
+    let files: Vec<String> =
+        (0..100).map(|i| format!("{}/shard-{i:05}.txt", pki.arg("."))).collect();
+    let (code, message) =
+        refusal(greedy.register_dataset(&DatasetDef::text_lines(files), None).await);
+    assert_eq!(code, Code::ResourceExhausted, "{message}");
+    assert!(message.contains("--quota-dataset-bytes 2000"), "{message}");
+
+    tracing::info!("--- `trainer-2` is served in full meanwhile");
+    assert_eq!(read_all(&other, &range(10)).await.unwrap(), 10);
+}
+
 fn tls_flags(pki: &Pki) -> Vec<String> {
     let mut flags = vec![];
     for (flag, file) in

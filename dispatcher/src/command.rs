@@ -6,6 +6,9 @@
 //! it by the RPC handler before it is proposed; `apply` only reads the command and
 //! the state.
 
+use std::cell::Cell;
+use std::thread::LocalKey;
+
 use serde::{Deserialize, Serialize};
 use sluice_dataset::DatasetDef;
 use sluice_positions::{RecordSet, Run, UnitRecords};
@@ -13,6 +16,7 @@ use sluice_positions::{RecordSet, Run, UnitRecords};
 use crate::error::StateError;
 use crate::limits::Limits;
 use crate::order::{Order, Place};
+use crate::quotas::Charge;
 use crate::state::{
     ClientId, DatasetId, IterationId, JobId, Mode, SplitAnswer, TargetWorkers, TaskId,
 };
@@ -200,6 +204,24 @@ pub enum Command {
         unit_ends: Vec<(u64, u64)>,
         lost_tasks_done: Vec<TaskId>,
     },
+    /// A command that may create something (`RegisterDataset`, the job and
+    /// iteration commands), with who asked and the quotas (`quotas.rs`): what
+    /// it creates is charged to the caller's identity, and refused past its
+    /// quota. Never inside another `Charged`, and never around a `Batch`.
+    /// Persisted layout version 5.
+    Charged {
+        charge: Charge,
+        #[serde(deserialize_with = "uncharged")]
+        command: Box<Command>,
+    },
+    /// Proposed by the leader's timer: the dataset has had no job over it and
+    /// was not registered again for `unused_dataset_ttl`, and `uses` is the
+    /// use count it saw (`owners.rs`). A no-op if a job uses it or its use
+    /// count moved. Persisted layout version 5.
+    ForgetDataset {
+        dataset_id: DatasetId,
+        uses: u64,
+    },
 }
 
 /// A decoded `Position` as `RestoreIteration` needs it.
@@ -215,24 +237,45 @@ pub struct RestorePoint {
     pub key: u64,
 }
 
-/// Decodes a batch's commands, refusing a batch among them before decoding it:
-/// the decoder recurses once per level, so an unbounded nesting in a forged
-/// message would overflow the stack. `IN_BATCH` is this thread's "inside a
-/// batch" mark, set for the batch's elements and cleared after (also on error).
-fn unnested_batch<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Command>, D::Error> {
-    use std::cell::Cell;
-    thread_local!(static IN_BATCH: Cell<bool> = const { Cell::new(false) });
-    struct Clear;
+thread_local! {
+    /// This thread is decoding a batch's elements.
+    static IN_BATCH: Cell<bool> = const { Cell::new(false) };
+    /// This thread is decoding a charged command.
+    static IN_CHARGED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Decodes what a wrapper (`Batch`, `Charged`) holds with `flag` set, refusing
+/// a wrapper of the same kind inside before decoding it: the decoder recurses
+/// once per level, so an unbounded nesting in a forged message would overflow
+/// the stack. The flag is cleared after (also on error).
+fn unnested<'de, D, T>(
+    flag: &'static LocalKey<Cell<bool>>,
+    what: &'static str,
+    d: D,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Clear(&'static LocalKey<Cell<bool>>);
     impl Drop for Clear {
         fn drop(&mut self) {
-            IN_BATCH.with(|b| b.set(false));
+            self.0.with(|b| b.set(false));
         }
     }
-    if IN_BATCH.with(|b| b.replace(true)) {
-        return Err(serde::de::Error::custom("a Batch inside a Batch: batches do not nest"));
+    if flag.with(|b| b.replace(true)) {
+        return Err(serde::de::Error::custom(what));
     }
-    let _clear = Clear;
-    Vec::<Command>::deserialize(d)
+    let _clear = Clear(flag);
+    T::deserialize(d)
+}
+
+fn unnested_batch<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Command>, D::Error> {
+    unnested(&IN_BATCH, "a Batch inside a Batch: batches do not nest", d)
+}
+
+fn uncharged<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<Command>, D::Error> {
+    unnested(&IN_CHARGED, "a Charged command inside a Charged one: charges do not nest", d)
 }
 
 impl Command {
@@ -249,6 +292,7 @@ impl Command {
         match self {
             Command::GetSplit { .. } => false,
             Command::Batch(commands) => commands.iter().any(Command::may_change_views),
+            Command::Charged { command, .. } => command.may_change_views(),
             _ => true,
         }
     }
@@ -275,6 +319,8 @@ impl Command {
             Command::SweepIteration { .. } => "SweepIteration",
             Command::GetOrCreateOrderedJob { .. } => "GetOrCreateOrderedJob",
             Command::ReportConsumedSpans { .. } => "ReportConsumedSpans",
+            Command::Charged { command, .. } => command.name(),
+            Command::ForgetDataset { .. } => "ForgetDataset",
         }
     }
 }
@@ -343,5 +389,10 @@ pub enum Response {
         answer: SplitAnswer,
         skip_runs: Vec<Run>,
         place: Place,
+    },
+    /// `changed` is false when the dataset was kept (used again, or already
+    /// forgotten).
+    DatasetForgotten {
+        changed: bool,
     },
 }

@@ -8,6 +8,7 @@ use sluice_dataset::io::DataRoots;
 use crate::access::DispatcherSecurity;
 use crate::error::DispatcherError;
 use crate::limits::Limits;
+use crate::quotas::Quotas;
 use sluice_proto::limits::ServerLimits;
 
 #[derive(Clone, Debug)]
@@ -86,12 +87,19 @@ pub struct DispatcherConfig {
     /// it when it was the job's last (`apply/forget.rs`), so the state and its
     /// snapshots hold what is in use. Default 1 h. Zero keeps them for ever.
     pub finished_job_ttl: Duration,
+    /// A dataset no job uses, not registered again for this long, is
+    /// forgotten (`apply/forget.rs`): its id answers NotFound, its quota and
+    /// bytes are free. Default 24 h. Zero keeps datasets for ever.
+    pub unused_dataset_ttl: Duration,
     /// Also collect DYNAMIC iterations. Off by default (tf.data): a collected
     /// iteration cannot be rejoined, and a new one hands out every split again.
     pub gc_dynamic_jobs: bool,
     /// Caps on what callers can make this dispatcher hold (`limits.rs`):
     /// beyond one, a request gets ResourceExhausted naming it and its flag.
     pub limits: Limits,
+    /// Quotas per client identity and the byte cap on dataset definitions
+    /// (`quotas.rs`).
+    pub quotas: Quotas,
     /// Bounds of the gRPC server (streams per connection, request timeout,
     /// keepalives); see [`DispatcherConfig::server_limits`] for the timeout
     /// actually applied.
@@ -123,8 +131,10 @@ impl Default for DispatcherConfig {
             job_gc_timeout: Duration::from_secs(300),
             gc_dynamic_jobs: false,
             finished_job_ttl: Duration::from_secs(3600),
+            unused_dataset_ttl: Duration::from_secs(24 * 3600),
             max_client_wait: Duration::from_secs(1),
             limits: Limits::default(),
+            quotas: Quotas::default(),
             server: ServerLimits::default(),
             data_roots: None,
         }
@@ -136,13 +146,19 @@ impl DispatcherConfig {
     /// enabled timeout, between 20 ms and 1 s (so a timeout fires at most that
     /// much late).
     pub fn liveness_check_interval(&self) -> Duration {
-        [self.worker_timeout, self.client_timeout, self.job_gc_timeout, self.finished_job_ttl]
-            .into_iter()
-            .filter(|t| !t.is_zero())
-            .min()
-            .map(|t| t / 4)
-            .unwrap_or(Duration::from_secs(1))
-            .clamp(Duration::from_millis(20), Duration::from_secs(1))
+        [
+            self.worker_timeout,
+            self.client_timeout,
+            self.job_gc_timeout,
+            self.finished_job_ttl,
+            self.unused_dataset_ttl,
+        ]
+        .into_iter()
+        .filter(|t| !t.is_zero())
+        .min()
+        .map(|t| t / 4)
+        .unwrap_or(Duration::from_secs(1))
+        .clamp(Duration::from_millis(20), Duration::from_secs(1))
     }
 
     pub fn validate(&self) -> Result<(), DispatcherError> {
@@ -150,7 +166,12 @@ impl DispatcherConfig {
         if self.elements_per_split == 0 {
             return bad("elements_per_split must be at least 1".into());
         }
-        if let Err(e) = self.limits.validate().and_then(|()| self.server.validate()) {
+        if let Err(e) = self
+            .limits
+            .validate()
+            .and_then(|()| self.quotas.validate())
+            .and_then(|()| self.server.validate())
+        {
             return bad(e);
         }
         if self.snapshot_every == 0 {

@@ -28,11 +28,7 @@ use sluice_positions::{RecordSet, Run, UnitRecords};
 
 use crate::order::Order;
 
-// The state's id types (`crate::state` holds this section, so it is not named here).
-type ClientId = u64;
-type IterationId = u64;
-type JobId = u64;
-type TaskId = u64;
+use crate::ids::{ClientId, IterationId, JobId, TaskId};
 
 /// The most runs one `ReportConsumed` may carry (a client sends the rest later).
 pub const MAX_REPORT_RUNS: usize = 65_536;

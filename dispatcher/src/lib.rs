@@ -91,12 +91,15 @@ pub mod exactly_once;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+pub mod ids;
 pub mod limits;
 mod liveness;
 mod long_poll;
 mod metrics;
 pub mod order;
+pub mod owners;
 mod python_check;
+pub mod quotas;
 pub mod raft;
 mod read_barrier;
 pub mod server;
@@ -115,6 +118,7 @@ pub use config::{parse_group, parse_peers, DispatcherConfig, DEFAULT_RAFT_PORT_O
 pub use core::Core;
 pub use error::{DispatcherError, ProposeError, StateError};
 pub use limits::Limits;
+pub use quotas::Quotas;
 pub use server::{
     run, run_with_listeners, run_with_metrics, spawn, spawn_with_listeners, spawn_with_raft,
     DispatcherHandle, Listeners,

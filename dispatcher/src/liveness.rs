@@ -10,6 +10,7 @@
 //!     ReleaseClient { client_id }          consumer silent > client_timeout
 //!     GcIteration { iteration_id }         no consumer    > job_gc_timeout
 //!     ForgetIteration { iteration_id }     done, no consumer > finished_job_ttl
+//!     ForgetDataset { dataset_id, uses }   no job, same use count > unused_dataset_ttl
 //! ```
 //!
 //! Soft state, by design: the instants live only in the leader's memory and are
@@ -26,6 +27,7 @@
 //! [`MAX_PROPOSALS_PER_TICK`] commands, one after the other.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -34,7 +36,7 @@ use tokio::task::JoinHandle;
 use crate::command::{Command, Response};
 use crate::config::DispatcherConfig;
 use crate::core::Core;
-use crate::state::{ClientId, IterationId, Mode, State};
+use crate::state::{ClientId, DatasetId, IterationId, Mode, State};
 
 /// Bound on the commands one tick proposes; the rest wait for the next tick.
 pub const MAX_PROPOSALS_PER_TICK: usize = 64;
@@ -56,6 +58,9 @@ struct Timers {
     idle: HashMap<IterationId, Instant>,
     /// Since when each finished or collected iteration has had no consumer.
     done: HashMap<IterationId, Instant>,
+    /// Since when each dataset has had no job over it, at its use count (a new
+    /// count is a new key: the timer starts again).
+    unused: HashMap<(DatasetId, u64), Instant>,
 }
 
 /// What one tick needs from the state, read on the leader.
@@ -64,6 +69,7 @@ struct View {
     clients: Vec<ClientId>,
     idle: Vec<IterationId>,
     done: Vec<IterationId>,
+    unused: Vec<(DatasetId, u64)>,
 }
 
 impl View {
@@ -91,22 +97,30 @@ impl View {
                 .filter(|it| !it.is_live() && it.clients.is_empty())
                 .map(|it| it.id)
                 .collect(),
+            unused: {
+                let used: HashSet<&DatasetId> = s.jobs.values().map(|j| &j.dataset_id).collect();
+                s.datasets
+                    .keys()
+                    .filter(|id| !used.contains(id))
+                    .map(|id| (id.clone(), s.owners.dataset_uses(id)))
+                    .collect()
+            },
         }
     }
 }
 
-/// The iterations of `now_in` (those in some condition now) that have been in
-/// it too long by `late`, counting from when `since` first saw each; `since`
-/// forgets the iterations no longer in it.
-fn overdue(
-    since: &mut HashMap<IterationId, Instant>,
-    now_in: Vec<IterationId>,
+/// The keys of `now_in` (those in some condition now) that have been in it too
+/// long by `late`, counting from when `since` first saw each; `since` forgets
+/// the keys no longer in it.
+fn overdue<K: Clone + Eq + Hash>(
+    since: &mut HashMap<K, Instant>,
+    now_in: Vec<K>,
     now: Instant,
     late: impl Fn(Option<Instant>) -> bool,
-) -> Vec<IterationId> {
-    let current: HashSet<IterationId> = now_in.iter().copied().collect();
+) -> Vec<K> {
+    let current: HashSet<K> = now_in.iter().cloned().collect();
     since.retain(|i, _| current.contains(i));
-    now_in.into_iter().filter(|i| late(Some(*since.entry(*i).or_insert(now)))).collect()
+    now_in.into_iter().filter(|i| late(Some(*since.entry(i.clone()).or_insert(now)))).collect()
 }
 
 impl Liveness {
@@ -133,6 +147,7 @@ impl Liveness {
         t.epoch = None;
         t.idle.clear();
         t.done.clear();
+        t.unused.clear();
     }
 
     /// The commands due now, given the state's view. Starts a leading epoch if
@@ -145,6 +160,7 @@ impl Liveness {
                 t.epoch = Some((term, now));
                 t.idle.clear();
                 t.done.clear();
+                t.unused.clear();
                 now
             }
         };
@@ -169,6 +185,13 @@ impl Liveness {
         due.extend(idle.into_iter().map(|iteration_id| Command::GcIteration { iteration_id }));
         let done = overdue(&mut t.done, view.done, now, |s| late(s, config.finished_job_ttl));
         due.extend(done.into_iter().map(|iteration_id| Command::ForgetIteration { iteration_id }));
+        let unused =
+            overdue(&mut t.unused, view.unused, now, |s| late(s, config.unused_dataset_ttl));
+        due.extend(
+            unused
+                .into_iter()
+                .map(|(dataset_id, uses)| Command::ForgetDataset { dataset_id, uses }),
+        );
         due.truncate(MAX_PROPOSALS_PER_TICK);
         due
     }
@@ -201,6 +224,9 @@ impl Liveness {
                 }
                 Ok(Response::IterationForgotten { changed: true, job_forgotten }) => {
                     tracing::info!(command = %what, job_forgotten, "finished iteration forgotten after the finished-job TTL")
+                }
+                Ok(Response::DatasetForgotten { changed: true }) => {
+                    tracing::info!(command = %what, "unused dataset forgotten after the unused-dataset TTL")
                 }
                 Ok(Response::ClientReleased) => {
                     tracing::info!(command = %what, "consumer released: no heartbeat within the client timeout")
@@ -247,6 +273,7 @@ mod tests {
             client_timeout: Duration::from_secs(2),
             job_gc_timeout: Duration::from_secs(3),
             finished_job_ttl: Duration::from_secs(5),
+            unused_dataset_ttl: Duration::from_secs(7),
             ..DispatcherConfig::default()
         }
     }
@@ -257,6 +284,7 @@ mod tests {
             clients: vec![3000],
             idle: vec![2000],
             done: vec![2001],
+            unused: vec![("d".into(), 0)],
         }
     }
 
@@ -285,6 +313,29 @@ mod tests {
         assert_eq!(names(&all), ["WorkerLost", "ReleaseClient", "GcIteration"]);
         let all = l.due(&config(), 3, view(), much_later + Duration::from_secs(6));
         assert_eq!(names(&all), ["WorkerLost", "ReleaseClient", "GcIteration", "ForgetIteration"]);
+        let all = l.due(&config(), 3, view(), much_later + Duration::from_secs(8));
+        assert_eq!(names(&all)[4..], ["ForgetDataset"]);
+    }
+
+    #[test]
+    fn a_dataset_used_again_starts_its_timer_afresh() {
+        let l = Liveness::default();
+        let t0 = Instant::now();
+        let unused = |uses: u64| View { unused: vec![("d".into(), uses)], ..view() };
+        let forgets = |cmds: Vec<Command>| {
+            cmds.into_iter()
+                .filter_map(|c| match c {
+                    Command::ForgetDataset { dataset_id, uses } => Some((dataset_id, uses)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert!(forgets(l.due(&config(), 1, unused(0), t0)).is_empty());
+        // Registered again at 6 s: its count moved, so 8 s is 2 s of disuse.
+        assert!(forgets(l.due(&config(), 1, unused(1), t0 + Duration::from_secs(6))).is_empty());
+        assert!(forgets(l.due(&config(), 1, unused(1), t0 + Duration::from_secs(8))).is_empty());
+        let due = forgets(l.due(&config(), 1, unused(1), t0 + Duration::from_secs(14)));
+        assert_eq!(due, [("d".to_string(), 1)], "7 s after its last use, at that count");
     }
 
     #[test]
@@ -310,6 +361,7 @@ mod tests {
             client_timeout: Duration::ZERO,
             job_gc_timeout: Duration::ZERO,
             finished_job_ttl: Duration::ZERO,
+            unused_dataset_ttl: Duration::ZERO,
             ..DispatcherConfig::default()
         };
         assert!(l.due(&off, 1, view(), t0).is_empty());

@@ -27,6 +27,7 @@ use crate::drained::DrainedConsumers;
 use crate::eo_wire::*;
 use crate::error::StateError;
 use crate::liveness::Liveness;
+use crate::quotas::Charge;
 use crate::state::{DatasetId, SplitAnswer, State};
 use crate::worker_identity::WorkerIdentities;
 use crate::worker_reports::WorkerReports;
@@ -180,6 +181,15 @@ impl DispatcherService {
         }
     }
 
+    /// `cmd`, which may create something, charged to its caller's identity
+    /// (`quotas.rs`): `None` on a dispatcher without tokens. `bytes`: a
+    /// dataset definition's size, else 0.
+    fn charged(&self, caller: Option<&Caller>, bytes: u64, cmd: Command) -> Command {
+        let owner = caller.map(|c| c.name.to_string());
+        let charge = Charge { owner, bytes, quotas: self.config.quotas };
+        Command::Charged { charge, command: Box::new(cmd) }
+    }
+
     fn task_defs(state: &State, address: &str) -> Vec<pb::TaskDef> {
         state.worker_tasks(address).into_iter().filter_map(|t| task_def(state, t)).collect()
     }
@@ -192,6 +202,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::RegisterDatasetRequest>,
     ) -> Result<Response<pb::RegisterDatasetResponse>, Status> {
+        let caller = req.extensions().get::<Caller>().cloned();
         let req = req.into_inner();
         let def = def_from_wire(req.dataset)?;
         self.check_user_code_origin(&def)?;
@@ -202,11 +213,10 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         // file, by the worker that opens it).
         let def = resolve_files(def, self.registry.data_roots().clone()).await?;
         let dataset_id: Option<DatasetId> = Some(req.dataset_id).filter(|id| !id.is_empty());
-        match self
-            .core
-            .propose(Command::RegisterDataset { dataset_id, def, limits: self.config.limits })
-            .await?
-        {
+        // What the definition weighs as held: after `list_files` was listed.
+        let bytes = prost::Message::encoded_len(&pb::DatasetDef::from(&def)) as u64;
+        let cmd = Command::RegisterDataset { dataset_id, def, limits: self.config.limits };
+        match self.core.propose(self.charged(caller.as_ref(), bytes, cmd)).await? {
             R::DatasetRegistered { dataset_id } => {
                 info!(%dataset_id, "dataset registered");
                 Ok(Response::new(pb::RegisterDatasetResponse { dataset_id }))
@@ -244,6 +254,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::GetOrCreateJobRequest>,
     ) -> Result<Response<pb::GetOrCreateJobResponse>, Status> {
+        let caller = req.extensions().get::<Caller>().cloned();
         let req = req.into_inner();
         let mode = mode_from_wire(req.mode)?;
         let target_workers = target_workers_from_wire(req.target_workers)?;
@@ -278,7 +289,7 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
             limits,
             existing_at_most_once,
         )?;
-        match self.core.propose(cmd).await? {
+        match self.core.propose(self.charged(caller.as_ref(), 0, cmd)).await? {
             R::Job { job_id, job_name, exactly_once } => {
                 let at_most_once_reason = if exactly_once {
                     String::new()
@@ -308,9 +319,10 @@ impl pb::dispatcher_server::Dispatcher for DispatcherService {
         &self,
         req: Request<pb::GetOrCreateIterationRequest>,
     ) -> Result<Response<pb::GetOrCreateIterationResponse>, Status> {
+        let caller = req.extensions().get::<Caller>().cloned();
         let req = req.into_inner();
         let cmd = iteration_command(&req, self.config.elements_per_split, self.config.limits)?;
-        match self.core.propose(cmd).await? {
+        match self.core.propose(self.charged(caller.as_ref(), 0, cmd)).await? {
             R::Iteration { iteration_id, client_id } => {
                 self.liveness.client_seen(client_id);
                 info!(

@@ -22,12 +22,8 @@ use sluice_dataset::{DatasetDef, StaticPolicy};
 
 use crate::error::StateError;
 use crate::exactly_once::ExactlyOnceState;
-
-pub type DatasetId = String;
-pub type JobId = u64;
-pub type IterationId = u64;
-pub type TaskId = u64;
-pub type ClientId = u64;
+pub use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use crate::owners::Owners;
 
 /// The tasks by id: a persistent (structurally shared) ordered map. A clone is
 /// O(1); a change copies only the nodes on its path that a clone still shares.
@@ -305,6 +301,10 @@ pub struct State {
     /// struct without it. Version 3 appended the section's `orders`
     /// (`raft/layout_v2.rs`).
     pub exactly_once: ExactlyOnceState,
+    /// Who made what, definition sizes, dataset uses (`owners.rs`): the
+    /// quotas' ledger. Last, and new in persisted layout version 5
+    /// (`raft/layout_v4.rs` is this struct without it).
+    pub owners: Owners,
 }
 
 impl Default for State {
@@ -323,6 +323,7 @@ impl Default for State {
             next_task_id: 4000,
             next_job_id: 5000,
             exactly_once: ExactlyOnceState::default(),
+            owners: Owners::default(),
         }
     }
 }

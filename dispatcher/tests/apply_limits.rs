@@ -180,3 +180,175 @@ fn a_finished_iteration_without_consumers_is_forgotten_with_its_tasks_and_last_j
     let err = apply(&mut s, get_split(tasks[0], 1, 1, 0, 1)).unwrap_err();
     assert!(matches!(err, StateError::NotFound { .. }), "{err:?}");
 }
+
+// Quotas per client identity (issue 31, defect 6; `quotas.rs`).
+
+use sluice_dispatcher::quotas::{Charge, Quotas};
+
+/// `c` charged to `owner` with `quotas` (and `bytes` for a definition).
+fn charged(owner: Option<&str>, bytes: u64, quotas: Quotas, c: Command) -> Command {
+    let charge = Charge { owner: owner.map(String::from), bytes, quotas };
+    Command::Charged { charge, command: Box::new(c) }
+}
+
+fn dataset_cmd(id: &str) -> Command {
+    Command::RegisterDataset {
+        dataset_id: Some(id.into()),
+        def: DatasetDef::range(5),
+        limits: Limits::default(),
+    }
+}
+
+fn job_cmd(dataset: &str, name: Option<&str>) -> Command {
+    Command::GetOrCreateJob {
+        dataset_id: dataset.into(),
+        mode: Mode::Off,
+        job_name: name.map(String::from),
+        target_workers: TargetWorkers::Auto,
+        static_workers: vec![],
+        cross_trainer_cache: false,
+        num_consumers: None,
+        limits: Limits::default(),
+    }
+}
+
+fn iteration_cmd(job_id: u64, repetition: u64) -> Command {
+    Command::GetOrCreateIteration {
+        job_id,
+        repetition,
+        elements_per_split: 1,
+        limits: Limits::default(),
+    }
+}
+
+fn job_id_of(r: Response) -> u64 {
+    match r {
+        Response::Job { job_id, .. } => job_id,
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn one_identity_at_its_quotas_is_refused_while_another_is_served() {
+    let q = Quotas { datasets: 2, jobs: 2, iterations: 2, clients: 3, ..Quotas::default() };
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    let a = |c| charged(Some("a"), 10, q, c);
+    let b = |c| charged(Some("b"), 10, q, c);
+    ok(&mut s, a(dataset_cmd("a1")));
+    ok(&mut s, a(dataset_cmd("a2")));
+    refused_at_cap(&mut s, a(dataset_cmd("a3")), "--quota-datasets 2");
+    let err = apply(&mut s, a(dataset_cmd("a3"))).unwrap_err().to_string();
+    assert!(err.contains("the client `a` holds 2 datasets"), "{err}");
+    ok(&mut s, a(dataset_cmd("a1"))); // the same registration again is no new dataset
+    ok(&mut s, b(dataset_cmd("b1"))); // another identity is not affected
+                                      // Jobs: `a` makes two, a third is refused; joining one by name is free.
+    let ja = job_id_of(ok(&mut s, a(job_cmd("a1", Some("ja")))));
+    ok(&mut s, a(job_cmd("a1", None)));
+    refused_at_cap(&mut s, a(job_cmd("a1", None)), "--quota-jobs 2");
+    ok(&mut s, a(job_cmd("a1", Some("ja"))));
+    let jb = job_id_of(ok(&mut s, b(job_cmd("b1", None))));
+    // Iterations: `a` makes two; its third is refused, `b`'s is not, and
+    // `b` joining `a`'s iteration costs `a` nothing.
+    ok(&mut s, a(iteration_cmd(ja, 0)));
+    ok(&mut s, a(iteration_cmd(ja, 1)));
+    refused_at_cap(&mut s, a(iteration_cmd(ja, 2)), "--quota-iterations 2");
+    ok(&mut s, b(iteration_cmd(jb, 0)));
+    ok(&mut s, b(iteration_cmd(ja, 0)));
+    // Consumers: `a` holds two; a third joins, a fourth is refused.
+    ok(&mut s, a(iteration_cmd(ja, 0)));
+    refused_at_cap(&mut s, a(iteration_cmd(ja, 1)), "--quota-clients 3");
+    // A command without a charge (logged by an earlier build) counts against
+    // the dispatcher-wide caps only.
+    ok(&mut s, iteration_cmd(ja, 2));
+    // Releasing a consumer frees room in its owner's quota.
+    let a_client = *s.owners.clients.iter().find(|(_, o)| *o == "a").unwrap().0;
+    ok(&mut s, Command::ReleaseClient { client_id: a_client });
+    ok(&mut s, a(iteration_cmd(ja, 0)));
+    // Without an identity (no tokens), only the dispatcher-wide caps apply.
+    for i in 0..5 {
+        ok(&mut s, charged(None, 10, q, dataset_cmd(&format!("anon{i}"))));
+    }
+}
+
+#[test]
+fn dataset_definitions_are_bounded_in_bytes_per_identity_and_in_all() {
+    let q = Quotas { dataset_bytes: 100, max_dataset_bytes: 250, ..Quotas::default() };
+    let mut s = State::default();
+    ok(&mut s, charged(Some("a"), 60, q, dataset_cmd("a1")));
+    refused_at_cap(
+        &mut s,
+        charged(Some("a"), 41, q, dataset_cmd("a2")),
+        "--quota-dataset-bytes 100",
+    );
+    ok(&mut s, charged(Some("a"), 40, q, dataset_cmd("a2")));
+    ok(&mut s, charged(Some("b"), 100, q, dataset_cmd("b1")));
+    // 200 held: 51 more would pass 250, whoever sends them.
+    refused_at_cap(&mut s, charged(Some("c"), 51, q, dataset_cmd("c1")), "--max-dataset-bytes 250");
+    refused_at_cap(&mut s, charged(None, 51, q, dataset_cmd("c1")), "--max-dataset-bytes 250");
+    let err = apply(&mut s, charged(None, 51, q, dataset_cmd("c1"))).unwrap_err().to_string();
+    assert!(err.contains("51 bytes") && err.contains("holds 200 bytes"), "{err}");
+    ok(&mut s, charged(Some("c"), 50, q, dataset_cmd("c1")));
+}
+
+#[test]
+fn an_unused_dataset_is_forgotten_only_at_the_use_count_the_leader_saw() {
+    let mut s = State::default();
+    let q = Quotas { datasets: 1, ..Quotas::default() };
+    ok(&mut s, charged(Some("a"), 10, q, dataset_cmd("d")));
+    let forget = |uses| Command::ForgetDataset { dataset_id: "d".into(), uses };
+    // Used by a job: kept.
+    let j = job_id_of(ok(&mut s, job_cmd("d", None)));
+    assert_eq!(ok(&mut s, forget(1)), Response::DatasetForgotten { changed: false });
+    assert!(s.datasets.contains_key("d"));
+    // The job is forgotten after its iteration; the dataset is then unused at
+    // use count 1 (its job). Registered again meanwhile: count 2, a proposal
+    // made at 1 is void.
+    let (it, c) = iteration(&mut s, j, 1);
+    ok(&mut s, Command::ReleaseClient { client_id: c });
+    ok(&mut s, Command::GcIteration { iteration_id: it });
+    ok(&mut s, Command::ForgetIteration { iteration_id: it });
+    assert!(!s.jobs.contains_key(&j));
+    ok(&mut s, charged(Some("a"), 10, q, dataset_cmd("d")));
+    assert_eq!(ok(&mut s, forget(1)), Response::DatasetForgotten { changed: false });
+    assert_eq!(ok(&mut s, forget(2)), Response::DatasetForgotten { changed: true });
+    assert!(!s.datasets.contains_key("d") && s.owners.datasets.is_empty());
+    // Its owner's quota is free again, and its id can be registered anew.
+    ok(&mut s, charged(Some("a"), 10, q, dataset_cmd("d")));
+    assert_eq!(ok(&mut s, forget(0)), Response::DatasetForgotten { changed: true });
+}
+
+#[test]
+fn forgetting_an_iteration_frees_its_owners_quotas() {
+    let q = Quotas { jobs: 1, iterations: 1, clients: 1, ..Quotas::default() };
+    let mut s = State::default();
+    let a = |c| charged(Some("a"), 0, q, c);
+    ok(&mut s, a(dataset_cmd("d")));
+    let j = job_id_of(ok(&mut s, a(job_cmd("d", None))));
+    let (it, c) = match ok(&mut s, a(iteration_cmd(j, 0))) {
+        Response::Iteration { iteration_id, client_id } => (iteration_id, client_id),
+        r => panic!("{r:?}"),
+    };
+    refused_at_cap(&mut s, a(job_cmd("d", None)), "--quota-jobs 1");
+    ok(&mut s, Command::ReleaseClient { client_id: c });
+    ok(&mut s, Command::GcIteration { iteration_id: it });
+    ok(&mut s, Command::ForgetIteration { iteration_id: it });
+    assert!(s.owners.jobs.is_empty() && s.owners.iterations.is_empty());
+    assert!(s.owners.clients.is_empty());
+    let j = job_id_of(ok(&mut s, a(job_cmd("d", None))));
+    ok(&mut s, a(iteration_cmd(j, 0)));
+}
+
+#[test]
+fn charges_do_not_nest_and_a_batch_is_not_charged() {
+    let q = Quotas::default();
+    let mut s = State::default();
+    let inner = charged(Some("a"), 0, q, dataset_cmd("d"));
+    let before = s.clone();
+    let err = apply(&mut s, charged(Some("a"), 0, q, inner)).unwrap_err();
+    assert!(matches!(err, StateError::InvalidArgument(_)), "{err:?}");
+    let batch = Command::Batch(vec![dataset_cmd("d")]);
+    let err = apply(&mut s, charged(Some("a"), 0, q, batch)).unwrap_err();
+    assert!(matches!(err, StateError::InvalidArgument(_)), "{err:?}");
+    assert_eq!(s, before);
+}

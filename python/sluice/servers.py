@@ -76,10 +76,14 @@ class DispatchServer(_Server):
 
     The caps on what callers can make it hold (``max_datasets``, ``max_jobs``,
     ``max_iterations``, ``max_clients``, ``max_tasks_per_worker``,
-    ``max_num_consumers``), the seconds after which a finished job is forgotten
-    (``finished_job_ttl``) and its server's bounds (``max_concurrent_streams``,
-    ``request_timeout`` in seconds) are those of ``sluice dispatcher``'s
-    ``--max-*`` flags; ``None`` keeps the default. A request beyond a cap raises
+    ``max_num_consumers``, ``max_dataset_bytes``), the quotas of one client
+    identity (token name: ``quota_datasets``, ``quota_dataset_bytes``,
+    ``quota_jobs``, ``quota_iterations``, ``quota_clients``), the seconds after
+    which a finished job and an unused dataset are forgotten
+    (``finished_job_ttl``, ``unused_dataset_ttl``) and its server's bounds
+    (``max_concurrent_streams``, ``request_timeout`` in seconds) are those of
+    ``sluice dispatcher``'s ``--max-*``, ``--quota-*`` and ``--*-ttl-secs``
+    flags; ``None`` keeps the default. A request beyond a cap or quota raises
     ``ResourceExhaustedError`` naming it.
     ``data_roots`` (``--data-roots``) lists the only directories (or ``file://``,
     ``s3://bucket/prefix``, ``gs://`` URLs) a registered spec may name; a spec naming
@@ -120,6 +124,13 @@ class DispatchServer(_Server):
         max_tasks_per_worker: int | None = None,
         max_num_consumers: int | None = None,
         finished_job_ttl: float | None = None,
+        unused_dataset_ttl: float | None = None,
+        max_dataset_bytes: int | None = None,
+        quota_datasets: int | None = None,
+        quota_dataset_bytes: int | None = None,
+        quota_jobs: int | None = None,
+        quota_iterations: int | None = None,
+        quota_clients: int | None = None,
         max_concurrent_streams: int | None = None,
         request_timeout: float | None = None,
         tls_cert: _Path | None = None,
@@ -140,6 +151,13 @@ class DispatchServer(_Server):
             max_tasks_per_worker=max_tasks_per_worker,
             max_num_consumers=max_num_consumers,
             finished_job_ttl=finished_job_ttl,
+            unused_dataset_ttl=unused_dataset_ttl,
+            max_dataset_bytes=max_dataset_bytes,
+            quota_datasets=quota_datasets,
+            quota_dataset_bytes=quota_dataset_bytes,
+            quota_jobs=quota_jobs,
+            quota_iterations=quota_iterations,
+            quota_clients=quota_clients,
             max_concurrent_streams=max_concurrent_streams,
             request_timeout=request_timeout,
         )

@@ -1,4 +1,4 @@
-//! The dispatcher's caps, finished-job TTL and server bounds as Python gives
+//! The dispatcher's caps, quotas, TTLs and server bounds as Python gives
 //! them: one `limits` mapping of name → number (`servers.py` turns its
 //! keywords into it), so each has the name of its `sluice dispatcher` flag
 //! without `--max-`'s dashes. An unknown name or a bad value is refused, naming it.
@@ -12,7 +12,7 @@ use crate::blocking::seconds;
 use crate::errors;
 
 /// The names `limits` takes.
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 16] = [
     "max_datasets",
     "max_jobs",
     "max_iterations",
@@ -20,6 +20,13 @@ const NAMES: [&str; 9] = [
     "max_tasks_per_worker",
     "max_num_consumers",
     "finished_job_ttl",
+    "unused_dataset_ttl",
+    "max_dataset_bytes",
+    "quota_datasets",
+    "quota_dataset_bytes",
+    "quota_jobs",
+    "quota_iterations",
+    "quota_clients",
     "max_concurrent_streams",
     "request_timeout",
 ];
@@ -52,6 +59,13 @@ pub(crate) fn apply(
             "max_tasks_per_worker" => l.max_tasks_per_worker = count(&name, v)?,
             "max_num_consumers" => l.max_num_consumers = count32(&name, v)?,
             "finished_job_ttl" => config.finished_job_ttl = seconds(&name, v)?,
+            "unused_dataset_ttl" => config.unused_dataset_ttl = seconds(&name, v)?,
+            "max_dataset_bytes" => config.quotas.max_dataset_bytes = count(&name, v)?,
+            "quota_datasets" => config.quotas.datasets = count(&name, v)?,
+            "quota_dataset_bytes" => config.quotas.dataset_bytes = count(&name, v)?,
+            "quota_jobs" => config.quotas.jobs = count(&name, v)?,
+            "quota_iterations" => config.quotas.iterations = count(&name, v)?,
+            "quota_clients" => config.quotas.clients = count(&name, v)?,
             "max_concurrent_streams" => config.server.max_concurrent_streams = count32(&name, v)?,
             "request_timeout" => config.server.request_timeout = seconds(&name, v)?,
             _ => {

@@ -31,3 +31,21 @@ def test_a_bad_limit_is_refused_naming_it():
         sluice.DispatchServer(max_clients=0)
     with pytest.raises(sluice.errors.InvalidArgumentError, match="unknown limit `max_tasks`"):
         sluice.start_quorum(1, max_tasks=3)
+
+
+def test_dataset_definitions_are_bounded_in_bytes_and_unused_ones_are_forgotten():
+    import time
+
+    with sluice.DispatchServer(max_dataset_bytes=4096, unused_dataset_ttl=0.2) as d:
+        big = sluice.Dataset.from_tensor_slices(list(range(2000)))
+        with pytest.raises(sluice.errors.ResourceExhaustedError, match="--max-dataset-bytes 4096"):
+            sluice.register_dataset(d.target, big)
+        small = sluice.register_dataset(d.target, sluice.Dataset.range(3), dataset_id="small")
+        assert [ds["dataset_id"] for ds in sluice.status(d.target)["datasets"]] == [small]
+        # Unused (no job over it): forgotten after the TTL.
+        deadline = time.monotonic() + 30
+        while sluice.status(d.target)["datasets"]:
+            assert time.monotonic() < deadline, "the unused dataset was not forgotten"
+            time.sleep(0.05)
+        with pytest.raises(sluice.errors.NotFoundError, match="small"):
+            list(sluice.from_dataset_id("parallel_epochs", d.target, dataset_id=small))

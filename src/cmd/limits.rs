@@ -3,7 +3,7 @@
 //! hold"), kept out of `serve.rs` so they read as one set.
 
 use clap::Args;
-use sluice_dispatcher::{DispatcherConfig, Limits};
+use sluice_dispatcher::{DispatcherConfig, Limits, Quotas};
 use sluice_proto::limits::ServerLimits;
 
 #[derive(Args, Debug)]
@@ -31,18 +31,50 @@ pub struct LimitsArgs {
     /// (0 = keep them for ever).
     #[arg(long, default_value_t = DispatcherConfig::default().finished_job_ttl.as_secs_f64())]
     pub finished_job_ttl_secs: f64,
+    /// Forget a dataset no job uses after this many seconds without a job over
+    /// it or a registration of it (0 = keep datasets for ever).
+    #[arg(long, default_value_t = DispatcherConfig::default().unused_dataset_ttl.as_secs_f64())]
+    pub unused_dataset_ttl_secs: f64,
+    /// Bytes of all dataset definitions one dispatcher holds.
+    #[arg(long, default_value_t = Quotas::default().max_dataset_bytes)]
+    pub max_dataset_bytes: u64,
+    /// Most datasets one client identity (token name) has registered and held.
+    #[arg(long, default_value_t = Quotas::default().datasets)]
+    pub quota_datasets: u64,
+    /// Bytes of dataset definitions one client identity holds.
+    #[arg(long, default_value_t = Quotas::default().dataset_bytes)]
+    pub quota_dataset_bytes: u64,
+    /// Most jobs one client identity created and holds.
+    #[arg(long, default_value_t = Quotas::default().jobs)]
+    pub quota_jobs: u64,
+    /// Most iterations one client identity created and holds.
+    #[arg(long, default_value_t = Quotas::default().iterations)]
+    pub quota_iterations: u64,
+    /// Most consumers (client ids) one client identity holds.
+    #[arg(long, default_value_t = Quotas::default().clients)]
+    pub quota_clients: u64,
+}
+
+/// Seconds from a flag, refused (naming it) when negative or not a number.
+fn seconds(flag: &str, secs: f64) -> anyhow::Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(secs)
+        .map_err(|_| anyhow::anyhow!("{flag} {secs}: give a number of seconds >= 0"))
 }
 
 impl LimitsArgs {
     /// Sets these flags' fields of `config`.
     pub fn apply(&self, config: &mut DispatcherConfig) -> anyhow::Result<()> {
-        config.finished_job_ttl =
-            std::time::Duration::try_from_secs_f64(self.finished_job_ttl_secs).map_err(|_| {
-                anyhow::anyhow!(
-                    "--finished-job-ttl-secs {}: give a number of seconds >= 0",
-                    self.finished_job_ttl_secs
-                )
-            })?;
+        config.finished_job_ttl = seconds("--finished-job-ttl-secs", self.finished_job_ttl_secs)?;
+        config.unused_dataset_ttl =
+            seconds("--unused-dataset-ttl-secs", self.unused_dataset_ttl_secs)?;
+        config.quotas = Quotas {
+            datasets: self.quota_datasets,
+            dataset_bytes: self.quota_dataset_bytes,
+            jobs: self.quota_jobs,
+            iterations: self.quota_iterations,
+            clients: self.quota_clients,
+            max_dataset_bytes: self.max_dataset_bytes,
+        };
         config.limits = Limits {
             max_datasets: self.max_datasets,
             max_jobs: self.max_jobs,

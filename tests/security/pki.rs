@@ -12,6 +12,8 @@ pub const CLIENT_TOKEN: &str = "client-secret-0123456789abcdef";
 pub const WORKER_TOKEN: &str = "worker-secret-0123456789abcdef";
 /// A second worker token (`pool-2`).
 pub const OTHER_WORKER_TOKEN: &str = "worker-2-secret-0123456789abcdef";
+/// A second client identity (`trainer-2`), for quotas per identity.
+pub const OTHER_CLIENT_TOKEN: &str = "client-2-secret-0123456789abcdef";
 pub const PEER_SECRET: &str = "peer-secret-0123456789abcdef";
 
 pub struct Pki {
@@ -51,7 +53,7 @@ impl Pki {
             "tokens",
             &format!(
                 "# role name secret\nclient trainer {CLIENT_TOKEN}\nworker pool {WORKER_TOKEN}\n\
-                 worker pool-2 {OTHER_WORKER_TOKEN}\n"
+                 worker pool-2 {OTHER_WORKER_TOKEN}\nclient trainer-2 {OTHER_CLIENT_TOKEN}\n"
             ),
         );
         write("client.token", CLIENT_TOKEN);

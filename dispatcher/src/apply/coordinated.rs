@@ -13,7 +13,7 @@ use sluice_dataset::Cardinality;
 use super::jobs::{self, NewJob};
 use crate::command::Response;
 use crate::error::StateError;
-use crate::limits::Limits;
+use crate::quotas::Admission;
 use crate::state::*;
 
 /// A plain `GetOrCreateJob` may not join a job that reads in rounds: the reader
@@ -36,7 +36,7 @@ pub(super) fn get_or_create_job(
     job: NewJob,
     static_workers: Vec<String>,
     num_consumers: u32,
-    limits: &Limits,
+    admit: &Admission,
 ) -> Result<Response, StateError> {
     let NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache } = job;
     if cross_trainer_cache {
@@ -57,12 +57,12 @@ pub(super) fn get_or_create_job(
     if num_consumers == 0 {
         return Err(StateError::InvalidArgument("num_consumers must be at least 1".into()));
     }
-    if num_consumers > limits.max_num_consumers {
+    if num_consumers > admit.limits.max_num_consumers {
         return Err(StateError::ResourceExhausted(format!(
             "num_consumers={num_consumers} is over this dispatcher's cap \
              (--max-num-consumers {}); use fewer consumers, or raise the cap on every \
              dispatcher",
-            limits.max_num_consumers
+            admit.limits.max_num_consumers
         )));
     }
     if target_workers == TargetWorkers::Local {
@@ -82,7 +82,7 @@ pub(super) fn get_or_create_job(
             )));
         }
         let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache: false };
-        return jobs::get_or_create_job(state, job, static_workers, limits);
+        return jobs::get_or_create_job(state, job, static_workers, admit);
     }
     if let Some(dataset) = state.datasets.get(&dataset_id) {
         let ends = match dataset.def.cardinality() {
@@ -97,7 +97,7 @@ pub(super) fn get_or_create_job(
         }
     }
     let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache: false };
-    let created = jobs::get_or_create_job(state, job, static_workers, limits)?;
+    let created = jobs::get_or_create_job(state, job, static_workers, admit)?;
     if let Response::Job { job_id, .. } = &created {
         if let Some(job) = state.jobs.get_mut(job_id) {
             job.num_consumers = Some(num_consumers);

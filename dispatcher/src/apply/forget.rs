@@ -13,11 +13,14 @@
 //!
 //! `apply` re-checks the conditions: an iteration that is live or has a
 //! consumer again is kept (`changed: false`), as is a repeated proposal.
+//!
+//! `ForgetDataset` does the same for a dataset no job uses, after
+//! `unused_dataset_ttl` (`forget_dataset`).
 
 use super::exactly_once::progress;
 use crate::command::Response;
 use crate::error::StateError;
-use crate::state::{IterationId, State};
+use crate::state::{DatasetId, IterationId, State};
 
 pub(super) fn forget_iteration(
     state: &mut State,
@@ -43,6 +46,9 @@ pub(super) fn forget_iteration(
         }
     }
     state.clients.retain(|_, i| *i != iteration_id);
+    let clients = &state.clients;
+    state.owners.clients.retain(|c, _| clients.contains_key(c));
+    state.owners.iterations.remove(&iteration_id);
     let mut job_forgotten = false;
     let job_id = it.job_id;
     if let Some(job) = state.jobs.get_mut(&it.job_id) {
@@ -53,10 +59,32 @@ pub(super) fn forget_iteration(
                 if state.jobs_by_name.get(&job.name) == Some(&job_id) {
                     state.jobs_by_name.remove(&job.name);
                 }
+                state.owners.jobs.remove(&job_id);
                 job_forgotten = true;
             }
         }
     }
     progress::iteration_forgotten(state, iteration_id, job_forgotten.then_some(job_id));
     Ok(Response::IterationForgotten { changed: true, job_forgotten })
+}
+
+/// `ForgetDataset`: drops a dataset no job uses whose use count is still
+/// `uses` (the leader saw it unused for `unused_dataset_ttl` at that count; a
+/// registration or a job since moved it). Its id is free again: an explicit id
+/// can be registered anew, an automatic one is never handed out twice.
+pub(super) fn forget_dataset(
+    state: &mut State,
+    dataset_id: &DatasetId,
+    uses: u64,
+) -> Result<Response, StateError> {
+    let in_use = state.jobs.values().any(|j| &j.dataset_id == dataset_id);
+    if in_use
+        || !state.datasets.contains_key(dataset_id)
+        || state.owners.dataset_uses(dataset_id) != uses
+    {
+        return Ok(Response::DatasetForgotten { changed: false });
+    }
+    state.datasets.remove(dataset_id);
+    state.owners.datasets.remove(dataset_id);
+    Ok(Response::DatasetForgotten { changed: true })
 }

@@ -14,6 +14,8 @@ use super::exactly_once::progress;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::limits::Limits;
+use crate::owners::Owners;
+use crate::quotas::{Admission, Held};
 use crate::state::{
     ClientId, CoordinatedIteration, Iteration, IterationId, JobId, Mode, SplitCursor, State, Task,
     TaskId,
@@ -24,7 +26,7 @@ pub(super) fn get_or_create_iteration(
     job_id: JobId,
     repetition: u64,
     elements_per_split: u64,
-    limits: &Limits,
+    admit: &Admission,
 ) -> Result<Response, StateError> {
     let job = state.jobs.get(&job_id).ok_or_else(|| {
         StateError::not_found_hint(
@@ -43,16 +45,23 @@ pub(super) fn get_or_create_iteration(
         .iterations
         .get(&repetition)
         .filter(|id| state.iterations.get(id).is_some_and(|it| !it.garbage_collected));
-    Limits::check(state.clients.len(), limits.max_clients, "consumers (clients)", "--max-clients")?;
+    Limits::check(
+        state.clients.len(),
+        admit.limits.max_clients,
+        "consumers (clients)",
+        "--max-clients",
+    )?;
+    admit.check(state, Held::Clients)?;
     let iteration_id = match existing {
         Some(id) => *id,
         None => {
             Limits::check(
                 state.iterations.len(),
-                limits.max_iterations,
+                admit.limits.max_iterations,
                 "iterations",
                 "--max-iterations",
             )?;
+            admit.check(state, Held::Iterations)?;
             let cursors = match job.mode {
                 Mode::Dynamic => vec![SplitCursor::default()],
                 _ => vec![],
@@ -78,12 +87,12 @@ pub(super) fn get_or_create_iteration(
             // Every worker gets a task: one at its cap refuses the iteration.
             for address in &workers {
                 let held = state.workers.get(address).map_or(0, |w| w.active_tasks.len());
-                if held as u64 >= limits.max_tasks_per_worker {
+                if held as u64 >= admit.limits.max_tasks_per_worker {
                     return Err(StateError::ResourceExhausted(format!(
                         "worker {address} runs {held} unfinished tasks, its cap \
                          (--max-tasks-per-worker {}); wait for iterations to finish or be \
                          collected, add workers, or raise the cap on every dispatcher",
-                        limits.max_tasks_per_worker
+                        admit.limits.max_tasks_per_worker
                     )));
                 }
             }
@@ -111,6 +120,7 @@ pub(super) fn get_or_create_iteration(
                 iteration.tasks.push(task_id);
             }
             state.iterations.insert(iteration_id, iteration);
+            Owners::record(&mut state.owners.iterations, iteration_id, admit.owner());
             if let Some(job) = state.jobs.get_mut(&job_id) {
                 job.iterations.insert(repetition, iteration_id);
             }
@@ -121,6 +131,7 @@ pub(super) fn get_or_create_iteration(
     let client_id = state.next_client_id;
     state.next_client_id += 1;
     state.clients.insert(client_id, iteration_id);
+    Owners::record(&mut state.owners.clients, client_id, admit.owner());
     if let Some(it) = state.iterations.get_mut(&iteration_id) {
         it.clients.insert(client_id);
     }
@@ -170,6 +181,7 @@ pub(super) fn release_client(
             "; it was already released",
         )
     })?;
+    state.owners.clients.remove(&client_id);
     if let Some(it) = state.iterations.get_mut(&iteration_id) {
         it.clients.remove(&client_id);
     }

@@ -12,6 +12,8 @@ use sluice_dataset::DatasetDef;
 use crate::command::Response;
 use crate::error::StateError;
 use crate::limits::Limits;
+use crate::owners::{DatasetRecord, Owners};
+use crate::quotas::{Admission, Held};
 use crate::state::{Dataset, DatasetId, Job, Mode, State, TargetWorkers};
 use crate::{cache_check, python_check};
 
@@ -19,7 +21,7 @@ pub(super) fn register_dataset(
     state: &mut State,
     dataset_id: Option<DatasetId>,
     def: DatasetDef,
-    limits: &Limits,
+    admit: &Admission,
 ) -> Result<Response, StateError> {
     if let Some(id) = &dataset_id {
         if id.is_empty() {
@@ -27,7 +29,9 @@ pub(super) fn register_dataset(
         }
         if let Some(existing) = state.datasets.get(id) {
             if existing.def == def {
-                return Ok(Response::DatasetRegistered { dataset_id: id.clone() });
+                let id = id.clone();
+                state.owners.dataset_used(&id);
+                return Ok(Response::DatasetRegistered { dataset_id: id });
             }
             return Err(StateError::AlreadyExists(format!(
                 "dataset `{id}` is already registered with a different definition; register \
@@ -35,7 +39,9 @@ pub(super) fn register_dataset(
             )));
         }
     }
-    Limits::check(state.datasets.len(), limits.max_datasets, "datasets", "--max-datasets")?;
+    Limits::check(state.datasets.len(), admit.limits.max_datasets, "datasets", "--max-datasets")?;
+    admit.check(state, Held::Datasets)?;
+    admit.check_dataset_bytes(state)?;
     if let Some(message) = python_check::conflict(&def.python_needs()) {
         return Err(StateError::InvalidArgument(message));
     }
@@ -64,6 +70,10 @@ pub(super) fn register_dataset(
     // `max_datasets` steps.
     let source_cardinality = def.source_cardinality();
     state.datasets.insert(id.clone(), Dataset { id: id.clone(), def, source_cardinality });
+    if let Some(charge) = admit.charge {
+        let record = DatasetRecord { owner: charge.owner.clone(), bytes: charge.bytes, uses: 0 };
+        state.owners.datasets.insert(id.clone(), record);
+    }
     Ok(Response::DatasetRegistered { dataset_id: id })
 }
 
@@ -80,7 +90,7 @@ pub(super) fn get_or_create_job(
     state: &mut State,
     job: NewJob,
     static_workers: Vec<String>,
-    limits: &Limits,
+    admit: &Admission,
 ) -> Result<Response, StateError> {
     let NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache } = job;
     let Some(dataset) = state.datasets.get(&dataset_id) else {
@@ -121,7 +131,8 @@ pub(super) fn get_or_create_job(
             return Ok(Response::Job { job_id: job.id, job_name: name.clone(), exactly_once });
         }
     }
-    Limits::check(state.jobs.len(), limits.max_jobs, "jobs", "--max-jobs")?;
+    Limits::check(state.jobs.len(), admit.limits.max_jobs, "jobs", "--max-jobs")?;
+    admit.check(state, Held::Jobs)?;
     let static_workers = python_static_workers(state, &dataset.def, mode, static_workers)?;
     check_sharding(&dataset.def, &dataset_id, mode, &static_workers)?;
     if cross_trainer_cache {
@@ -138,6 +149,8 @@ pub(super) fn get_or_create_job(
     if !anonymous {
         state.jobs_by_name.insert(name.clone(), job_id);
     }
+    state.owners.dataset_used(&dataset_id);
+    Owners::record(&mut state.owners.jobs, job_id, admit.owner());
     state.jobs.insert(
         job_id,
         Job {

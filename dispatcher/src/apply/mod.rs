@@ -16,7 +16,8 @@
 //!         │                               liveness::record_restart_loss
 //!         ├─ GetSplit ─► splits
 //!         ├─ WorkerLost, GcIteration ─► liveness
-//!         ├─ ForgetIteration ─► forget
+//!         ├─ ForgetIteration, ForgetDataset ─► forget
+//!         ├─ Charged ─► apply, with the charge (`quotas.rs`) for jobs, iterations
 //!         ├─ GetOrCreateExactlyOnceJob, ReportConsumed, RestoreIteration,
 //!         │  SweepIteration ─► exactly_once
 //!         │     (and the hooks iterations, liveness, splits, forget call there)
@@ -40,14 +41,24 @@ pub use splits::{next_split, MAX_SPLITS_PER_GRANT};
 
 use crate::command::{Command, Response};
 use crate::error::StateError;
+use crate::quotas::{Admission, Charge};
 use crate::state::State;
 pub(crate) use exactly_once::consumed::Reported;
 use jobs::NewJob;
 
 pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
+    apply_charged(state, cmd, None)
+}
+
+/// `apply`, with the charge of the `Charged` around `cmd` if there is one.
+fn apply_charged(
+    state: &mut State,
+    cmd: Command,
+    charge: Option<&Charge>,
+) -> Result<Response, StateError> {
     match cmd {
         Command::RegisterDataset { dataset_id, def, limits } => {
-            jobs::register_dataset(state, dataset_id, def, &limits)
+            jobs::register_dataset(state, dataset_id, def, &Admission { limits: &limits, charge })
         }
         Command::GetOrCreateJob {
             dataset_id,
@@ -63,10 +74,21 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
             match num_consumers {
                 // A plain request may join an exactly-once job: it reads it
                 // exactly-once (the answer says so).
-                Some(n) => coordinated::get_or_create_job(state, job, static_workers, n, &limits),
+                Some(n) => coordinated::get_or_create_job(
+                    state,
+                    job,
+                    static_workers,
+                    n,
+                    &Admission { limits: &limits, charge },
+                ),
                 None => {
                     coordinated::refuse_plain_join(state, job.job_name.as_deref())?;
-                    jobs::get_or_create_job(state, job, static_workers, &limits)
+                    jobs::get_or_create_job(
+                        state,
+                        job,
+                        static_workers,
+                        &Admission { limits: &limits, charge },
+                    )
                 }
             }
         }
@@ -76,7 +98,7 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
                 job_id,
                 repetition,
                 elements_per_split,
-                &limits,
+                &Admission { limits: &limits, charge },
             )
         }
         Command::ReleaseClient { client_id } => iterations::release_client(state, client_id),
@@ -146,7 +168,7 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
                 static_workers,
                 num_consumers,
                 replay,
-                &limits,
+                &Admission { limits: &limits, charge },
             )
         }
         Command::GetOrCreateOrderedJob {
@@ -165,7 +187,13 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
             let job = NewJob { dataset_id, mode, job_name, target_workers, cross_trainer_cache };
             let eo =
                 exactly_once::jobs::ExactlyOnceJob { job, static_workers, num_consumers, replay };
-            exactly_once::jobs::get_or_create_ordered(state, eo, order, ordered, &limits)
+            exactly_once::jobs::get_or_create_ordered(
+                state,
+                eo,
+                order,
+                ordered,
+                &Admission { limits: &limits, charge },
+            )
         }
         Command::ReportConsumed { client_id, generation, runs, unit_ends, lost_tasks_done } => {
             let records = Reported { runs: &runs, firsts: &[], unit_ends: &unit_ends };
@@ -189,11 +217,23 @@ pub fn apply(state: &mut State, cmd: Command) -> Result<Response, StateError> {
                 repetition,
                 elements_per_split,
                 position,
-                &limits,
+                &Admission { limits: &limits, charge },
             )
         }
         Command::SweepIteration { iteration_id, tasks, drained } => {
             Ok(exactly_once::sweep::sweep(state, iteration_id, tasks, &drained))
+        }
+        Command::Charged { charge: c, command } => match (charge, *command) {
+            (Some(_), _) | (_, Command::Charged { .. }) => {
+                Err(StateError::InvalidArgument("charges do not nest".into()))
+            }
+            (_, Command::Batch(_)) => {
+                Err(StateError::InvalidArgument("a batch is not charged; its commands are".into()))
+            }
+            (None, inner) => apply_charged(state, inner, Some(&c)),
+        },
+        Command::ForgetDataset { dataset_id, uses } => {
+            forget::forget_dataset(state, &dataset_id, uses)
         }
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::codec::decode;
 use super::peer_checks::PeerRefusal;
 use super::versioned::{Kind, Versioned};
-use super::{layout_v1, layout_v2, NodeId};
+use super::{layout_v1, layout_v2, layout_v4, NodeId};
 use crate::state::State;
 
 /// What the state machine holds: the dispatcher's state and where it stands in the log.
@@ -28,13 +28,15 @@ pub struct Applied {
 // What a snapshot persists, and as which kind (`versioned.rs`). A change to
 // `State`'s layout bumps the format and migrates here (`versioned.rs` docs):
 // version 1 had no exactly-once section (`layout_v1.rs`), version 2 no
-// deterministic orders in it (`layout_v2.rs`).
+// deterministic orders in it (`layout_v2.rs`), versions 3 and 4 no owners
+// section (`layout_v4.rs`).
 impl Versioned for Applied {
     const KIND: Kind = Kind::Snapshot;
     fn migrate(version: u16, payload: &[u8]) -> Result<Self, bincode::Error> {
         match version {
             1 => decode::<layout_v1::Applied>(payload).map(Applied::from),
             2 => decode::<layout_v2::Applied>(payload).map(Applied::from),
+            3 | 4 => decode::<layout_v4::Applied>(payload).map(Applied::from),
             _ => decode(payload),
         }
     }
@@ -54,13 +56,21 @@ impl From<layout_v2::Applied> for Applied {
     }
 }
 
+/// Versions 3 and 4 → 5 (`layout_v4.rs`): nothing was charged to anyone.
+impl From<layout_v4::Applied> for Applied {
+    fn from(a: layout_v4::Applied) -> Self {
+        Applied { last_applied: a.last_applied, membership: a.membership, state: a.state.into() }
+    }
+}
+
 /// A snapshot body from a peer (InstallSnapshot carries no header): the current
-/// layout, or, failing that, version 2's or 1's (a peer of an earlier build),
+/// layout, or, failing that, version 4's, 2's or 1's (a peer of an earlier build),
 /// migrated. An older body never decodes as a newer one: each version only appends.
 pub(crate) fn decode_peer_snapshot(body: &[u8]) -> Result<Applied, bincode::Error> {
     decode::<Applied>(body).or_else(|current| {
-        decode::<layout_v2::Applied>(body)
+        decode::<layout_v4::Applied>(body)
             .map(Applied::from)
+            .or_else(|_| decode::<layout_v2::Applied>(body).map(Applied::from))
             .or_else(|_| decode::<layout_v1::Applied>(body).map(Applied::from))
             .map_err(|_| current)
     })

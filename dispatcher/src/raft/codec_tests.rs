@@ -127,3 +127,22 @@ fn a_task_map_claiming_more_entries_than_its_bytes_is_refused_before_allocating(
     let err = decode::<Tasks>(&bytes).unwrap_err();
     assert!(matches!(*err, bincode::ErrorKind::SizeLimit), "{err:?}");
 }
+
+#[test]
+fn a_charged_command_inside_a_charged_one_is_refused_when_decoded_however_deep() {
+    use crate::quotas::{Charge, Quotas};
+    let charge = Charge { owner: Some("a".into()), bytes: 0, quotas: Quotas::default() };
+    let leaf = Command::ReleaseClient { client_id: 1 };
+    let charged = |c: Command| Command::Charged { charge: charge.clone(), command: Box::new(c) };
+    let nested = charged(charged(leaf.clone()));
+    let err = decode::<Command>(&encode(&nested).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("charges do not nest"), "{err}");
+    // Alternating wrappers are refused at the first repeat: a batch in a
+    // charge in a batch.
+    let mixed = Command::Batch(vec![charged(Command::Batch(vec![leaf.clone()]))]);
+    let err = decode::<Command>(&encode(&mixed).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("batches do not nest"), "{err}");
+    // One level of each decodes, and the refusals left no mark on this thread.
+    let flat = Command::Batch(vec![charged(leaf.clone()), leaf]);
+    assert_eq!(decode::<Command>(&encode(&flat).unwrap()).unwrap(), flat);
+}

@@ -59,6 +59,7 @@ impl From<State> for crate::state::State {
             next_task_id: s.next_task_id,
             next_client_id: s.next_client_id,
             exactly_once: ExactlyOnceState::default(),
+            owners: Default::default(),
         }
     }
 }

@@ -71,6 +71,7 @@ impl From<State> for crate::state::State {
                 iterations: s.exactly_once.iterations,
                 orders: BTreeMap::new(),
             },
+            owners: Default::default(),
         }
     }
 }

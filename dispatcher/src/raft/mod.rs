@@ -21,7 +21,7 @@
 //!   persists, migrations of older ones, the refusal of newer ones
 //!   (`check_journal`, before a work_dir is opened for writing); `layout_v1`:
 //!   the state as layout version 1 persisted it, frozen, and its migration;
-//!   `layout_v2`: the same for version 2.
+//!   `layout_v2`: the same for version 2; `layout_v4`: for versions 3 and 4.
 //! - `log_store`: `RaftLogStorage` on the journal.
 //! - `state_machine`: `RaftStateMachine` around the pure `apply`; snapshots are the
 //!   whole `State`, saved to the journal; the log before a snapshot is purged.
@@ -48,6 +48,7 @@ pub(crate) mod addresses;
 pub(crate) mod group_commit;
 pub(crate) mod layout_v1;
 pub(crate) mod layout_v2;
+pub(crate) mod layout_v4;
 pub mod log_store;
 pub mod membership;
 pub(crate) mod network;

@@ -30,6 +30,11 @@
 //!   version 3 decodes as it is. The bump makes a build of version 3 refuse a
 //!   journal that may hold the new command, with the message above, instead of
 //!   failing to decode an entry.
+//! - **5**: `State` gains its trailing `owners` section (quotas per client
+//!   identity, `owners.rs`) and `Command` the variants `Charged` and
+//!   `ForgetDataset` at its end. A version-3 or -4 snapshot is decoded as the
+//!   frozen `layout_v4::Applied` and migrated (nothing owned); every other kind
+//!   decodes unchanged.
 //!
 //! # Unversioned records (written before the header existed)
 //! A record that does not start with the header is read as version 1. That is
@@ -69,7 +74,7 @@ use sluice_journal::Journal;
 use super::codec::{decode, encode};
 
 /// The payload format this build writes, and the newest it reads.
-pub const CURRENT: u16 = 4;
+pub const CURRENT: u16 = 5;
 /// The oldest payload format this build reads.
 pub const OLDEST: u16 = 1;
 

@@ -311,11 +311,53 @@ mod layout_v2 {
             }),
         };
         let sealed = seal(&spans).unwrap();
-        assert_eq!(sealed[4..6], 4u16.to_le_bytes());
+        assert_eq!(sealed[4..6], CURRENT.to_le_bytes());
         let back: Entry<TypeConfig> = unseal(&sealed, LOC).unwrap();
         assert_eq!(encode(&back).unwrap(), encode(&spans).unwrap());
         let err = unseal_up_to::<Entry<TypeConfig>>(&sealed, 3, LOC).map(|_| ()).unwrap_err();
-        assert!(matches!(err, FormatError::Newer { found: 4, supported: 3, .. }), "{err:?}");
+        assert!(matches!(err, FormatError::Newer { found: CURRENT, supported: 3, .. }), "{err:?}");
+    }
+
+    /// Version 4 → 5: a version-4 snapshot (sealed or from a peer) opens with
+    /// nothing owned; a version-5 one keeps its owners section, a version-4
+    /// node reads everything but it, and a version-4 build refuses a journal
+    /// that may hold a charged command.
+    #[test]
+    fn a_version_4_snapshot_migrates_with_no_owners_and_version_5_keeps_them() {
+        use crate::owners::DatasetRecord;
+        use crate::quotas::{Charge, Quotas};
+        use crate::raft::layout_v4;
+        let (mut applied, _) = v1_snapshot();
+        let v4 = decode::<layout_v4::Applied>(&encode(&applied).unwrap()).unwrap();
+        let plain = encode(&v4).unwrap();
+        assert!(decode::<Applied>(&plain).is_err(), "a version-4 body is shorter");
+        let mut sealed = header(Kind::Snapshot, 4).to_vec();
+        sealed.extend_from_slice(&plain);
+        let got: Applied = unseal(&sealed, LOC).unwrap();
+        assert_eq!(got.state, applied.state);
+        assert_eq!(decode_peer_snapshot(&plain).unwrap().state, applied.state);
+
+        let record = DatasetRecord { owner: Some("a".into()), bytes: 9, uses: 2 };
+        applied.state.owners.datasets.insert("d".into(), record);
+        applied.state.owners.jobs.insert(5003, "a".into());
+        let back: Applied = unseal(&seal(&applied).unwrap(), LOC).unwrap();
+        assert_eq!(back.state, applied.state);
+        let old: layout_v4::Applied = decode(&encode(&applied).unwrap()).unwrap();
+        let mut without = applied.state.clone();
+        without.owners = Default::default();
+        assert_eq!(State::from(old.state), without);
+
+        let charge = Charge { owner: Some("a".into()), bytes: 0, quotas: Quotas::default() };
+        let charged = Entry::<TypeConfig> {
+            log_id: log_id(4, 12),
+            payload: EntryPayload::Normal(Command::Charged {
+                charge,
+                command: Box::new(Command::ReleaseClient { client_id: 1 }),
+            }),
+        };
+        let sealed = seal(&charged).unwrap();
+        let err = unseal_up_to::<Entry<TypeConfig>>(&sealed, 4, LOC).map(|_| ()).unwrap_err();
+        assert!(matches!(err, FormatError::Newer { found: 5, supported: 4, .. }), "{err:?}");
     }
 
     #[test]

@@ -11,8 +11,8 @@ use sluice_positions::UnitRecords;
 use super::super::jobs::{self, NewJob};
 use crate::command::Response;
 use crate::error::StateError;
-use crate::limits::Limits;
 use crate::order::Order;
+use crate::quotas::Admission;
 use crate::state::{Mode, State};
 
 pub(crate) fn get_or_create(
@@ -21,7 +21,7 @@ pub(crate) fn get_or_create(
     static_workers: Vec<String>,
     num_consumers: Option<u32>,
     replay: Result<UnitRecords, String>,
-    limits: &Limits,
+    admit: &Admission,
 ) -> Result<Response, StateError> {
     let refused = |why: String| {
         StateError::FailedPrecondition(format!(
@@ -72,7 +72,7 @@ pub(crate) fn get_or_create(
         }
         let name = job.job_name.clone().unwrap_or_default();
         // Joining: the same identity checks as any join (nothing changes).
-        let joined = jobs::get_or_create_job(state, job, static_workers, limits)?;
+        let joined = jobs::get_or_create_job(state, job, static_workers, admit)?;
         if !state.exactly_once.is_exactly_once(job_id) {
             return Err(StateError::FailedPrecondition(format!(
                 "job `{name}` already exists with at-most-once delivery (it was created \
@@ -84,7 +84,7 @@ pub(crate) fn get_or_create(
         return Ok(joined);
     }
     let rule = replay.map_err(|why| refused(format!("its pipeline cannot be replayed: {why}")))?;
-    match jobs::get_or_create_job(state, job, static_workers, limits)? {
+    match jobs::get_or_create_job(state, job, static_workers, admit)? {
         Response::Job { job_id, job_name, .. } => {
             state.exactly_once.jobs.insert(job_id, rule);
             Ok(Response::Job { job_id, job_name, exactly_once: true })
@@ -110,7 +110,7 @@ pub(crate) fn get_or_create_ordered(
     eo: ExactlyOnceJob,
     order: Order,
     ordered: Result<(), String>,
-    limits: &Limits,
+    admit: &Admission,
 ) -> Result<Response, StateError> {
     let name = eo.job.job_name.as_deref().map_or("(anonymous)".to_string(), |n| format!("`{n}`"));
     if order.consumers == 0 || order.consumers > crate::order::MAX_CONSUMERS {
@@ -141,7 +141,7 @@ pub(crate) fn get_or_create_ordered(
         }
         // Skip the plain join's refusal of an ordered job: this reader agrees.
         let ExactlyOnceJob { job, static_workers, .. } = eo;
-        return jobs::get_or_create_job(state, job, static_workers, limits).map(|r| match r {
+        return jobs::get_or_create_job(state, job, static_workers, admit).map(|r| match r {
             Response::Job { job_id, job_name, .. } => {
                 Response::Job { job_id, job_name, exactly_once: true }
             }
@@ -149,7 +149,7 @@ pub(crate) fn get_or_create_ordered(
         });
     }
     let response =
-        get_or_create(state, eo.job, eo.static_workers, eo.num_consumers, eo.replay, limits)?;
+        get_or_create(state, eo.job, eo.static_workers, eo.num_consumers, eo.replay, admit)?;
     if let Response::Job { job_id, .. } = &response {
         state.exactly_once.orders.insert(*job_id, order);
     }

@@ -16,7 +16,7 @@ use super::progress;
 use crate::command::{Response, RestorePoint};
 use crate::error::StateError;
 use crate::exactly_once::Progress;
-use crate::limits::Limits;
+use crate::quotas::Admission;
 use crate::state::{IterationId, JobId, State};
 
 pub(crate) fn restore(
@@ -25,7 +25,7 @@ pub(crate) fn restore(
     repetition: u64,
     elements_per_split: u64,
     point: RestorePoint,
-    limits: &Limits,
+    admit: &Admission,
 ) -> Result<Response, StateError> {
     let job = state.jobs.get(&job_id).ok_or_else(|| {
         StateError::not_found_hint("job", job_id, "; get or create the job again, then restore")
@@ -80,7 +80,7 @@ pub(crate) fn restore(
             job_id,
             repetition,
             elements_per_split,
-            limits,
+            admit,
         )?;
         if let Response::Iteration { client_id, .. } = joined {
             progress::client_joined(state, id, client_id, point.generation);
@@ -96,7 +96,7 @@ pub(crate) fn restore(
         }
     }
     let created =
-        iterations::get_or_create_iteration(state, job_id, repetition, elements_per_split, limits);
+        iterations::get_or_create_iteration(state, job_id, repetition, elements_per_split, admit);
     let Ok(Response::Iteration { iteration_id, client_id }) = created else {
         *state = before;
         return created;
