@@ -227,7 +227,7 @@ async fn a_client_at_its_quota_is_refused_while_another_client_reads_in_full() {
         "0",
         "--auth-tokens",
         &tokens,
-        "--quota-iterations",
+        "--quota-live-iterations",
         "2",
         "--quota-dataset-bytes",
         "2000",
@@ -252,7 +252,10 @@ async fn a_client_at_its_quota_is_refused_while_another_client_reads_in_full() {
     .into();
     let (code, message) = refusal(greedy.distribute(&forever, opts()).await.map(|_| ()));
     assert_eq!(code, Code::ResourceExhausted, "{message}");
-    assert!(message.contains("`trainer`") && message.contains("--quota-iterations 2"), "{message}");
+    assert!(
+        message.contains("`trainer`") && message.contains("--quota-live-iterations 2"),
+        "{message}"
+    );
 
     tracing::info!("--- a definition past its byte quota is refused, naming it");
     let files: Vec<String> =

@@ -35,10 +35,12 @@ pub struct Quotas {
     /// Jobs one identity created that are held (`--quota-jobs`).
     pub jobs: u64,
     /// Iterations one identity created that are held, live or finished and not
-    /// yet forgotten (`--quota-iterations`). Each live one has a task on every
-    /// worker, so this also bounds the share of any worker's
-    /// `--max-tasks-per-worker` one identity takes.
+    /// yet forgotten (`--quota-iterations`).
     pub iterations: u64,
+    /// Of those, the live ones (`--quota-live-iterations`): each has a task on
+    /// every worker, so this bounds the share of any worker's
+    /// `--max-tasks-per-worker` one identity takes.
+    pub live_iterations: u64,
     /// Consumers (client ids) one identity holds (`--quota-clients`).
     pub clients: u64,
     /// Bytes of all held dataset definitions, whoever registered them
@@ -47,9 +49,9 @@ pub struct Quotas {
 }
 
 impl Default for Quotas {
-    /// A quarter of the dispatcher-wide caps' defaults for tasks (so four
-    /// identities at their quota leave every worker room), a tenth for the
-    /// rest; definitions are small (a file list, a pipeline), so 1 GiB in all is
+    /// A quarter of a worker's task cap for live iterations (so four
+    /// identities at their quota leave every worker room), a tenth of the
+    /// dispatcher-wide caps for the rest; definitions are small (a file list, a pipeline), so 1 GiB in all is
     /// far above use and far below what the dispatcher's memory holds.
     fn default() -> Self {
         let caps = Limits::default();
@@ -57,7 +59,8 @@ impl Default for Quotas {
             datasets: caps.max_datasets / 10,
             dataset_bytes: 256 << 20,
             jobs: caps.max_jobs / 10,
-            iterations: caps.max_tasks_per_worker / 4,
+            iterations: caps.max_iterations / 10,
+            live_iterations: caps.max_tasks_per_worker / 4,
             clients: caps.max_clients / 10,
             max_dataset_bytes: 1 << 30,
         }
@@ -72,6 +75,7 @@ impl Quotas {
             ("--quota-dataset-bytes", self.dataset_bytes),
             ("--quota-jobs", self.jobs),
             ("--quota-iterations", self.iterations),
+            ("--quota-live-iterations", self.live_iterations),
             ("--quota-clients", self.clients),
             ("--max-dataset-bytes", self.max_dataset_bytes),
         ];
@@ -107,6 +111,7 @@ pub(crate) enum Held {
     Datasets,
     Jobs,
     Iterations,
+    LiveIterations,
     Clients,
 }
 
@@ -116,6 +121,9 @@ impl Held {
             Held::Datasets => ("datasets", q.datasets, "--quota-datasets"),
             Held::Jobs => ("jobs", q.jobs, "--quota-jobs"),
             Held::Iterations => ("iterations", q.iterations, "--quota-iterations"),
+            Held::LiveIterations => {
+                ("unfinished iterations", q.live_iterations, "--quota-live-iterations")
+            }
             Held::Clients => ("consumers (clients)", q.clients, "--quota-clients"),
         }
     }
@@ -193,6 +201,11 @@ fn held(state: &State, owner: &str, what: Held) -> usize {
             .iterations
             .iter()
             .filter(|(id, w)| mine(w) && state.iterations.contains_key(id))
+            .count(),
+        Held::LiveIterations => o
+            .iterations
+            .iter()
+            .filter(|(id, w)| mine(w) && state.iterations.get(id).is_some_and(|it| it.is_live()))
             .count(),
         Held::Clients => {
             o.clients.iter().filter(|(id, w)| mine(w) && state.clients.contains_key(id)).count()

@@ -230,7 +230,7 @@ fn job_id_of(r: Response) -> u64 {
 
 #[test]
 fn one_identity_at_its_quotas_is_refused_while_another_is_served() {
-    let q = Quotas { datasets: 2, jobs: 2, iterations: 2, clients: 3, ..Quotas::default() };
+    let q = Quotas { datasets: 2, jobs: 2, live_iterations: 2, clients: 3, ..Quotas::default() };
     let mut s = State::default();
     worker(&mut s, "w1:1", 1);
     let a = |c| charged(Some("a"), 10, q, c);
@@ -241,8 +241,9 @@ fn one_identity_at_its_quotas_is_refused_while_another_is_served() {
     let err = apply(&mut s, a(dataset_cmd("a3"))).unwrap_err().to_string();
     assert!(err.contains("the client `a` holds 2 datasets"), "{err}");
     ok(&mut s, a(dataset_cmd("a1"))); // the same registration again is no new dataset
-    ok(&mut s, b(dataset_cmd("b1"))); // another identity is not affected
-                                      // Jobs: `a` makes two, a third is refused; joining one by name is free.
+                                      // Another identity is not affected.
+    ok(&mut s, b(dataset_cmd("b1")));
+    // Jobs: `a` makes two, a third is refused; joining one by name is free.
     let ja = job_id_of(ok(&mut s, a(job_cmd("a1", Some("ja")))));
     ok(&mut s, a(job_cmd("a1", None)));
     refused_at_cap(&mut s, a(job_cmd("a1", None)), "--quota-jobs 2");
@@ -252,7 +253,7 @@ fn one_identity_at_its_quotas_is_refused_while_another_is_served() {
     // `b` joining `a`'s iteration costs `a` nothing.
     ok(&mut s, a(iteration_cmd(ja, 0)));
     ok(&mut s, a(iteration_cmd(ja, 1)));
-    refused_at_cap(&mut s, a(iteration_cmd(ja, 2)), "--quota-iterations 2");
+    refused_at_cap(&mut s, a(iteration_cmd(ja, 2)), "--quota-live-iterations 2");
     ok(&mut s, b(iteration_cmd(jb, 0)));
     ok(&mut s, b(iteration_cmd(ja, 0)));
     // Consumers: `a` holds two; a third joins, a fourth is refused.
@@ -269,6 +270,27 @@ fn one_identity_at_its_quotas_is_refused_while_another_is_served() {
     for i in 0..5 {
         ok(&mut s, charged(None, 10, q, dataset_cmd(&format!("anon{i}"))));
     }
+}
+
+#[test]
+fn finished_iterations_free_the_live_quota_and_count_against_the_held_one() {
+    let q = Quotas { iterations: 2, live_iterations: 1, ..Quotas::default() };
+    let mut s = State::default();
+    worker(&mut s, "w1:1", 1);
+    let a = |c| charged(Some("a"), 0, q, c);
+    ok(&mut s, a(dataset_cmd("d")));
+    let j = job_id_of(ok(&mut s, a(job_cmd("d", Some("j")))));
+    let mut finish_repetition = |s: &mut State, r: u64| {
+        let it = s.jobs[&j].iterations[&r];
+        let task = s.iterations[&it].tasks[0];
+        assert_eq!(finish(s, "w1:1", vec![task]), vec![it]);
+    };
+    ok(&mut s, a(iteration_cmd(j, 0)));
+    refused_at_cap(&mut s, a(iteration_cmd(j, 1)), "--quota-live-iterations 1");
+    finish_repetition(&mut s, 0);
+    ok(&mut s, a(iteration_cmd(j, 1)));
+    finish_repetition(&mut s, 1);
+    refused_at_cap(&mut s, a(iteration_cmd(j, 2)), "--quota-iterations 2");
 }
 
 #[test]

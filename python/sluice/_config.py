@@ -56,6 +56,7 @@ _DISPATCHER = {
     "quota-dataset-bytes": ("quota_dataset_bytes", "int"),
     "quota-jobs": ("quota_jobs", "int"),
     "quota-iterations": ("quota_iterations", "int"),
+    "quota-live-iterations": ("quota_live_iterations", "int"),
     "quota-clients": ("quota_clients", "int"),
     "max-concurrent-streams": ("max_concurrent_streams", "int"),
     "request-timeout-secs": ("request_timeout", "float"),

@@ -78,7 +78,8 @@ class DispatchServer(_Server):
     ``max_iterations``, ``max_clients``, ``max_tasks_per_worker``,
     ``max_num_consumers``, ``max_dataset_bytes``), the quotas of one client
     identity (token name: ``quota_datasets``, ``quota_dataset_bytes``,
-    ``quota_jobs``, ``quota_iterations``, ``quota_clients``), the seconds after
+    ``quota_jobs``, ``quota_iterations``, ``quota_live_iterations``,
+    ``quota_clients``), the seconds after
     which a finished job and an unused dataset are forgotten
     (``finished_job_ttl``, ``unused_dataset_ttl``) and its server's bounds
     (``max_concurrent_streams``, ``request_timeout`` in seconds) are those of
@@ -130,6 +131,7 @@ class DispatchServer(_Server):
         quota_dataset_bytes: int | None = None,
         quota_jobs: int | None = None,
         quota_iterations: int | None = None,
+        quota_live_iterations: int | None = None,
         quota_clients: int | None = None,
         max_concurrent_streams: int | None = None,
         request_timeout: float | None = None,
@@ -157,6 +159,7 @@ class DispatchServer(_Server):
             quota_dataset_bytes=quota_dataset_bytes,
             quota_jobs=quota_jobs,
             quota_iterations=quota_iterations,
+            quota_live_iterations=quota_live_iterations,
             quota_clients=quota_clients,
             max_concurrent_streams=max_concurrent_streams,
             request_timeout=request_timeout,

@@ -12,7 +12,7 @@ use crate::blocking::seconds;
 use crate::errors;
 
 /// The names `limits` takes.
-const NAMES: [&str; 16] = [
+const NAMES: [&str; 17] = [
     "max_datasets",
     "max_jobs",
     "max_iterations",
@@ -26,6 +26,7 @@ const NAMES: [&str; 16] = [
     "quota_dataset_bytes",
     "quota_jobs",
     "quota_iterations",
+    "quota_live_iterations",
     "quota_clients",
     "max_concurrent_streams",
     "request_timeout",
@@ -65,6 +66,7 @@ pub(crate) fn apply(
             "quota_dataset_bytes" => config.quotas.dataset_bytes = count(&name, v)?,
             "quota_jobs" => config.quotas.jobs = count(&name, v)?,
             "quota_iterations" => config.quotas.iterations = count(&name, v)?,
+            "quota_live_iterations" => config.quotas.live_iterations = count(&name, v)?,
             "quota_clients" => config.quotas.clients = count(&name, v)?,
             "max_concurrent_streams" => config.server.max_concurrent_streams = count32(&name, v)?,
             "request_timeout" => config.server.request_timeout = seconds(&name, v)?,

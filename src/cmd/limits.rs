@@ -47,9 +47,14 @@ pub struct LimitsArgs {
     /// Most jobs one client identity created and holds.
     #[arg(long, default_value_t = Quotas::default().jobs)]
     pub quota_jobs: u64,
-    /// Most iterations one client identity created and holds.
+    /// Most iterations one client identity created and holds (finished ones
+    /// count until forgotten).
     #[arg(long, default_value_t = Quotas::default().iterations)]
     pub quota_iterations: u64,
+    /// Most unfinished iterations one client identity created (each has a task
+    /// on every worker).
+    #[arg(long, default_value_t = Quotas::default().live_iterations)]
+    pub quota_live_iterations: u64,
     /// Most consumers (client ids) one client identity holds.
     #[arg(long, default_value_t = Quotas::default().clients)]
     pub quota_clients: u64,
@@ -72,6 +77,7 @@ impl LimitsArgs {
             dataset_bytes: self.quota_dataset_bytes,
             jobs: self.quota_jobs,
             iterations: self.quota_iterations,
+            live_iterations: self.quota_live_iterations,
             clients: self.quota_clients,
             max_dataset_bytes: self.max_dataset_bytes,
         };

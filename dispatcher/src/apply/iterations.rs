@@ -62,6 +62,7 @@ pub(super) fn get_or_create_iteration(
                 "--max-iterations",
             )?;
             admit.check(state, Held::Iterations)?;
+            admit.check(state, Held::LiveIterations)?;
             let cursors = match job.mode {
                 Mode::Dynamic => vec![SplitCursor::default()],
                 _ => vec![],
