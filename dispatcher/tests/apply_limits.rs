@@ -280,7 +280,7 @@ fn finished_iterations_free_the_live_quota_and_count_against_the_held_one() {
     let a = |c| charged(Some("a"), 0, q, c);
     ok(&mut s, a(dataset_cmd("d")));
     let j = job_id_of(ok(&mut s, a(job_cmd("d", Some("j")))));
-    let mut finish_repetition = |s: &mut State, r: u64| {
+    let finish_repetition = |s: &mut State, r: u64| {
         let it = s.jobs[&j].iterations[&r];
         let task = s.iterations[&it].tasks[0];
         assert_eq!(finish(s, "w1:1", vec![task]), vec![it]);
