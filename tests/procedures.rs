@@ -72,13 +72,39 @@ impl Reader {
     }
 
     /// Lets it read to the end; asserts no error and every element exactly once.
+    ///
+    /// What is bounded is a stall, not the whole read: it fails when no element
+    /// arrives for `DEADLINE`. On a machine busy with other work the rest of the
+    /// epoch (thousands of one-element splits through a 3-node quorum) can take
+    /// longer than any fixed bound while it progresses (issue 31, defect 11: a
+    /// bound on the whole remainder failed there, and passed alone).
     async fn finish(self) {
         self.budget.send_replace(usize::MAX);
-        let got = tokio::time::timeout(common::DEADLINE * 3, self.task)
-            .await
-            .expect("the read ends before the deadline")
-            .unwrap()
-            .expect("the reader sees no error");
+        let mut task = self.task;
+        let (mut seen, mut since) = (self.read.load(Ordering::Acquire), std::time::Instant::now());
+        let (from, start) = (seen, since);
+        let got = loop {
+            match tokio::time::timeout(std::time::Duration::from_millis(200), &mut task).await {
+                Ok(joined) => {
+                    let got = joined.unwrap().expect("the reader sees no error");
+                    let rest = got.len().saturating_sub(from);
+                    tracing::info!("the last {rest} elements took {:?}", start.elapsed());
+                    break got;
+                }
+                Err(_) => {
+                    let now = self.read.load(Ordering::Acquire);
+                    if now != seen {
+                        (seen, since) = (now, std::time::Instant::now());
+                    }
+                    assert!(
+                        since.elapsed() < common::DEADLINE,
+                        "the read stalled: no element for {:?} after {seen} of {}",
+                        common::DEADLINE,
+                        self.n
+                    );
+                }
+            }
+        };
         let c = counts(&got);
         assert_eq!(c.len() as i64, self.n, "every element arrived");
         assert!(c.values().all(|k| *k == 1), "none twice: {:?}", c.iter().find(|(_, k)| **k > 1));
