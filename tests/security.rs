@@ -267,6 +267,15 @@ async fn a_client_at_its_quota_is_refused_while_another_client_reads_in_full() {
 
     tracing::info!("--- `trainer-2` is served in full meanwhile");
     assert_eq!(read_all(&other, &range(10)).await.unwrap(), 10);
+
+    tracing::info!("--- status says who holds what");
+    let s = greedy.status().await.unwrap();
+    let owners: Vec<_> = s.jobs.iter().map(|j| j.owner.as_deref()).collect();
+    // Three of `trainer`'s: the third read's job was made, its iteration refused.
+    assert_eq!(owners.iter().filter(|o| **o == Some("trainer")).count(), 3, "{owners:?}");
+    assert_eq!(owners.iter().filter(|o| **o == Some("trainer-2")).count(), 1, "{owners:?}");
+    let d = s.datasets.iter().find(|d| d.owner.as_deref() == Some("trainer")).unwrap();
+    assert!(d.definition_bytes > 0, "{d:?}");
 }
 
 fn tls_flags(pki: &Pki) -> Vec<String> {

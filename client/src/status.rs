@@ -42,6 +42,11 @@ pub struct WorkerStatus {
 pub struct DatasetStatus {
     pub dataset_id: String,
     pub source_cardinality: Option<u64>,
+    /// The client identity (token name) that registered it; `None` without
+    /// tokens (docs/security.md, "Quotas per client identity").
+    pub owner: Option<String>,
+    /// Its definition's size as held (0: not recorded).
+    pub definition_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -53,6 +58,8 @@ pub struct JobStatus {
     #[serde(serialize_with = "mode_name")]
     pub mode: Option<ProcessingMode>,
     pub iterations: Vec<IterationStatus>,
+    /// The client identity that created it; `None` as for datasets.
+    pub owner: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -128,7 +135,12 @@ impl From<pb::WorkerStatus> for WorkerStatus {
 
 impl From<pb::DatasetStatus> for DatasetStatus {
     fn from(d: pb::DatasetStatus) -> Self {
-        DatasetStatus { dataset_id: d.dataset_id, source_cardinality: d.source_cardinality }
+        DatasetStatus {
+            dataset_id: d.dataset_id,
+            source_cardinality: d.source_cardinality,
+            owner: Some(d.owner).filter(|o| !o.is_empty()),
+            definition_bytes: d.definition_bytes,
+        }
     }
 }
 
@@ -140,6 +152,7 @@ impl From<pb::JobStatus> for JobStatus {
             dataset_id: j.dataset_id,
             mode: pb::ProcessingMode::try_from(j.mode).ok().and_then(ProcessingMode::from_wire),
             iterations: j.iterations.into_iter().map(IterationStatus::from).collect(),
+            owner: Some(j.owner).filter(|o| !o.is_empty()),
         }
     }
 }

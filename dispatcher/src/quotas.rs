@@ -51,18 +51,21 @@ pub struct Quotas {
 impl Default for Quotas {
     /// A quarter of a worker's task cap for live iterations (so four
     /// identities at their quota leave every worker room), a tenth of the
-    /// dispatcher-wide caps for the rest; definitions are small (a file list, a pipeline), so 1 GiB in all is
-    /// far above use and far below what the dispatcher's memory holds.
+    /// dispatcher-wide caps for the rest. Definitions are small (a file list, a
+    /// pipeline); one that carries data (`from_tensor_slices`) is held several
+    /// times over in memory (issue 33 measured ~3.3× its size in RSS), so 256
+    /// MiB in all keeps a dispatcher under about a GiB of them, and 64 MiB per
+    /// identity lets no fewer than four fill it.
     fn default() -> Self {
         let caps = Limits::default();
         Quotas {
             datasets: caps.max_datasets / 10,
-            dataset_bytes: 256 << 20,
+            dataset_bytes: 64 << 20,
             jobs: caps.max_jobs / 10,
             iterations: caps.max_iterations / 10,
             live_iterations: caps.max_tasks_per_worker / 4,
             clients: caps.max_clients / 10,
-            max_dataset_bytes: 1 << 30,
+            max_dataset_bytes: 256 << 20,
         }
     }
 }

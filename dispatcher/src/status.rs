@@ -33,9 +33,14 @@ pub fn render(
     let datasets = s
         .datasets
         .values()
-        .map(|d| pb::DatasetStatus {
-            dataset_id: d.id.clone(),
-            source_cardinality: d.source_cardinality,
+        .map(|d| {
+            let record = s.owners.datasets.get(&d.id);
+            pb::DatasetStatus {
+                dataset_id: d.id.clone(),
+                source_cardinality: d.source_cardinality,
+                owner: record.and_then(|r| r.owner.clone()).unwrap_or_default(),
+                definition_bytes: record.map_or(0, |r| r.bytes),
+            }
         })
         .collect();
     let jobs = s
@@ -46,6 +51,7 @@ pub fn render(
             job_name: j.name.clone(),
             dataset_id: j.dataset_id.clone(),
             mode: mode_to_wire(j.mode) as i32,
+            owner: s.owners.jobs.get(&j.id).cloned().unwrap_or_default(),
             // Every iteration of the job, also one garbage-collected and replaced.
             iterations: s
                 .iterations

@@ -53,6 +53,12 @@ pub struct ServerLimits {
     pub silent_connection_timeout: Duration,
     /// How long a TLS handshake may take.
     pub tls_handshake_timeout: Duration,
+    /// How long a connection that spoke may then receive nothing before it is
+    /// closed. A live peer is never that quiet: both sides ping an idle
+    /// connection every `http2_keepalive_interval`, and an answer is bytes. It
+    /// closes what the keepalive cannot reach: a TLS peer that finished its
+    /// handshake and never sent the HTTP/2 preface (issue 31).
+    pub idle_connection_timeout: Duration,
 }
 
 impl Default for ServerLimits {
@@ -72,6 +78,8 @@ impl Default for ServerLimits {
             max_connections_per_ip: 4096,
             silent_connection_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
+            // The keepalive's interval and timeout, and as much again for a busy peer.
+            idle_connection_timeout: Duration::from_secs(100),
         }
     }
 }
@@ -111,6 +119,13 @@ impl ServerLimits {
         }
         if self.silent_connection_timeout.is_zero() || self.tls_handshake_timeout.is_zero() {
             return Err("the silent-connection and TLS handshake timeouts must be above 0".into());
+        }
+        if self.idle_connection_timeout
+            <= self.http2_keepalive_interval + self.http2_keepalive_timeout
+        {
+            return Err("the idle-connection timeout must exceed the HTTP/2 keepalive interval \
+                        plus its timeout (a live connection is pinged that often)"
+                .into());
         }
         Ok(())
     }

@@ -13,16 +13,17 @@
 //!   every [`LOG_EVERY`];
 //! - a connection that sends nothing (no TLS ClientHello, no HTTP/2 preface)
 //!   within `silent_connection_timeout` is closed: its first read fails, so
-//!   the server drops it;
+//!   the server drops it; one that spoke and then receives nothing for
+//!   `idle_connection_timeout` likewise (a live peer answers the keepalive
+//!   pings sent every `http2_keepalive_interval`; a TLS peer that finished its
+//!   handshake and never sent the HTTP/2 preface does not);
 //! - an accept error that is not the peer's (EMFILE, ENFILE, ENOBUFS…) backs
 //!   off, 5 ms doubling up to 1 s, instead of spinning;
 //! - TCP keepalive and `TCP_NODELAY` are set on every accepted socket.
 //!
 //! The TLS handshake's own timeout is set on tonic's TLS config
 //! ([`ServerLimits::tls`]), and HTTP/2 keepalive pings by
-//! [`ServerLimits::apply`]. A TLS peer that completes its handshake and then
-//! sends no HTTP/2 preface is not cut by the silent timeout (it sent bytes);
-//! it holds one of its IP's connections until it goes.
+//! [`ServerLimits::apply`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -144,8 +145,17 @@ impl Incoming {
         tcp.set_nodelay(true)?;
         let keepalive = socket2::TcpKeepalive::new().with_time(self.limits.tcp_keepalive);
         socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive)?;
-        let timeout = self.limits.silent_connection_timeout;
-        Ok(Conn { tcp, _permit: permit, silent: Some(Box::pin(tokio::time::sleep(timeout))) })
+        let now = tokio::time::Instant::now();
+        let silent = self.limits.silent_connection_timeout;
+        Ok(Conn {
+            tcp,
+            _permit: permit,
+            deadline: Box::pin(tokio::time::sleep_until(now + silent)),
+            last_byte: None,
+            opened: now,
+            silent,
+            idle: self.limits.idle_connection_timeout,
+        })
     }
 }
 
@@ -213,11 +223,48 @@ impl tokio_stream::Stream for Incoming {
 }
 
 /// An accepted connection: its socket, its place in the bounds, and the
-/// deadline for its first byte (`None` once a byte came).
+/// deadline by which it must receive its next byte.
 pub struct Conn {
     tcp: TcpStream,
     _permit: Permit,
-    silent: Option<Pin<Box<Sleep>>>,
+    /// Fires at the latest by the time the deadline is due; when it fires early
+    /// (bytes came since it was set), it is set again: reads only note when
+    /// their bytes came, the timer is touched once per deadline.
+    deadline: Pin<Box<Sleep>>,
+    last_byte: Option<tokio::time::Instant>,
+    opened: tokio::time::Instant,
+    silent: Duration,
+    idle: Duration,
+}
+
+impl Conn {
+    /// When this connection is due to be closed if nothing comes.
+    fn due(&self) -> tokio::time::Instant {
+        match self.last_byte {
+            None => self.opened + self.silent,
+            Some(t) => t + self.idle,
+        }
+    }
+
+    /// `Some(error)` when the deadline passed; else the timer is set to wake
+    /// this task by then.
+    fn expired(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        loop {
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return None;
+            }
+            let due = self.due();
+            if tokio::time::Instant::now() >= due {
+                let what = if self.last_byte.is_none() {
+                    "the connection sent nothing within the silent-connection timeout"
+                } else {
+                    "the connection received nothing within the idle-connection timeout"
+                };
+                return Some(io::Error::new(io::ErrorKind::TimedOut, what));
+            }
+            self.deadline.as_mut().reset(due);
+        }
+    }
 }
 
 impl Connected for Conn {
@@ -237,15 +284,18 @@ impl AsyncRead for Conn {
         let before = buf.filled().len();
         let read = Pin::new(&mut self.tcp).poll_read(cx, buf);
         match &read {
-            Poll::Ready(Ok(())) if buf.filled().len() > before => self.silent = None,
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                let now = tokio::time::Instant::now();
+                // The first byte may bring the deadline forward (an idle timeout
+                // shorter than the silent one); later ones only move it on.
+                if self.last_byte.replace(now).is_none() {
+                    let due = self.due();
+                    self.deadline.as_mut().reset(due);
+                }
+            }
             Poll::Pending => {
-                if let Some(deadline) = &mut self.silent {
-                    if deadline.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "the connection sent nothing within the silent-connection timeout",
-                        )));
-                    }
+                if let Some(e) = self.expired(cx) {
+                    return Poll::Ready(Err(e));
                 }
             }
             _ => {}

@@ -127,10 +127,15 @@ pub fn render(s: &ServiceStatus) -> String {
         ));
     }
     out.push_str(&format!("DATASETS ({})\n", s.datasets.len()));
-    out.push_str(&format!("  {:<24} {:>18}\n", "ID", "SOURCE ELEMENTS"));
+    out.push_str(&format!(
+        "  {:<24} {:>18} {:>12} {}\n",
+        "ID", "SOURCE ELEMENTS", "DEF BYTES", "OWNER"
+    ));
     for d in &s.datasets {
         let card = d.source_cardinality.map(|c| c.to_string()).unwrap_or("unknown".into());
-        out.push_str(&format!("  {:<24} {:>18}\n", d.dataset_id, card));
+        let owner = d.owner.as_deref().unwrap_or("-");
+        let line = format!("{:<24} {:>18} {:>12} {owner}", d.dataset_id, card, d.definition_bytes);
+        out.push_str(&format!("  {line}\n"));
     }
     out.push_str(&format!("JOBS ({})\n", s.jobs.len()));
     out.push_str(&format!(
@@ -144,13 +149,14 @@ pub fn render(s: &ServiceStatus) -> String {
         "TASKS DONE",
         "CLIENTS",
         "SPLITS",
-        "STATE"
+        "STATE (OWNER)"
     ));
     for j in &s.jobs {
         let mode = mode_name(j.mode);
         if j.iterations.is_empty() {
+            let owner = j.owner.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
             out.push_str(&format!(
-                "  {:<8} {:<24} {:<10} {:<8} {:<10}\n",
+                "  {:<8} {:<24} {:<10} {:<8} {:<10}{owner}\n",
                 j.job_id, j.job_name, j.dataset_id, mode, "-"
             ));
         }
@@ -159,7 +165,10 @@ pub fn render(s: &ServiceStatus) -> String {
                 (Some(r), Some(c)) => format!("e{r}@{c}"),
                 _ => "-".into(),
             };
-            let state = iteration_state(mode, it);
+            let mut state = iteration_state(mode, it);
+            if let Some(owner) = &j.owner {
+                state.push_str(&format!(" ({owner})"));
+            }
             out.push_str(&format!(
                 "  {:<8} {:<24} {:<10} {:<8} {:<10} {:>6} {:>11} {:>8} {:>9} {}\n",
                 j.job_id,
