@@ -105,7 +105,10 @@ def test_status_shows_workers_datasets_and_job_progress(service):
     s = sluice.status(service.target)
     assert s["from_leader"] is True and s["raft"]["role"] == "leader"
     assert sorted(w["address"] for w in s["workers"]) == sorted(w.address for w in service.workers)
-    assert {"dataset_id": dataset_id, "source_cardinality": 6} in s["datasets"]
+    mine = [d for d in s["datasets"] if d["dataset_id"] == dataset_id]
+    assert len(mine) == 1 and mine[0]["source_cardinality"] == 6, s["datasets"]
+    # No tokens: no owner; the definition's size as the dispatcher holds it.
+    assert mine[0]["owner"] is None and mine[0]["definition_bytes"] > 0, mine
     (job,) = [j for j in s["jobs"] if j["job_name"] == "seen"]
     assert job["mode"] == "dynamic" and job["dataset_id"] == dataset_id
     (it,) = job["iterations"]
