@@ -37,17 +37,25 @@ const STOP_NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
 /// One message of a stream, or the status that ends it.
 pub(crate) type BatchResult = Result<pb::ElementBatch, Status>;
 
-/// The answer for a task that already finished: one empty end_of_sequence batch.
-pub(crate) fn end_of_sequence() -> mpsc::Receiver<BatchResult> {
+/// The answer for a task that already finished: one empty end_of_sequence batch,
+/// once the dispatcher knows it finished (`Worker::until_reported`).
+pub(crate) fn end_of_sequence(worker: Arc<Worker>, task_id: u64) -> mpsc::Receiver<BatchResult> {
     let (tx, rx) = mpsc::channel(1);
-    // Cannot fail: the channel is new, has room for one and its receiver is alive.
-    let _ = tx.try_send(Ok(pb::ElementBatch {
+    let end = pb::ElementBatch {
         elements: Vec::new(),
         end_of_sequence: true,
         compressed: None,
         positions: None,
         split: None,
-    }));
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            () = worker.until_reported(task_id) => {
+                let _ = tx.send(Ok(end)).await;
+            }
+            _ = tx.closed() => {}
+        }
+    });
     rx
 }
 
@@ -135,6 +143,21 @@ pub(crate) async fn produce(
                 // in a deterministic order, the last consumer to see its end.
                 if end && task.ordered.as_ref().is_none_or(|o| o.end_taken()) {
                     worker.finish(&task);
+                }
+                // The end goes out once the dispatcher knows the task finished
+                // (`Worker::until_reported`), with the last elements if this
+                // message carries some; earlier messages do not wait.
+                if end {
+                    tokio::select! {
+                        () = worker.until_reported(task.task_id) => {}
+                        reason = task.stopped() => {
+                            drop(permit);
+                            let notice = tx.send(Err(reason.status(task.task_id)));
+                            let _ = tokio::time::timeout(STOP_NOTICE_TIMEOUT, notice).await;
+                            return;
+                        }
+                        _ = tx.closed() => break,
+                    }
                 }
                 let elements = batch.elements.len();
                 let positions = task.exactly_once.then(|| {

@@ -100,7 +100,7 @@ pub(crate) fn open_stream(
     let task_id = req.task_id;
     let task = match find(worker, task_id)? {
         Found::Running(task) => task,
-        Found::Finished => return Ok(crate::producer::end_of_sequence()),
+        Found::Finished => return Ok(crate::producer::end_of_sequence(worker.clone(), task_id)),
     };
     if task.rounds.is_some() {
         return Err(Status::failed_precondition(format!(

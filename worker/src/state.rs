@@ -36,6 +36,9 @@ pub(crate) struct Worker {
     table: Mutex<TaskTable>,
     /// Wakes the heartbeat loop early: a task finished and the dispatcher should know.
     pub task_finished: Notify,
+    /// Counts the heartbeats that reported finished tasks (and forgettings of
+    /// all of them): what [`Worker::until_reported`] waits on.
+    reports: watch::Sender<u64>,
     shutdown: watch::Sender<bool>,
     /// Why the dispatcher refused this worker for good, once it did.
     refused: Mutex<Option<String>>,
@@ -124,6 +127,7 @@ impl Worker {
             tasks,
             table: Mutex::new(TaskTable::default()),
             task_finished: Notify::new(),
+            reports: watch::channel(0).0,
             shutdown: watch::channel(false).0,
             refused: Mutex::new(None),
             draining,
@@ -299,6 +303,26 @@ impl Worker {
         for task_id in finished_tasks {
             table.unreported.remove(task_id);
         }
+        drop(table);
+        if !finished_tasks.is_empty() {
+            self.reports.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Returns once the dispatcher has been told that `task_id` finished (at
+    /// once if it is not waiting to be reported). A stream holds a task's
+    /// end_of_sequence until then: a worker killed between delivering the end
+    /// and reporting it would otherwise leave the dispatcher believing the task
+    /// unfinished, and a restarted worker would run it again for consumers that
+    /// already saw its end and never read it, so the iteration never ended
+    /// (issue 31, found by the chaos `off` scenario under load).
+    pub(crate) async fn until_reported(&self, task_id: u64) {
+        let mut reports = self.reports.subscribe();
+        while self.table().unreported.contains(&task_id) {
+            if reports.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The dispatcher no longer knows this worker: it lost its state (an in-memory
@@ -313,6 +337,7 @@ impl Worker {
             table.unreported.clear();
             table.running.drain().map(|(_, task)| task).collect()
         };
+        self.reports.send_modify(|n| *n += 1);
         for task in tasks {
             tracing::info!(task_id = task.task_id, "task forgotten: the dispatcher lost its state");
             task.stop(StopReason::Deleted);

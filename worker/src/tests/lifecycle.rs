@@ -40,6 +40,30 @@ async fn deleted_task_ends_its_streams_and_refuses_new_ones() {
     dispatcher.shutdown().await;
 }
 
+/// A worker killed after a stream delivered a task's end but before its
+/// heartbeat reported the finish left the dispatcher believing the task
+/// unfinished; the restarted worker ran it again for consumers that had seen
+/// its end, and the iteration never ended (the chaos `off` scenario, issue 31).
+/// The end is delivered only once the dispatcher knows.
+#[tokio::test]
+async fn a_tasks_end_is_delivered_only_once_the_dispatcher_knows_it_finished() {
+    let dispatcher = MockDispatcher::start(vec![task_def(8, &DatasetDef::range(5), OFF)]).await;
+    dispatcher.refuse_finish_reports(2);
+    let worker = start_worker(&dispatcher).await;
+    let mut client = connect(&worker).await;
+    let stream = open_stream(&mut client, request(8, 0, 0)).await.expect("opens");
+    let got = tokio::time::timeout(WAIT, read_to_end(stream)).await.expect("the stream ends");
+    assert!(got.end_of_sequence && got.error.is_none(), "{:?}", got.error);
+    assert_eq!(got.values, [0, 1, 2, 3, 4]);
+    assert!(dispatcher.finished().contains(&8), "the end came before the finish was reported");
+    // A stream opened after the end is told the end at once (the finish is known).
+    let again = open_stream(&mut client, request(8, 0, 0)).await.expect("opens");
+    let again = tokio::time::timeout(WAIT, read_to_end(again)).await.expect("it ends");
+    assert!(again.end_of_sequence && again.values.is_empty());
+    worker.shutdown().await.expect("worker stops");
+    dispatcher.shutdown().await;
+}
+
 #[tokio::test]
 async fn worker_registers_again_when_the_dispatcher_forgets_it() {
     let dispatcher = MockDispatcher::start(vec![]).await;

@@ -51,6 +51,8 @@ struct State {
     refuse_get_split: bool,
     /// The next heartbeat answers NotFound.
     forget_worker: bool,
+    /// Heartbeats carrying finished tasks still to fail with Unavailable.
+    refuse_finish_reports: u32,
     to_delete: BTreeSet<u64>,
     /// (sequence, repetition) of every GetSplit attempt.
     split_requests: Vec<(u64, u64)>,
@@ -130,6 +132,11 @@ impl MockDispatcher {
 
     pub(crate) fn refuse_get_split(&self) {
         self.shared.state().refuse_get_split = true;
+    }
+
+    /// The next `n` heartbeats that report finished tasks fail (Unavailable).
+    pub(crate) fn refuse_finish_reports(&self, n: u32) {
+        self.shared.state().refuse_finish_reports = n;
     }
 
     pub(crate) fn forget_worker(&self) {
@@ -288,6 +295,12 @@ impl Dispatcher for Service {
                 drop(state);
                 self.0.heartbeats.send_modify(|h| *h += 1);
                 return Err(Status::not_found("mock: unknown worker"));
+            }
+            if !req.finished_tasks.is_empty() && state.refuse_finish_reports > 0 {
+                state.refuse_finish_reports -= 1;
+                drop(state);
+                self.0.heartbeats.send_modify(|h| *h += 1);
+                return Err(Status::unavailable("mock: refusing a finish report"));
             }
             self.0.finished.send_modify(|f| f.extend(req.finished_tasks.iter().copied()));
             let finished = self.0.finished.borrow().clone();
