@@ -343,3 +343,47 @@ fn an_empty_webdataset_source_is_refused_by_name() {
     let err = DatasetDef::webdataset(Vec::<String>::new()).validate().expect_err("refused");
     assert!(err.to_string().contains("stages[0].webdataset.files"), "{err}");
 }
+
+/// The (width, height) of a baseline JPEG, from its SOF0 segment.
+fn jpeg_size(jpeg: &[u8]) -> (u16, u16) {
+    let at = jpeg.windows(2).position(|w| w == [0xff, 0xc0]).expect("a SOF0 marker");
+    let be = |i: usize| u16::from_be_bytes([jpeg[at + i], jpeg[at + i + 1]]);
+    (be(7), be(5))
+}
+
+#[test]
+fn sample_shards_hold_jpegs_of_varying_sizes_and_labels_and_their_pipeline_reads_them() {
+    use sluice_dataset::sample::{webdataset_pipeline, write_webdataset, NUM_LABELS};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("wds").to_string_lossy().into_owned();
+    let summary = write_webdataset(&out, 3, 8, 32, 9).expect("writes");
+    assert_eq!((summary.records, summary.files.len()), (24, 3));
+    assert!(summary.files[1].ends_with("wds/shard-00001.tar"), "{:?}", summary.files);
+    let on_disk: u64 =
+        summary.files.iter().map(|f| std::fs::metadata(f).expect("file").len()).sum();
+    assert_eq!(summary.bytes, on_disk);
+    let again = tempfile::tempdir().expect("tempdir");
+    let again = write_webdataset(&again.path().to_string_lossy(), 3, 8, 32, 9).expect("writes");
+    assert_eq!(std::fs::read(&summary.files[2]).ok(), std::fs::read(&again.files[2]).ok());
+
+    let samples = common::run(&DatasetDef::webdataset(summary.files.clone()));
+    let mut sizes = std::collections::BTreeSet::new();
+    for (i, s) in samples.iter().enumerate() {
+        let (key, parts) = sample(s.as_ref().expect("ok"));
+        assert_eq!(key, format!("{i:06}"));
+        assert_eq!(parts[0].0, "cls");
+        assert!((0..NUM_LABELS).contains(&parts[0].1.parse::<i64>().expect("a label")));
+        let e = s.as_ref().expect("ok");
+        let jpeg = e.components[2].items().expect("bytes").remove(0);
+        let (w, h) = jpeg_size(&jpeg);
+        assert!((16..=48).contains(&w) && (16..=48).contains(&h), "{w}x{h}");
+        sizes.insert((w, h));
+    }
+    assert!(sizes.len() > 10, "sizes vary: {sizes:?}");
+
+    let def = webdataset_pipeline(&format!("{out}/*.tar"));
+    FunctionRegistry::builtin().check(&def).expect("the pipeline passes its checks");
+    let batches = common::run(&def);
+    let rows: u64 = batches.iter().map(|b| b.as_ref().expect("ok").components[0].shape()[0]).sum();
+    assert_eq!(rows, 24);
+}
