@@ -387,3 +387,21 @@ fn sample_shards_hold_jpegs_of_varying_sizes_and_labels_and_their_pipeline_reads
     let rows: u64 = batches.iter().map(|b| b.as_ref().expect("ok").components[0].shape()[0]).sum();
     assert_eq!(rows, 24);
 }
+
+/// A header claiming nearly 2^64 bytes (base-256 size field): its sample is bad
+/// (no arithmetic overflows, nothing allocated), and skipping its data finds the
+/// file cut short: the shard ends there, naming the member.
+#[test]
+fn a_header_claiming_nearly_2_64_bytes_ends_the_shard_without_overflow_or_allocation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Headers at 0 (0.jpg), 1024 (1.cls, 5000 bytes), 6656 (1.jpg, data from 7168).
+    let mut bytes = tar_bytes(&[m("0.jpg", "zero"), m("1.cls", &"c".repeat(5000))]);
+    bytes.truncate(bytes.len() - 1024);
+    bytes.extend_from_slice(header("1.jpg", u64::MAX - 4096, tar::EntryType::Regular).as_bytes());
+    bytes.extend_from_slice(&[0u8; 512]);
+    let file = write(dir.path(), "huge.tar", &bytes);
+    let out = common::run(&DatasetDef::webdataset(vec![file.clone()]));
+    assert_eq!(keys(&out[..1]), ["0"]);
+    assert_eq!(out.len(), 2, "the bad sample's end is never seen");
+    corrupt(&out[1], &file, 7168, &["truncated", "`1.jpg`"]);
+}

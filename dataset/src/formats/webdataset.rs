@@ -244,7 +244,7 @@ impl<R: Read> SampleReader<R> {
                  {MAX_RECORD_BYTES} (MAX_RECORD_BYTES); re-shard with smaller members, or \
                  skip such samples with ignore_errors",
                 m.size,
-                sample.bytes + m.size
+                sample.bytes.saturating_add(m.size)
             ))
         } else {
             None
