@@ -17,7 +17,7 @@ impl FunctionRegistry {
     /// The built-in functions: maps `identity`, `square`, `negate`, `add`, `mul`,
     /// `to_string`, `decode_png`, `center_crop`, `normalize`; filters `mod_eq`, `lt`,
     /// `gt`, `eq`; dataset functions `tfrecord`, `tfrecord_skip_corrupt`,
-    /// `text_lines` (see `docs/dataset-spec.md`).
+    /// `text_lines`, `webdataset` (see `docs/dataset-spec.md`).
     pub fn builtin() -> Self {
         let mut r = Self::empty();
         register_all(&mut r);
@@ -55,7 +55,7 @@ pub(crate) fn register_all(r: &mut FunctionRegistry) {
 
     // Dataset functions for flat_map / interleave: the element names a file, read
     // under the registry's data roots (`FunctionRegistry::with_data_roots`).
-    for name in ["tfrecord", "tfrecord_skip_corrupt", "text_lines"] {
+    for name in ["tfrecord", "tfrecord_skip_corrupt", "text_lines", "webdataset"] {
         r.register_file_fn(name);
     }
 

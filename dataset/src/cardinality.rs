@@ -43,9 +43,10 @@ fn stage_cardinality(stage: &Stage, input: Cardinality, first: bool) -> Cardinal
         Stage::Range { start, stop, step } => Finite(range_len(*start, *stop, *step)),
         Stage::FromTensorSlices(v) => Finite(v.len() as u64),
         Stage::ListFiles { files: Some(files), .. } => Finite(files.len() as u64),
-        Stage::ListFiles { files: None, .. } | Stage::TfRecord { .. } | Stage::TextLines { .. } => {
-            Unknown
-        }
+        Stage::ListFiles { files: None, .. }
+        | Stage::TfRecord { .. }
+        | Stage::TextLines { .. }
+        | Stage::WebDataset { .. } => Unknown,
         // A stage that is not a source cannot open a pipeline; nothing to say.
         _ if first => Unknown,
         Stage::Map { .. } | Stage::Prefetch { .. } | Stage::Shuffle { .. } => input,

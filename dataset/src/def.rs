@@ -161,6 +161,14 @@ pub enum Stage {
     TextLines {
         files: Vec<String>,
     },
+    /// Source: the samples of WebDataset shards (tar files whose consecutive
+    /// members with one key make a sample), in shard order: one element per
+    /// sample, with a `__key__` string scalar and one bytes scalar per extension
+    /// (`formats::webdataset`). The split unit is a shard.
+    #[serde(rename = "webdataset")]
+    WebDataset {
+        files: Vec<String>,
+    },
     /// Applies a map function; with `num_parallel_calls` > 1 (0 = one per core) on
     /// that many threads, in input order unless `deterministic` is false.
     Map {
@@ -257,6 +265,7 @@ impl Stage {
             Stage::ListFiles { .. } => "list_files",
             Stage::TfRecord { .. } => "tfrecord",
             Stage::TextLines { .. } => "text_lines",
+            Stage::WebDataset { .. } => "webdataset",
             Stage::Map { .. } => "map",
             Stage::Filter(_) => "filter",
             Stage::Batch { .. } => "batch",
@@ -284,12 +293,19 @@ impl Stage {
                 | Stage::ListFiles { .. }
                 | Stage::TfRecord { .. }
                 | Stage::TextLines { .. }
+                | Stage::WebDataset { .. }
         )
     }
     /// Whether this source reads files: its split unit is a file, and FILE sharding
     /// can divide it.
     pub fn is_file_source(&self) -> bool {
-        matches!(self, Stage::ListFiles { .. } | Stage::TfRecord { .. } | Stage::TextLines { .. })
+        matches!(
+            self,
+            Stage::ListFiles { .. }
+                | Stage::TfRecord { .. }
+                | Stage::TextLines { .. }
+                | Stage::WebDataset { .. }
+        )
     }
 }
 
@@ -395,6 +411,11 @@ impl DatasetDef {
     pub fn text_lines<S: Into<String>>(files: Vec<S>) -> Self {
         let files = files.into_iter().map(Into::into).collect();
         DatasetDef { stages: vec![Stage::TextLines { files }] }
+    }
+    /// Source: the samples of WebDataset shards (tar files).
+    pub fn webdataset<S: Into<String>>(files: Vec<S>) -> Self {
+        let files = files.into_iter().map(Into::into).collect();
+        DatasetDef { stages: vec![Stage::WebDataset { files }] }
     }
     pub fn flat_map(self, name: &str, args: Vec<Arg>) -> Self {
         self.then(Stage::FlatMap(FnCall::new(name, args)))
@@ -514,7 +535,8 @@ impl DatasetDef {
             field: format!("{prefix}stages[{i}]{field}"),
             message: message.to_string(),
         };
-        const SOURCES: &str = "range, from_tensor_slices, list_files, tfrecord or text_lines";
+        const SOURCES: &str =
+            "range, from_tensor_slices, list_files, tfrecord, text_lines or webdataset";
         if self.stages.is_empty() {
             return Err(DatasetError::InvalidSpec {
                 field: format!("{prefix}stages"),
@@ -561,6 +583,9 @@ impl DatasetDef {
                 }
                 Stage::TextLines { files } if files.is_empty() => {
                     return Err(bad(i, ".text_lines.files", "must name at least one file"));
+                }
+                Stage::WebDataset { files } if files.is_empty() => {
+                    return Err(bad(i, ".webdataset.files", "must name at least one file"));
                 }
                 Stage::Map { name: f, .. } | Stage::Interleave { name: f, .. } if f.is_empty() => {
                     return Err(bad(i, &format!(".{name}.fn"), "must name a function"));
@@ -679,7 +704,9 @@ impl DatasetDef {
             Stage::Range { start, stop, step } => Some(range_len(*start, *stop, *step)),
             Stage::FromTensorSlices(v) => Some(v.len() as u64),
             Stage::ListFiles { files, .. } => files.as_ref().map(|f| f.len() as u64),
-            Stage::TfRecord { files, .. } | Stage::TextLines { files } => Some(files.len() as u64),
+            Stage::TfRecord { files, .. }
+            | Stage::TextLines { files }
+            | Stage::WebDataset { files } => Some(files.len() as u64),
             _ => None,
         }
     }

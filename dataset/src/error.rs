@@ -39,6 +39,12 @@ pub enum DatasetError {
     /// mismatch); `format` names the file format.
     #[error("corrupt {format} in `{file}` at byte {offset}: {message}")]
     Corrupt { format: &'static str, file: String, offset: u64, message: String },
+    /// One record of a file is malformed but the file's framing is intact (a
+    /// WebDataset sample over a bound, or whose members are not consecutive):
+    /// an element error, so the read may go on past it and `ignore_errors` may
+    /// skip it. `offset` is the record's byte offset; `format` names the format.
+    #[error("bad {format} record in `{file}` at byte {offset}: {message}")]
+    BadRecord { format: &'static str, file: String, offset: u64, message: String },
     /// A `tf.train.Example` does not match the `parse_example` feature specs.
     #[error("parse_example: {0}")]
     BadExample(String),
@@ -54,9 +60,14 @@ pub enum DatasetError {
 
 impl DatasetError {
     /// Whether the error concerns one element only, so that the pipeline may go on
-    /// past it (a user function's failure); every other error ends the pipeline.
+    /// past it (a user function's failure, a bad record of an intact file); every
+    /// other error ends the pipeline.
     pub fn is_element_error(&self) -> bool {
-        matches!(self, DatasetError::UserFunction(f) if f.phase == crate::python::Phase::Call)
+        match self {
+            DatasetError::UserFunction(f) => f.phase == crate::python::Phase::Call,
+            DatasetError::BadRecord { .. } => true,
+            _ => false,
+        }
     }
 
     /// An [`DatasetError::Io`] for `file`.

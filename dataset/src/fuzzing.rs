@@ -15,7 +15,7 @@ use bytes::Bytes;
 use sluice_proto::v1 as pb;
 
 use crate::def::{Arg, DatasetDef, FeatureSpec, Stage};
-use crate::formats::{example, tfrecord};
+use crate::formats::{example, tfrecord, webdataset};
 use crate::registry::FunctionRegistry;
 use crate::tensor::{DType, Element, Tensor};
 
@@ -66,7 +66,7 @@ pub fn spec(data: &[u8]) {
 /// by one that makes `range(x mod 8)` of the element's int64 value, within `budget`.
 fn registry(budget: &Arc<AtomicU64>) -> FunctionRegistry {
     let mut registry = FunctionRegistry::builtin();
-    for name in ["tfrecord", "tfrecord_skip_corrupt", "text_lines"] {
+    for name in ["tfrecord", "tfrecord_skip_corrupt", "text_lines", "webdataset"] {
         let budget = budget.clone();
         registry.register_dataset_fn(name, 0, move |e, _| {
             let n = e.as_i64().map_or(1, |x| x.rem_euclid(8) as u64);
@@ -130,6 +130,41 @@ pub fn tfrecord(data: &[u8]) {
         if record.is_err() {
             break;
         }
+    }
+}
+
+/// The WebDataset sample reader over one shard (tar framing, grouping, bounds).
+/// Input: `[mode][file]`; mode bit 0 repairs the checksum of every header (the
+/// sizes as given), so that the fuzzer reaches the members and their grouping.
+pub fn webdataset(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let mut file = rest.to_vec();
+    if mode & 1 == 1 {
+        repair_tar(&mut file);
+    }
+    let reader = webdataset::SampleReader::new(Cursor::new(file), "fuzz.tar");
+    // Bad samples are yielded and the reader goes on; a broken framing ends it.
+    for sample in reader.take(MAX_ELEMENTS) {
+        std::hint::black_box(sample.map(|e| e.byte_len()).ok());
+    }
+}
+
+/// Writes each header's checksum, walking the headers by their size fields.
+fn repair_tar(file: &mut [u8]) {
+    let mut at = 0usize;
+    while let Some(block) = file.get_mut(at..at + 512) {
+        if block.iter().all(|b| *b == 0) {
+            return;
+        }
+        block[148..156].fill(b' ');
+        let sum: u32 = block.iter().map(|b| u32::from(*b)).sum();
+        block[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        let Ok(header) = <&[u8; 512]>::try_from(&*block) else { return };
+        let Ok(size) = tar::Header::from_byte_slice(header).entry_size() else { return };
+        let Some(next) = usize::try_from(size).ok().and_then(|s| s.checked_add(511)) else {
+            return;
+        };
+        at += 512 + (next & !511);
     }
 }
 

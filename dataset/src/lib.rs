@@ -23,9 +23,11 @@
 //!   streaming `open`, crash-safe `create`, and `DatasetDef::resolve_files`
 //!   (`io::url` parses the forms, `io::writer` is the writer both backends return,
 //!   `io::local` and `io::object` the backends).
-//! - [`formats`] — TFRecord framing and `tf.train.Example` parsing.
+//! - [`formats`] — TFRecord framing, `tf.train.Example` parsing, and WebDataset
+//!   shards (tar members grouped into samples).
 //! - `image` — the built-in image maps (`decode_png`, `center_crop`, `normalize`).
-//! - [`sample`] — a sample image dataset writer and the pipeline that reads it.
+//! - [`sample`] — sample image dataset writers (TFRecord, WebDataset) and the
+//!   pipelines that read them.
 //! - [`python`] — Python stages: the spec's [`PythonStage`], what a pipeline needs
 //!   of a worker ([`PythonNeeds`]), and the [`PythonExecutor`] trait a worker's
 //!   process pool implements (`exec::python` is the stage that calls it).
@@ -35,8 +37,9 @@
 //! - `fuzzing` (feature `fuzzing`) — entry points for the fuzz targets in `fuzz/` and
 //!   the corpus-replay test (`tests/fuzz_corpus.rs`); not an API.
 //!
-//! File sources (`list_files`, `tfrecord`, `text_lines`) read through [`io`]; their
-//! split unit is a file, opened lazily by the executor's source stage (`exec`).
+//! File sources (`list_files`, `tfrecord`, `text_lines`, `webdataset`) read through
+//! [`io`]; their split unit is a file, opened lazily by the executor's source stage
+//! (`exec`).
 //!
 //! Data flow: a client builds a `DatasetDef` (or reads its JSON form), the dispatcher
 //! stores it, a worker executes it and streams `Element`s; the same executor runs it

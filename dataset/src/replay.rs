@@ -27,7 +27,9 @@ impl DatasetDef {
             Stage::Range { .. } | Stage::FromTensorSlices(_) | Stage::ListFiles { .. } => {
                 UnitRecords::One
             }
-            Stage::TfRecord { .. } | Stage::TextLines { .. } => UnitRecords::Counted,
+            Stage::TfRecord { .. } | Stage::TextLines { .. } | Stage::WebDataset { .. } => {
+                UnitRecords::Counted
+            }
             other => {
                 return Err(format!(
                     "stages[0].{}: not a source; a pipeline starts with one",
@@ -114,7 +116,8 @@ impl DatasetDef {
                 | Stage::FromTensorSlices(_)
                 | Stage::ListFiles { .. }
                 | Stage::TfRecord { .. }
-                | Stage::TextLines { .. } => {
+                | Stage::TextLines { .. }
+                | Stage::WebDataset { .. } => {
                     return Err(format!("{at}: a source after the first stage"))
                 }
             }

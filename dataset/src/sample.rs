@@ -1,5 +1,6 @@
 //! A sample image dataset (TFRecord files of `tf.train.Example`s holding a PNG and
-//! a label) and the pipeline that reads it: what benchmarks and demos run, shaped
+//! a label, or WebDataset tar shards of JPEGs and labels) and the pipelines that
+//! read them: what benchmarks and demos run, shaped
 //! like a real ImageNet-style input pipeline (list → interleave → parse → decode →
 //! crop → normalize → batch).
 //!
@@ -65,13 +66,13 @@ pub fn write_image_dataset(
     Ok(summary)
 }
 
-/// An RGB image: a gradient with a random direction and tint, plus noise.
-fn random_png(rng: &mut ChaCha8Rng, size: u32) -> Result<Vec<u8>, png::EncodingError> {
+/// RGB pixels: a gradient with a random direction and tint, plus noise.
+fn gradient(rng: &mut ChaCha8Rng, w: u32, h: u32) -> Vec<u8> {
     let (gx, gy): (u32, u32) = (rng.gen_range(0..4), rng.gen_range(0..4));
     let tint: [u8; 3] = rng.gen();
-    let mut pixels = Vec::with_capacity((size * size * 3) as usize);
-    for y in 0..size {
-        for x in 0..size {
+    let mut pixels = Vec::with_capacity((w * h * 3) as usize);
+    for y in 0..h {
+        for x in 0..w {
             for t in tint {
                 let base = (x * gx + y * gy) as u8;
                 let noise: u8 = rng.gen_range(0..32);
@@ -79,6 +80,12 @@ fn random_png(rng: &mut ChaCha8Rng, size: u32) -> Result<Vec<u8>, png::EncodingE
             }
         }
     }
+    pixels
+}
+
+/// An RGB PNG of [`gradient`] pixels.
+fn random_png(rng: &mut ChaCha8Rng, size: u32) -> Result<Vec<u8>, png::EncodingError> {
+    let pixels = gradient(rng, size, size);
     let mut out = Vec::new();
     let mut encoder = png::Encoder::new(&mut out, size, size);
     encoder.set_color(png::ColorType::Rgb);
@@ -87,6 +94,83 @@ fn random_png(rng: &mut ChaCha8Rng, size: u32) -> Result<Vec<u8>, png::EncodingE
     writer.write_image_data(&pixels)?;
     writer.finish()?;
     Ok(out)
+}
+
+/// Writes `files` WebDataset shards of `samples_per_file` samples each into
+/// `out_dir` (a path or an `s3://`/`gs://` prefix), `shard-00000.tar`, …: sample
+/// `000042` is `000042.jpg`, an RGB JPEG whose sides vary between half and one and
+/// a half times `image_size`, and `000042.cls`, its label in `0..10` as ASCII
+/// digits (webdataset's convention). Deterministic for a seed.
+pub fn write_webdataset(
+    out_dir: &str,
+    files: usize,
+    samples_per_file: usize,
+    image_size: u32,
+    seed: u64,
+) -> Result<SampleSummary, DatasetError> {
+    if image_size < 2 {
+        return Err(DatasetError::io(out_dir, "image_size must be at least 2"));
+    }
+    let mut summary = SampleSummary { files: Vec::new(), records: 0, bytes: 0 };
+    for f in 0..files {
+        let url = io::join(out_dir, &format!("shard-{f:05}.tar"));
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(seed ^ (f as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut tar = tar::Builder::new(io::create(&url)?);
+        for s in 0..samples_per_file {
+            let key = format!("{:06}", f * samples_per_file + s);
+            let (w, h) = (
+                rng.gen_range(image_size / 2..=image_size * 3 / 2),
+                rng.gen_range(image_size / 2..=image_size * 3 / 2),
+            );
+            let jpeg = random_jpeg(&mut rng, w, h).map_err(|e| DatasetError::io(&url, e))?;
+            let label = rng.gen_range(0..NUM_LABELS).to_string();
+            for (ext, data) in [("jpg", jpeg.as_slice()), ("cls", label.as_bytes())] {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                header.set_entry_type(tar::EntryType::Regular);
+                tar.append_data(&mut header, format!("{key}.{ext}"), data)
+                    .map_err(|e| DatasetError::io(&url, e))?;
+                summary.bytes += 512 + (data.len() as u64).div_ceil(512) * 512;
+            }
+            summary.records += 1;
+        }
+        let out = tar.into_inner().map_err(|e| DatasetError::io(&url, e))?;
+        out.finish()?;
+        summary.bytes += 1024;
+        summary.files.push(url);
+    }
+    Ok(summary)
+}
+
+/// A `w`×`h` RGB JPEG (quality 90) of [`gradient`] pixels.
+fn random_jpeg(
+    rng: &mut ChaCha8Rng,
+    w: u32,
+    h: u32,
+) -> Result<Vec<u8>, jpeg_encoder::EncodingError> {
+    let pixels = gradient(rng, w, h);
+    let mut out = Vec::new();
+    let (w, h) = (w.min(u32::from(u16::MAX)) as u16, h.min(u32::from(u16::MAX)) as u16);
+    jpeg_encoder::Encoder::new(&mut out, 90).encode(&pixels, w, h, jpeg_encoder::ColorType::Rgb)?;
+    Ok(out)
+}
+
+/// The pipeline that reads a [`write_webdataset`] directory: `list_files(pattern)`
+/// → `interleave(webdataset, cycle_length 4, block_length 1, num_parallel_calls 4)`
+/// → `batch(32)`: batches of `__key__`, `cls` and `jpg` (the encoded bytes; decode
+/// them in the pipeline or the trainer). `pattern` is e.g. `dir/*.tar`.
+pub fn webdataset_pipeline(pattern: &str) -> DatasetDef {
+    let mut def = DatasetDef::list_files(pattern);
+    def.stages.push(Stage::Interleave {
+        name: "webdataset".into(),
+        args: vec![],
+        cycle_length: 4,
+        block_length: 1,
+        num_parallel_calls: 4,
+    });
+    def.batch(32, false)
 }
 
 /// The pipeline that reads a [`write_image_dataset`] directory: `list_files(pattern)`

@@ -60,7 +60,9 @@ impl DatasetDef {
     pub fn source_files(&self) -> Option<&[String]> {
         match self.stages.first()? {
             Stage::ListFiles { files, .. } => files.as_deref(),
-            Stage::TfRecord { files, .. } | Stage::TextLines { files } => Some(files),
+            Stage::TfRecord { files, .. }
+            | Stage::TextLines { files }
+            | Stage::WebDataset { files } => Some(files),
             _ => None,
         }
     }
@@ -148,7 +150,7 @@ impl DatasetDef {
                 format!("stages[0].{first}"),
                 format!(
                     "FILE sharding divides the files of a file source (list_files, tfrecord, \
-                     text_lines), and `{first}` reads no files; use DATA or FILE_OR_DATA"
+                     text_lines, webdataset), and `{first}` reads no files; use DATA or FILE_OR_DATA"
                 ),
             ));
         };
@@ -206,7 +208,8 @@ impl DatasetDef {
         match self.stages.first_mut() {
             Some(Stage::ListFiles { files: Some(files), .. })
             | Some(Stage::TfRecord { files, .. })
-            | Some(Stage::TextLines { files }) => keep(files),
+            | Some(Stage::TextLines { files })
+            | Some(Stage::WebDataset { files }) => keep(files),
             _ => {}
         }
     }

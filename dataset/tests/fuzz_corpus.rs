@@ -1,4 +1,4 @@
-//! Spec → executor, TFRecord, Example and PNG under the inputs of their fuzz targets
+//! Spec → executor, TFRecord, WebDataset, Example and PNG under the inputs of their fuzz targets
 //! (`fuzz/`), replayed on every committed seed and regression input: what the
 //! fuzzer found stays fixed, and CI runs each entry point without libFuzzer (the
 //! allocator records the largest allocation, as libFuzzer's `-malloc_limit_mb` would).
@@ -15,6 +15,11 @@ fn fuzz_target_dataset_spec_replays_its_corpus_and_regressions() {
 #[test]
 fn fuzz_target_tfrecord_replays_its_corpus_and_regressions() {
     sluice_testkit::fuzz_corpus::replay("tfrecord", sluice_dataset::fuzzing::tfrecord);
+}
+
+#[test]
+fn fuzz_target_webdataset_replays_its_corpus_and_regressions() {
+    sluice_testkit::fuzz_corpus::replay("webdataset", sluice_dataset::fuzzing::webdataset);
 }
 
 #[test]

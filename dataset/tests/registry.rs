@@ -11,6 +11,7 @@ fn builtin_names_are_sorted_and_prefixed() {
             "dataset:text_lines",
             "dataset:tfrecord",
             "dataset:tfrecord_skip_corrupt",
+            "dataset:webdataset",
             "filter:eq",
             "filter:gt",
             "filter:lt",

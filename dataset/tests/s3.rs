@@ -76,3 +76,29 @@ fn tfrecord_files_on_s3_list_and_read_back_through_the_executor() {
         strings(common::run(&DatasetDef::list_files(&format!("{base}/part-[01].tfrecord"))));
     assert_eq!(names, files[..2]);
 }
+
+/// WebDataset shards written to a bucket by the sample writer (JPEGs and labels),
+/// read back as samples, streamed from the object store.
+#[test]
+fn webdataset_shards_on_s3_read_back_as_samples() {
+    let server = moto();
+    let base = format!("s3://{}/wds", server.bucket());
+    let summary = sluice_dataset::sample::write_webdataset(&base, 2, 3, 32, 5).expect("writes");
+    assert_eq!(summary.records, 6);
+    let files = io::list_files(&format!("{base}/*.tar")).expect("lists");
+    assert_eq!(files, summary.files);
+    let out = common::run(&DatasetDef::webdataset(files));
+    let keys: Vec<String> = out
+        .iter()
+        .map(|r| {
+            let e = r.as_ref().expect("no sample fails");
+            let names = e.names.as_deref().expect("named");
+            assert_eq!(names, ["__key__", "cls", "jpg"]);
+            let jpeg = e.components[2].items().expect("bytes").remove(0);
+            assert_eq!(jpeg[..2], [0xff, 0xd8], "a JPEG");
+            let item = e.components[0].items().expect("string").remove(0);
+            String::from_utf8_lossy(&item).into_owned()
+        })
+        .collect();
+    assert_eq!(keys, ["000000", "000001", "000002", "000003", "000004", "000005"]);
+}

@@ -156,6 +156,66 @@ fn a_file_source_numbers_its_records_skips_consumed_ones_and_reports_unit_ends()
     assert_eq!(ends, vec![(0, 3), (1, 0), (2, 2)], "a skipped record still counts");
 }
 
+/// WebDataset shards: shard `s`, sample `k` has key `s*100+k` (sample 1 of shard
+/// 0 is bad: two `.jpg` members, an element error).
+fn webdataset_shards(dir: &std::path::Path) -> Vec<String> {
+    let shards: [&[&[&str]]; 2] =
+        [&[&["jpg", "cls"], &["jpg", "jpg"], &["jpg"], &["cls", "jpg"]], &[&["jpg"], &["jpg"]]];
+    shards
+        .iter()
+        .enumerate()
+        .map(|(s, samples)| {
+            let mut tar = tar::Builder::new(Vec::new());
+            for (k, exts) in samples.iter().enumerate() {
+                for ext in *exts {
+                    let mut h = tar::Header::new_gnu();
+                    h.set_size(1);
+                    h.set_mode(0o644);
+                    tar.append_data(&mut h, format!("{}.{ext}", s * 100 + k), &b"x"[..])
+                        .expect("append");
+                }
+            }
+            let path = dir.join(format!("{s}.tar"));
+            std::fs::write(&path, tar.into_inner().expect("finish")).expect("write");
+            path.to_string_lossy().into_owned()
+        })
+        .collect()
+}
+
+/// A re-granted shard resumes after the samples already consumed (an
+/// exactly-once read resumed mid-shard), and a bad sample that `ignore_errors`
+/// skips is consumed once: in the sink, or not at all if it was consumed before.
+#[test]
+fn a_webdataset_shard_resumes_mid_shard_and_skipped_bad_samples_are_consumed_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let for_each = [DatasetDef::webdataset(webdataset_shards(dir.path())), {
+        DatasetDef::from_strings(webdataset_shards(dir.path())).flat_map("webdataset", vec![])
+    }];
+    for def in for_each {
+        let def = def.ignore_errors();
+        let consumed = vec![Run::record(0, 0), Run::record(0, 2)];
+        let splits = Splits(vec![(0, 2, consumed)], vec![]);
+        let tagged = def.iter_tagged(&FunctionRegistry::builtin(), Some(Box::new(splits)));
+        let run = drain(tagged.expect("starts"), lines);
+        let got: Vec<(i64, Vec<Run>)> =
+            run.elements.iter().map(|(v, o)| (v[0], o.runs.clone())).collect();
+        let want = [(3, Run::record(0, 3)), (100, Run::record(1, 0)), (101, Run::record(1, 1))];
+        assert_eq!(got, want.map(|(v, r)| (v, vec![r])), "{def:?}");
+        assert_eq!(run.dropped.runs, vec![Run::record(0, 1)], "the skipped bad sample");
+        let mut ends = run.dropped.unit_ends.clone();
+        ends.sort();
+        assert_eq!(ends, vec![(0, 4), (1, 2)], "bad and consumed samples still count");
+
+        let consumed = vec![Run { unit: 0, first: 0, count: 3 }];
+        let splits = Splits(vec![(0, 1, consumed)], vec![]);
+        let tagged = def.iter_tagged(&FunctionRegistry::builtin(), Some(Box::new(splits)));
+        let run = drain(tagged.expect("starts"), lines);
+        assert_eq!(run.elements.len(), 1);
+        assert!(run.dropped.runs.is_empty(), "a consumed bad sample is not dropped again");
+        assert_eq!(run.dropped.unit_ends, vec![(0, 4)]);
+    }
+}
+
 #[test]
 fn an_expansion_numbers_the_records_it_makes_of_each_unit() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -96,7 +96,7 @@ EXAMPLES = {
     "decode_png, center_crop, normalize)",
     "filter": 'ds.filter("mod_eq", 2, 0) (built-ins: mod_eq, lt, gt, eq)',
     "dataset": 'ds.interleave("tfrecord", cycle_length=4) (built-ins: tfrecord, '
-    "tfrecord_skip_corrupt, text_lines)",
+    "tfrecord_skip_corrupt, text_lines, webdataset)",
 }
 
 

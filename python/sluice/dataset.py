@@ -55,7 +55,8 @@ class Dataset:
     """An input pipeline: a source stage and the transformations after it.
 
     Build one with a source (``Dataset.range``, ``from_tensor_slices``,
-    ``list_files``, ``tfrecord``, ``text_lines``, or ``from_json`` / ``from_dict``
+    ``list_files``, ``tfrecord``, ``text_lines``, ``webdataset``, or ``from_json`` /
+    ``from_dict``
     for a spec file), chain transformations, and read it through the service
     with ``distribute``. Equal pipelines compare equal (by their spec).
     """
@@ -156,6 +157,28 @@ class Dataset:
         """The lines of text files (one file name or a list), without line endings, as
         string scalars (tf.data's ``TextLineDataset``)."""
         return Dataset([{"text_lines": {"files": file_names("text_lines", filenames)}}])
+
+    @staticmethod
+    def webdataset(files_or_pattern: Filenames) -> Dataset:
+        """The samples of WebDataset shards (tar files), in shard order: one dict per
+        sample, ``{"__key__": key, ext: data, ...}`` with one ``bytes`` value per
+        member (``000123.jpg`` gives ``"jpg"``; extensions lowercased, in name order
+        after ``__key__``). Members with one key must be consecutive in the shard.
+
+        ``files_or_pattern``: one file name or a list of them; or one pattern with
+        ``*``, ``?`` or ``[...]`` (a path or ``s3://`` / ``gs://`` URL), whose files the
+        dispatcher lists, sorted, at registration: then the pipeline is
+        ``list_files(pattern, shuffle=False).flat_map("webdataset")``. Either way a
+        shard is the split unit and a sample's position in its shard its record, so
+        ``exactly_once`` reads resume mid-shard. A bad sample (over a size bound,
+        members not consecutive) is a ``DataLossError`` that ``ignore_errors`` skips;
+        a corrupt or truncated shard ends the read (docs/dataset-spec.md)."""
+        if isinstance(files_or_pattern, (str, os.PathLike)):
+            name = os.fspath(files_or_pattern)
+            if any(c in name for c in "*?["):
+                listed = Dataset.list_files(name, shuffle=False)
+                return listed.flat_map("webdataset")
+        return Dataset([{"webdataset": {"files": file_names("webdataset", files_or_pattern)}}])
 
     @staticmethod
     def from_dict(spec: Mapping[str, Any]) -> Dataset:

@@ -498,6 +498,8 @@ ROUND_TRIP: dict[str, Callable[[], Dataset]] = {
     "list_files_unshuffled": lambda: Dataset.list_files("/d/*", shuffle=False),
     "tfrecord": lambda: Dataset.tfrecord(["a", "b"], skip_corrupt=True),
     "text_lines": lambda: Dataset.text_lines("a.txt"),
+    "webdataset": lambda: Dataset.webdataset(["a.tar", "b.tar"]),
+    "webdataset_pattern": lambda: Dataset.webdataset("/d/shard-*.tar"),
     "map": lambda: Dataset.range(3).map("add", 1).map("mul", 0.5).map("square"),
     "parallel_map": lambda: Dataset.range(3).map(
         "square", num_parallel_calls=AUTOTUNE, deterministic=False

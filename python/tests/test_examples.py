@@ -44,3 +44,10 @@ def test_the_image_example_augments_on_the_workers_as_locally():
     out = run("image_augment.py")
     assert "all 128 augmented images equal the local augmentation" in out, out
     assert "final accuracy" in out, out
+
+
+def test_the_webdataset_example_reads_each_sample_once_and_learns():
+    out = run("webdataset_train.py")
+    assert out.count("192 samples, each once") == 3, out
+    accuracy = float(out.rsplit("final accuracy ", 1)[1].split()[0])
+    assert accuracy > 0.9, out

@@ -1,23 +1,38 @@
-//! `sluice sample-data`: writes a small image data set as TFRecord files (what a
-//! real training input looks like) and the pipeline spec that preprocesses it, so
-//! that `sluice local --spec` can run a realistic job. The writing lives in
-//! `sluice_dataset::sample`.
+//! `sluice sample-data`: writes a small image data set as TFRecord files or
+//! WebDataset tar shards (what a real training input looks like) and the pipeline
+//! spec that reads it, so that `sluice local --spec` can run a realistic job. The
+//! writing lives in `sluice_dataset::sample`.
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, ValueEnum};
+
+/// The file format of the sample data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// TFRecord files of tf.train.Examples (a PNG `image`, an int64 `label`).
+    Tfrecord,
+    /// WebDataset tar shards: `NNNNNN.jpg` (JPEGs of varying sizes) and
+    /// `NNNNNN.cls` (the label) per sample.
+    Webdataset,
+}
 
 #[derive(Args, Debug)]
 pub struct SampleArgs {
     /// Directory or bucket prefix to write to (a path, file://, s3:// or gs://).
     #[arg(long)]
     pub out: String,
-    /// Number of TFRecord files.
+    /// The file format: TFRecord files or WebDataset tar shards.
+    #[arg(long, value_enum, default_value_t = Format::Tfrecord)]
+    pub format: Format,
+    /// Number of files (TFRecord files or tar shards).
     #[arg(long, default_value_t = 64)]
     pub files: usize,
-    /// Records (tf.train.Example: PNG `image`, int64 `label`) per file.
+    /// Records (tf.train.Example: PNG `image`, int64 `label`; or WebDataset
+    /// samples: `jpg`, `cls`) per file.
     #[arg(long, default_value_t = 64)]
     pub records_per_file: usize,
-    /// Width and height of the square RGB images, in pixels.
+    /// Width and height of the square RGB images, in pixels (WebDataset JPEGs
+    /// vary between half and one and a half times it).
     #[arg(long, default_value_t = 64)]
     pub image_size: u32,
     /// Seed of the pseudo-random image content and labels.
@@ -39,8 +54,14 @@ pub async fn run(a: SampleArgs) -> anyhow::Result<()> {
     let (files, records, size, seed) = (a.files, a.records_per_file, a.image_size, a.seed);
     let started = std::time::Instant::now();
     let target = out.clone();
-    let summary = tokio::task::spawn_blocking(move || {
-        sluice_dataset::sample::write_image_dataset(&target, files, records, size, seed)
+    let format = a.format;
+    let summary = tokio::task::spawn_blocking(move || match format {
+        Format::Tfrecord => {
+            sluice_dataset::sample::write_image_dataset(&target, files, records, size, seed)
+        }
+        Format::Webdataset => {
+            sluice_dataset::sample::write_webdataset(&target, files, records, size, seed)
+        }
     })
     .await??;
     let secs = started.elapsed().as_secs_f64();
@@ -50,8 +71,13 @@ pub async fn run(a: SampleArgs) -> anyhow::Result<()> {
         summary.files.len(),
         summary.bytes as f64 / 1e6
     );
-    let pattern = format!("{out}/*.tfrecord");
-    let json = sluice_dataset::sample::image_pipeline(&pattern, size).to_json();
+    let json = match format {
+        Format::Tfrecord => {
+            sluice_dataset::sample::image_pipeline(&format!("{out}/*.tfrecord"), size)
+        }
+        Format::Webdataset => sluice_dataset::sample::webdataset_pipeline(&format!("{out}/*.tar")),
+    }
+    .to_json();
     let is_local = !out.contains("://") || out.starts_with("file://");
     let spec = a.spec.or_else(|| {
         is_local.then(|| {

@@ -1,15 +1,19 @@
-//! The elements of one file: TFRecord records, text lines, or just its name.
+//! The elements of one file: TFRecord records, text lines, WebDataset samples,
+//! or just its name.
 //!
 //! Shared by the file sources (one file per split unit) and the `tfrecord` /
-//! `text_lines` dataset functions of `flat_map` / `interleave`. A file is opened
-//! lazily, on the first pull, so that an interleave with a long cycle holds only
-//! the files it is actually reading, and an open error arrives as an element error
-//! naming the file rather than failing the function call.
+//! `text_lines` / `webdataset` dataset functions of `flat_map` / `interleave`. A
+//! file is opened lazily, on the first pull, so that an interleave with a long
+//! cycle holds only the files it is actually reading, and an open error arrives
+//! as an error naming the file rather than failing the function call. The file
+//! ends at its first error, except an element error (a bad WebDataset sample,
+//! `DatasetError::is_element_error`), past which the file's framing still holds.
 
 use std::io::{BufRead, Read};
 
 use crate::error::DatasetError;
 use crate::formats::tfrecord::TfRecordReader;
+use crate::formats::webdataset::SampleReader;
 pub(crate) use crate::formats::FileFormat;
 use crate::io::{self, DataRoots};
 use crate::tensor::{DType, Element, Tensor, ITEM_PREFIX};
@@ -68,7 +72,12 @@ impl Iterator for LazyFile {
             }
         }
         let item = self.inner.as_mut()?.next();
-        if !matches!(item, Some(Ok(_))) {
+        let goes_on = match &item {
+            Some(Ok(_)) => true,
+            Some(Err(e)) => e.is_element_error(),
+            None => false,
+        };
+        if !goes_on {
             self.done = true;
             self.inner = None; // close the file now
         }
@@ -98,6 +107,7 @@ fn open_elements(
             let input = io::open_in(url, roots)?;
             Box::new(Lines { input, url: url.to_string(), offset: 0 })
         }
+        FileFormat::WebDataset => Box::new(SampleReader::new(io::open_in(url, roots)?, url)),
     })
 }
 

@@ -37,7 +37,9 @@
 //! above, so the output does not depend on `parallelism`. Unlike tf.data, no
 //! streams beyond the open `cycle_length` are prefetched.
 //!
-//! **Errors and shutdown.** The first error ends the stage. The end, an error or
+//! **Errors and shutdown.** The first error ends the stage, except an element
+//! error (`DatasetError::is_element_error`: a bad record of an intact file),
+//! which takes its place in the order like an element and lets the stream go on. The end, an error or
 //! dropping the stage closes every channel (a producer's next `send` fails) and
 //! joins the producers: each finishes at most the `next` it is in. Panics in the
 //! dataset function or in its stream's `next` become `DatasetError::Function`.
@@ -220,16 +222,16 @@ impl Iterator for Interleave {
                 continue;
             };
             match read(slot, &self.name) {
-                Some(Ok(element)) => {
+                Some(Err(e)) if !e.is_element_error() => {
+                    self.shutdown();
+                    return Some(Err(e));
+                }
+                Some(item) => {
                     self.block_index += 1;
                     if self.block_index >= self.block_length {
                         self.advance_to_next_in_cycle();
                     }
-                    return Some(Ok(element));
-                }
-                Some(Err(e)) => {
-                    self.shutdown();
-                    return Some(Err(e));
+                    return Some(item);
                 }
                 None => {
                     self.close(idx);

@@ -163,7 +163,8 @@ fn read(element: Element, tx: &SyncSender<Vec<Item>>, name: &str, args: &[Arg], 
             Ok(None) => break,
             Err(e) => Err(e),
         };
-        let failed = item.is_err();
+        // An element error is passed on like an element: the stream goes on.
+        let failed = item.as_ref().is_err_and(|e| !e.is_element_error());
         bytes += item.as_ref().map_or(0, Element::byte_len);
         chunk.push(item);
         let whole = failed || chunk.len() >= CHUNK || bytes >= CHUNK_BYTES;

@@ -133,7 +133,8 @@ impl Plan {
             | Stage::FromTensorSlices(_)
             | Stage::ListFiles { .. }
             | Stage::TfRecord { .. }
-            | Stage::TextLines { .. } => {
+            | Stage::TextLines { .. }
+            | Stage::WebDataset { .. } => {
                 // `validate` guarantees sources only come first.
                 Box::new(std::iter::empty())
             }

@@ -1,5 +1,5 @@
 //! The source stage: `range`, `from_tensor_slices` and the file sources
-//! (`list_files`, `tfrecord`, `text_lines`).
+//! (`list_files`, `tfrecord`, `text_lines`, `webdataset`).
 //!
 //! Source unit `i` is found straight from its index, which is what makes dynamic
 //! sharding possible: a split is just a range of indices, and the worker that
@@ -27,7 +27,9 @@ pub(super) fn cardinality(stage: &Stage) -> u64 {
         Stage::Range { start, stop, step } => range_len(*start, *stop, *step),
         Stage::FromTensorSlices(v) => v.len() as u64,
         Stage::ListFiles { files, .. } => files.as_ref().map_or(0, |f| f.len() as u64),
-        Stage::TfRecord { files, .. } | Stage::TextLines { files } => files.len() as u64,
+        Stage::TfRecord { files, .. }
+        | Stage::TextLines { files }
+        | Stage::WebDataset { files } => files.len() as u64,
         _ => 0,
     }
 }
@@ -88,6 +90,7 @@ fn file_unit(plan: &Plan, stage: &Stage, i: u64) -> Option<Result<ElementIter, D
             (files, FileFormat::TfRecord { skip_corrupt: *skip_corrupt })
         }
         Stage::TextLines { files } => (files, FileFormat::TextLines),
+        Stage::WebDataset { files } => (files, FileFormat::WebDataset),
         _ => return None,
     };
     let file = usize::try_from(i).ok().and_then(|i| files.get(i));
@@ -163,6 +166,15 @@ impl Source {
                 Ok(mut e) => {
                     e.origin = Some(Tag::record(unit, record));
                     return Some(Ok(e));
+                }
+                // A bad record of an intact file (an element error): consumed
+                // already, or consumed with the next element if `ignore_errors`
+                // skips it.
+                Err(e) if e.is_element_error() => {
+                    if !tags.skips.contains(unit, record) {
+                        tags.dropped_at(0).drop_origin(Some(Tag::record(unit, record)));
+                        return Some(Err(e));
+                    }
                 }
                 Err(e) => return Some(Err(e)),
             }

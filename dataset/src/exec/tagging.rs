@@ -213,8 +213,11 @@ impl Iterator for Records {
                 }
                 Err(e) => {
                     // An element error `ignore_errors` may skip: its record is
-                    // consumed with the next element.
+                    // consumed with the next element (or was already).
                     if e.is_element_error() {
+                        if self.skips.contains(self.unit, record) {
+                            continue;
+                        }
                         self.dropped.drop_origin(Some(Tag::record(self.unit, record)));
                     }
                     return Some(Err(e));

@@ -8,6 +8,9 @@
 //!   `parse_example` conversion into named tensors.
 //! - [`example_bounds`] — the feature and value counts of a serialized Example,
 //!   checked against limits before it is decoded.
+//! - [`webdataset`] — WebDataset shards: tar members grouped into samples by
+//!   key, bounded, streamed through `tar_stream` (tar framing over the `tar`
+//!   crate's header parsing).
 //! - [`FileFormat`] and the names of the built-in functions that read files
 //!   (`file_function`), shared by the executor, the registry and the data-roots
 //!   check of `io`.
@@ -20,6 +23,7 @@ pub mod example_bounds;
 pub enum FileFormat {
     TfRecord { skip_corrupt: bool },
     TextLines,
+    WebDataset,
 }
 
 /// The built-in dataset functions that open the file an element names, by name.
@@ -28,8 +32,11 @@ pub(crate) fn file_function(name: &str) -> Option<FileFormat> {
         "tfrecord" => Some(FileFormat::TfRecord { skip_corrupt: false }),
         "tfrecord_skip_corrupt" => Some(FileFormat::TfRecord { skip_corrupt: true }),
         "text_lines" => Some(FileFormat::TextLines),
+        "webdataset" => Some(FileFormat::WebDataset),
         _ => None,
     }
 }
 pub(crate) mod direct;
+pub(crate) mod tar_stream;
 pub mod tfrecord;
+pub mod webdataset;

@@ -213,7 +213,9 @@ impl DatasetDef {
                         roots.check(f)?;
                     }
                 }
-                Stage::TfRecord { files, .. } | Stage::TextLines { files } => {
+                Stage::TfRecord { files, .. }
+                | Stage::TextLines { files }
+                | Stage::WebDataset { files } => {
                     files.iter().try_for_each(|f| roots.check(f).map(drop))?;
                 }
                 Stage::FromTensorSlices(SliceValues::Strings(v)) if strings_name_files => {
