@@ -24,7 +24,9 @@
 //!   (`io::url` parses the forms, `io::writer` is the writer both backends return,
 //!   `io::local` and `io::object` the backends).
 //! - [`formats`] — TFRecord framing and `tf.train.Example` parsing.
-//! - `image` — the built-in image maps (`decode_png`, `center_crop`, `normalize`).
+//! - `image` — the built-in image maps (`decode_png`, `decode_jpeg`, `center_crop`,
+//!   `resize`, `random_resized_crop`, `random_flip`, `normalize`); the seeded ones
+//!   draw from a stream keyed by the element's origin (`registry::ElementKey`).
 //! - [`sample`] — a sample image dataset writer and the pipeline that reads it.
 //! - [`python`] — Python stages: the spec's [`PythonStage`], what a pipeline needs
 //!   of a worker ([`PythonNeeds`]), and the [`PythonExecutor`] trait a worker's
