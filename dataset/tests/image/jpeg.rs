@@ -199,6 +199,15 @@ fn a_damaged_jpeg_fails_its_element_saying_what_is_wrong() {
             "cut at {keep}: {err}"
         );
     }
+    // Garbled entropy-coded data (one-bits no Huffman code has) in the middle:
+    // an error, not an image grey from there on.
+    let mut garbled = good.clone();
+    let sos = garbled.windows(2).rposition(|w| w == [0xFF, 0xDA]).expect("a scan");
+    let data = sos + 2 + usize::from(u16::from_be_bytes([garbled[sos + 2], garbled[sos + 3]]));
+    let middle = (data + garbled.len()) / 2;
+    garbled[middle..middle + 16].copy_from_slice(&[0xFF, 0x00].repeat(8));
+    let err = decode_err(&garbled, vec![]);
+    assert!(err.contains("not a valid JPEG") && err.contains("Huffman"), "{err}");
     // Not a JPEG at all: the first marker is wrong.
     let mut png_like = good.clone();
     png_like[..2].copy_from_slice(&[0x89, 0x50]);
