@@ -1,7 +1,8 @@
 //! Hostile file contents through the service (issue 14, "no input crashes a node"):
-//! a PNG whose header claims a huge image and an Example with too many features,
-//! read by a worker. Each fails the read with an error naming the limit, and the
-//! same worker keeps serving.
+//! a PNG and a JPEG whose headers claim a huge image, a JPEG whose header claims
+//! more rows than its data holds, and an Example with too many features, read by a
+//! worker. Each fails the read with an error naming the limit or what was wrong,
+//! and the same worker keeps serving.
 
 mod common;
 
@@ -36,6 +37,18 @@ fn hostile_png() -> Vec<u8> {
     }
     out[29..33].copy_from_slice(&(!crc).to_be_bytes());
     out
+}
+
+/// An 8 × 8 gray JPEG whose frame header then claims `width × height`.
+fn jpeg_claiming(width: u16, height: u16) -> Vec<u8> {
+    let mut file = Vec::new();
+    let encoder = jpeg_encoder::Encoder::new(&mut file, 90);
+    encoder.encode(&[128; 64], 8, 8, jpeg_encoder::ColorType::Luma).expect("encodes");
+    let sof = file.windows(2).position(|w| w == [0xFF, 0xC0]).expect("a baseline frame header");
+    // FF C0, length (2), precision (1), then height and width.
+    file[sof + 5..sof + 7].copy_from_slice(&height.to_be_bytes());
+    file[sof + 7..sof + 9].copy_from_slice(&width.to_be_bytes());
+    file
 }
 
 fn write(path: &str, records: &[Vec<u8>]) {
@@ -80,6 +93,26 @@ async fn hostile_images_and_examples_fail_their_read_and_the_worker_keeps_servin
         .map_with("decode_png", vec![Arg::Str("image".into())]);
     let err = read_error(&cluster, &def).await;
     assert!(err.contains("65536x65536") && err.contains("MAX_IMAGE_BYTES"), "{err}");
+
+    // JPEGs: a header claiming 65,535 × 65,535 (4 GiB), one claiming 64 × 64 of 8 × 8.
+    for (file, says) in [
+        (jpeg_claiming(u16::MAX, u16::MAX), "MAX_IMAGE_BYTES"),
+        (jpeg_claiming(64, 64), "the data ends before the image its header declares"),
+    ] {
+        let path = dir.path().join("jpeg.tfrecord").to_string_lossy().into_owned();
+        write(&path, &[encode([("image".to_string(), Feature::bytes([file]))])]);
+        let image = FeatureSpec {
+            name: "image".into(),
+            dtype: DType::Bytes,
+            shape: Some(vec![]),
+            default: None,
+        };
+        let def = DatasetDef::tfrecord(vec![path])
+            .parse_example(vec![image])
+            .map_with("decode_jpeg", vec![Arg::Str("image".into())]);
+        let err = read_error(&cluster, &def).await;
+        assert!(err.contains("decode_jpeg") && err.contains(says), "{err}");
+    }
 
     let any = FeatureSpec { name: "0".into(), dtype: DType::Int64, shape: None, default: None };
     let def = DatasetDef::tfrecord(vec![wide]).parse_example(vec![any]);

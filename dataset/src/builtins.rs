@@ -15,7 +15,8 @@ use crate::tensor::{DType, Element, Tensor};
 
 impl FunctionRegistry {
     /// The built-in functions: maps `identity`, `square`, `negate`, `add`, `mul`,
-    /// `to_string`, `decode_png`, `center_crop`, `normalize`; filters `mod_eq`, `lt`,
+    /// `to_string`, `decode_png`, `decode_jpeg`, `center_crop`, `resize`,
+    /// `random_resized_crop`, `random_flip`, `normalize`; filters `mod_eq`, `lt`,
     /// `gt`, `eq`; dataset functions `tfrecord`, `tfrecord_skip_corrupt`,
     /// `text_lines`, `webdataset` (see `docs/dataset-spec.md`).
     pub fn builtin() -> Self {

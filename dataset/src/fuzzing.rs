@@ -1,7 +1,7 @@
 //! Entry points for the fuzz targets (`fuzz/`) and their corpus-replay test
 //! (`tests/fuzz_corpus.rs`); feature `fuzzing`, not an API.
 //!
-//! Why here: `decode_png` is crate-private, and the replay test that CI runs on stable
+//! Why here: `decode_png` and `decode_jpeg` are crate-private, and the replay test that CI runs on stable
 //! must call exactly what the fuzzer called. Each function takes any bytes and must
 //! return normally: a panic, an abort, a hang or an allocation beyond the fuzzer's
 //! limit is a finding. Where a format carries checksums, the input's first byte can
@@ -253,8 +253,50 @@ pub fn png(data: &[u8]) {
     if let Ok(cropped) = crate::image::center_crop(&image, h, w) {
         assert_eq!(cropped.shape()[..2], [h, w], "center_crop makes the asked size");
     }
-    let normalized = crate::image::normalize(&image).expect("decode_png makes uint8 pixels");
+    let unit = crate::image::Normalization::unit();
+    let normalized = crate::image::normalize(&image, &unit).expect("decode_png makes uint8 pixels");
     assert_eq!(normalized.shape(), image.shape());
+}
+
+/// `decode_jpeg` on a bytes scalar, then the augmentation maps on what it made:
+/// `random_resized_crop`, `random_flip`, `resize` and `normalize` to CHW.
+/// Input: `[mode][h][w][seed][file]`; mode bits 0-1 pick the channels (the file's,
+/// 1, 3, the file's), bit 2 the key (an index, or an origin); the sizes are at most
+/// 64 so that a run stays fast.
+pub fn jpeg(data: &[u8]) {
+    use crate::registry::ElementKey;
+    let [mode, h, w, seed, file @ ..] = data else { return };
+    let channels = [None, Some(1), Some(3), None][usize::from(mode & 3)];
+    let Ok(image) = crate::image::decode_jpeg(&Tensor::scalar_bytes(file), channels) else {
+        return;
+    };
+    let c = image.shape()[2];
+    assert!(c == 1 || c == 3, "decode_jpeg makes 1 or 3 channels, made {c}");
+    let (h, w) = (i64::from(h % 64) + 1, i64::from(w % 64) + 1);
+    let tag = sluice_positions::Tag::record(u64::from(*seed), 7);
+    let key =
+        if mode & 4 == 4 { ElementKey::Origin(&tag) } else { ElementKey::Index(u64::from(*seed)) };
+    let registry = FunctionRegistry::builtin();
+    let name = Arg::Str("img".into());
+    let calls = [
+        (
+            "random_resized_crop",
+            vec![name.clone(), Arg::Int(h), Arg::Int(w), Arg::Int(*seed as i64)],
+        ),
+        ("random_flip", vec![name.clone(), Arg::Int(*seed as i64)]),
+        ("resize", vec![name.clone(), Arg::Int(w), Arg::Int(h), Arg::Str("bicubic".into())]),
+        (
+            "normalize",
+            vec![name.clone(), Arg::Float(0.5), Arg::Float(0.25), Arg::Str("chw".into())],
+        ),
+    ];
+    let mut element = Element::named(vec!["img".into()], vec![image]).expect("one named component");
+    for (f, args) in calls {
+        let map = registry.map_fn(f).expect("a built-in map");
+        element = map(element, &args, key).expect("the maps take what decode_jpeg made");
+    }
+    let shape = [c, w as u64, h as u64];
+    assert_eq!(element.components[0].shape(), shape, "normalize to CHW of the resized image");
 }
 
 /// Rewrites the CRC of each chunk after the 8-byte signature, as far as lengths fit.

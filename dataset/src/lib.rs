@@ -25,7 +25,9 @@
 //!   `io::local` and `io::object` the backends).
 //! - [`formats`] — TFRecord framing, `tf.train.Example` parsing, and WebDataset
 //!   shards (tar members grouped into samples).
-//! - `image` — the built-in image maps (`decode_png`, `center_crop`, `normalize`).
+//! - `image` — the built-in image maps (`decode_png`, `decode_jpeg`, `center_crop`,
+//!   `resize`, `random_resized_crop`, `random_flip`, `normalize`); the seeded ones
+//!   draw from a stream keyed by the element's origin (`registry::ElementKey`).
 //! - [`sample`] — sample image dataset writers (TFRecord, WebDataset) and the
 //!   pipelines that read them.
 //! - [`python`] — Python stages: the spec's [`PythonStage`], what a pipeline needs

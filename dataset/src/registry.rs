@@ -36,8 +36,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+
+use sluice_positions::Tag;
 
 use crate::def::{Arg, DatasetDef, FnCall, FnKind};
 use crate::error::DatasetError;
@@ -50,6 +53,11 @@ use crate::tensor::Element;
 
 /// A map function: takes an element and the call's constant arguments.
 pub type MapFn = Arc<dyn Fn(Element, &[Arg]) -> Result<Element, String> + Send + Sync>;
+/// A map function that also sees where its element comes from ([`ElementKey`]):
+/// how the executor calls every map (a [`MapFn`] is wrapped into one), and how the
+/// built-in maps with seeded randomness are registered.
+pub(crate) type KeyedMapFn =
+    Arc<dyn Fn(Element, &[Arg], ElementKey<'_>) -> Result<Element, String> + Send + Sync>;
 /// A filter predicate: `Ok(true)` keeps the element.
 pub type FilterFn = Arc<dyn Fn(&Element, &[Arg]) -> Result<bool, String> + Send + Sync>;
 /// A dataset function: makes a stream of elements of one input element (what
@@ -59,10 +67,24 @@ pub type DatasetFn = Arc<dyn Fn(Element, &[Arg]) -> Result<ElementIter, String> 
 /// built-ins whose arguments can be rejected before any element flows).
 pub(crate) type ArgCheck = fn(&[Arg]) -> Result<(), String>;
 
-/// One registered function with its exact arity.
+/// What identifies an element to a map function with seeded randomness, so that
+/// computing the element again (a worker died and its split is replayed) draws the
+/// same numbers (docs/dataset-spec.md, "Seeded randomness").
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ElementKey<'a> {
+    /// A tagged (exactly-once) pipeline: the source records the element stands for,
+    /// the same whichever worker computes it.
+    Origin(&'a Tag),
+    /// Untagged: the element's position among those its map stage has taken since
+    /// the pipeline started, counted from 0 and on through every epoch of a `repeat`.
+    Index(u64),
+}
+
+/// One registered function with the numbers of arguments it takes (one number for
+/// most; a range for built-ins with optional trailing arguments).
 #[derive(Clone)]
 struct Entry<F> {
-    arity: usize,
+    arity: RangeInclusive<usize>,
     f: F,
     check: Option<ArgCheck>,
 }
@@ -79,7 +101,7 @@ enum DatasetEntry {
 /// file functions and file sources read. Cheap to clone (the functions are shared).
 #[derive(Clone)]
 pub struct FunctionRegistry {
-    maps: BTreeMap<String, Entry<MapFn>>,
+    maps: BTreeMap<String, Entry<KeyedMapFn>>,
     filters: BTreeMap<String, Entry<FilterFn>>,
     datasets: BTreeMap<String, Entry<DatasetEntry>>,
     data_roots: DataRoots,
@@ -112,6 +134,17 @@ impl FunctionRegistry {
         arity: usize,
         f: impl Fn(Element, &[Arg]) -> Result<Element, String> + Send + Sync + 'static,
     ) {
+        self.register_keyed_map(name, arity..=arity, move |e, args, _| f(e, args));
+    }
+
+    /// Registers a map function taking `arity` arguments that also sees its
+    /// element's [`ElementKey`] (the built-ins with seeded randomness).
+    pub(crate) fn register_keyed_map(
+        &mut self,
+        name: &str,
+        arity: RangeInclusive<usize>,
+        f: impl Fn(Element, &[Arg], ElementKey<'_>) -> Result<Element, String> + Send + Sync + 'static,
+    ) {
         self.maps.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
     }
 
@@ -123,6 +156,7 @@ impl FunctionRegistry {
         arity: usize,
         f: impl Fn(&Element, &[Arg]) -> Result<bool, String> + Send + Sync + 'static,
     ) {
+        let arity = arity..=arity;
         self.filters.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
     }
 
@@ -135,14 +169,14 @@ impl FunctionRegistry {
         f: impl Fn(Element, &[Arg]) -> Result<ElementIter, String> + Send + Sync + 'static,
     ) {
         let f = DatasetEntry::Custom(Arc::new(f));
-        self.datasets.insert(name.to_string(), Entry { arity, f, check: None });
+        self.datasets.insert(name.to_string(), Entry { arity: arity..=arity, f, check: None });
     }
 
     /// Registers the built-in file reader `name` (see `exec::files::file_function`).
     pub(crate) fn register_file_fn(&mut self, name: &str) {
         if let Some(format) = file_function(name) {
             let f = DatasetEntry::File(format);
-            self.datasets.insert(name.to_string(), Entry { arity: 0, f, check: None });
+            self.datasets.insert(name.to_string(), Entry { arity: 0..=0, f, check: None });
         }
     }
 
@@ -216,7 +250,7 @@ impl FunctionRegistry {
     }
 
     /// The map function `name`, if registered.
-    pub(crate) fn map_fn(&self, name: &str) -> Option<&MapFn> {
+    pub(crate) fn map_fn(&self, name: &str) -> Option<&KeyedMapFn> {
         self.maps.get(name).map(|e| &e.f)
     }
 
@@ -239,11 +273,15 @@ impl FunctionRegistry {
         })
     }
 
-    fn lookup(&self, kind: FnKind, name: &str) -> Option<(usize, Option<ArgCheck>)> {
+    fn lookup(
+        &self,
+        kind: FnKind,
+        name: &str,
+    ) -> Option<(RangeInclusive<usize>, Option<ArgCheck>)> {
         match kind {
-            FnKind::Map => self.maps.get(name).map(|e| (e.arity, e.check)),
-            FnKind::Filter => self.filters.get(name).map(|e| (e.arity, e.check)),
-            FnKind::Dataset => self.datasets.get(name).map(|e| (e.arity, e.check)),
+            FnKind::Map => self.maps.get(name).map(|e| (e.arity.clone(), e.check)),
+            FnKind::Filter => self.filters.get(name).map(|e| (e.arity.clone(), e.check)),
+            FnKind::Dataset => self.datasets.get(name).map(|e| (e.arity.clone(), e.check)),
         }
     }
 
@@ -261,7 +299,7 @@ impl FunctionRegistry {
     }
 
     /// Checks one call: the function exists for `kind` and takes `call.args.len()`
-    /// arguments. Argument *types* are checked when the function runs (built-ins
+    /// arguments (built-ins with optional trailing arguments take a range). Argument *types* are checked when the function runs (built-ins
     /// also reject impossible constants here, e.g. `mod_eq` with modulus 0).
     pub fn check_call(&self, kind: FnKind, call: &FnCall) -> Result<(), DatasetError> {
         let Some((arity, check)) = self.lookup(kind, &call.name) else {
@@ -271,11 +309,17 @@ impl FunctionRegistry {
                 known: self.known(kind),
             });
         };
-        if call.args.len() != arity {
-            let plural = if arity == 1 { "" } else { "s" };
+        if !arity.contains(&call.args.len()) {
+            let (least, most) = (*arity.start(), *arity.end());
+            let plural = if most == 1 { "" } else { "s" };
+            let expected = if least == most {
+                format!("{most} argument{plural}")
+            } else {
+                format!("{least} to {most} arguments")
+            };
             return Err(DatasetError::BadArguments {
                 name: call.name.clone(),
-                message: format!("expected {arity} argument{plural}, got {}", call.args.len()),
+                message: format!("expected {expected}, got {}", call.args.len()),
             });
         }
         if let Some(check) = check {

@@ -1,4 +1,4 @@
-//! Spec → executor, TFRecord, WebDataset, Example and PNG under the inputs of their fuzz targets
+//! Spec → executor, TFRecord, WebDataset, Example, PNG and JPEG under the inputs of their fuzz targets
 //! (`fuzz/`), replayed on every committed seed and regression input: what the
 //! fuzzer found stays fixed, and CI runs each entry point without libFuzzer (the
 //! allocator records the largest allocation, as libFuzzer's `-malloc_limit_mb` would).
@@ -30,4 +30,9 @@ fn fuzz_target_example_replays_its_corpus_and_regressions() {
 #[test]
 fn fuzz_target_png_replays_its_corpus_and_regressions() {
     sluice_testkit::fuzz_corpus::replay("png", sluice_dataset::fuzzing::png);
+}
+
+#[test]
+fn fuzz_target_jpeg_replays_its_corpus_and_regressions() {
+    sluice_testkit::fuzz_corpus::replay("jpeg", sluice_dataset::fuzzing::jpeg);
 }

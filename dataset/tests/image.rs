@@ -1,6 +1,11 @@
-//! Image maps (decode_png, center_crop, normalize) and the sample image dataset.
+//! Image maps (decode_png, center_crop, normalize) and the sample image dataset;
+//! `decode_jpeg` in `image/jpeg.rs`, the augmentation maps in `image/augment.rs`.
 
+#[path = "image/augment.rs"]
+mod augment;
 mod common;
+#[path = "image/jpeg.rs"]
+mod jpeg;
 
 use sluice_dataset::sample::{image_pipeline, write_image_dataset};
 use sluice_dataset::{

@@ -93,7 +93,8 @@ def fn_call(op: str, what: str, name: Any, args: Sequence[Any]) -> Stage:
 
 EXAMPLES = {
     "map": 'ds.map("add", 1) (built-ins: identity, square, negate, add, mul, to_string, '
-    "decode_png, center_crop, normalize)",
+    "decode_png, decode_jpeg, center_crop, resize, random_resized_crop, random_flip, "
+    "normalize)",
     "filter": 'ds.filter("mod_eq", 2, 0) (built-ins: mod_eq, lt, gt, eq)',
     "dataset": 'ds.interleave("tfrecord", cycle_length=4) (built-ins: tfrecord, '
     "tfrecord_skip_corrupt, text_lines, webdataset)",

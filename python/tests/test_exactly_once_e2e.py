@@ -7,9 +7,11 @@ adapters' states, and a consumer that leaves holding elements it never took
 
 from __future__ import annotations
 
+import base64
 from collections import Counter
 import threading
 
+import numpy as np
 import pytest
 
 import sluice
@@ -45,6 +47,44 @@ def test_an_exactly_once_read_delivers_every_element_once(cluster):
     reader = _eo(d).read()
     assert reader.delivery == "exactly_once"
     _once([int(x) for x in reader])
+
+
+# A 19 x 11 grayscale JPEG made with jpeg-encoder (fuzz/corpus/jpeg/e7a74b6c...).
+GRAY_JPEG = base64.b64decode(
+    "/9j/4AAQSkZJRgABAgAAAQABAAD/wAALCAALABMBABEA/9sAQwAGBAUGBQQGBgUGBwcGCAoQCgoJCQoUDg8MEBcU"
+    "GBgXFBYWGh0lHxobIxwWFiAsICMmJykqKRkfLTAtKDAlKCko/9sAQwEHBwcKCAoTCgoTKBoWGigoKCgoKCgoKCgo"
+    "KCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgo/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQF"
+    "BgcICQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkK"
+    "FhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZ"
+    "mqKjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/9oACAEAAAA/"
+    "APA/D9p93ivS/D9p93iu5gtP3K8dq8T8Pqvy8V6X4fVfl4ruYFXyV47V/9k="
+)
+
+
+def test_built_in_image_maps_crop_each_element_alike_in_every_exactly_once_read(cluster):
+    """decode_jpeg → random_resized_crop → random_flip → normalize run on the
+    workers by name; an element's crop follows its origin, not the worker or the
+    read, so two reads (the two workers sharing the elements differently) agree."""
+    d, _ = cluster
+    n = 24
+    ds = (
+        sluice.Dataset.from_tensor_slices({"id": list(range(n)), "image": [GRAY_JPEG] * n})
+        .map("decode_jpeg", "image", 3)
+        .map("random_resized_crop", "image", 8, 8, 5)
+        .map("random_flip", "image", 5)
+        .map("normalize", "image", 0.5, 0.25, "chw")
+    )
+
+    def read(job: str) -> dict[int, np.ndarray]:
+        reader = ds.distribute("distributed_epoch", d.target, job_name=job, exactly_once=True)
+        return {int(e["id"]): np.array(e["image"]) for e in reader}
+
+    first, second = read("images-1"), read("images-2")
+    assert sorted(first) == list(range(n))
+    for i, image in first.items():
+        assert (image.dtype, image.shape) == (np.float32, (3, 8, 8))
+        assert np.array_equal(image, second[i]), f"element {i} was cropped differently"
+    assert len({image.tobytes() for image in first.values()}) > n // 2, "crops differ by origin"
 
 
 def test_a_pipeline_that_cannot_be_replayed_is_refused_naming_the_stage(cluster):

@@ -6,10 +6,14 @@
 //! executor thread down.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use sluice_positions::Tag;
 
 use crate::def::{Arg, FnCall};
 use crate::error::DatasetError;
-use crate::registry::{FilterFn, MapFn};
+use crate::registry::{ElementKey, FilterFn, KeyedMapFn};
 use crate::tensor::Element;
 
 use super::stream::ElementIter;
@@ -73,31 +77,67 @@ pub(super) fn call<T>(
     }
 }
 
-/// Calls a map function on `element`; the output stands for the input's records
-/// (its origin, in a tagged pipeline). A failed call is fatal (not an element
+/// Calls a map function on `element`, the `index`-th its stage has taken; the
+/// output stands for the input's records (its origin, in a tagged pipeline). The
+/// function sees the origin, or else the index, as its [`ElementKey`]; its error
+/// names the origin where there is one. A failed call is fatal (not an element
 /// error), so the origin of its input needs no sink.
 pub(super) fn map_keeping_origin(
     name: &str,
     mut element: Element,
-    f: impl FnOnce(Element) -> Result<Element, String>,
+    index: u64,
+    f: impl FnOnce(Element, ElementKey<'_>) -> Result<Element, String>,
 ) -> Item {
     let origin = element.origin.take();
-    call(name, || f(element)).map(|mut out| {
-        out.origin = origin;
-        out
-    })
+    let key = origin.as_ref().map_or(ElementKey::Index(index), ElementKey::Origin);
+    match call(name, || f(element, key)) {
+        Ok(mut out) => {
+            out.origin = origin;
+            Ok(out)
+        }
+        Err(DatasetError::Function { name, message }) if origin.is_some() => {
+            let from = origin.as_ref().map(describe).unwrap_or_default();
+            Err(DatasetError::Function { name, message: format!("{message} (element of {from})") })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The records an origin names, for an error message: `unit 3, record 17`, or the
+/// runs of a batch's.
+fn describe(origin: &Tag) -> String {
+    let runs: Vec<String> = origin
+        .runs()
+        .iter()
+        .map(|r| match r.count {
+            1 => format!("unit {}, record {}", r.unit, r.first),
+            n => format!("unit {}, records {}..{}", r.unit, r.first, r.first.saturating_add(n)),
+        })
+        .collect();
+    if runs.is_empty() {
+        "no record".into()
+    } else {
+        runs.join("; ")
+    }
 }
 
 pub(super) struct Map {
     input: ElementIter,
     name: String,
     args: Vec<Arg>,
-    f: MapFn,
+    f: KeyedMapFn,
+    /// Elements this stage has taken, shared by its instantiations (the plan's).
+    taken: Arc<AtomicU64>,
 }
 
 impl Map {
-    pub(super) fn new(input: ElementIter, call: FnCall, f: MapFn) -> Self {
-        Map { input, name: call.name, args: call.args, f }
+    pub(super) fn new(
+        input: ElementIter,
+        call: FnCall,
+        f: KeyedMapFn,
+        taken: Arc<AtomicU64>,
+    ) -> Self {
+        Map { input, name: call.name, args: call.args, f, taken }
     }
 }
 
@@ -109,8 +149,9 @@ impl Iterator for Map {
             Ok(e) => e,
             Err(e) => return Some(Err(e)),
         };
+        let index = self.taken.fetch_add(1, Ordering::Relaxed);
         let (f, args) = (&self.f, &self.args);
-        Some(map_keeping_origin(&self.name, element, |e| f(e, args)))
+        Some(map_keeping_origin(&self.name, element, index, |e, key| f(e, args, key)))
     }
 }
 

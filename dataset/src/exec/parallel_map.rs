@@ -31,22 +31,23 @@
 //! worker that cannot be spawned is skipped; if none can, the map runs inline.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::def::{Arg, FnCall};
 use crate::error::DatasetError;
-use crate::registry::MapFn;
+use crate::registry::KeyedMapFn;
 use crate::tensor::Element;
 
 use super::ops::{map_keeping_origin, Map};
 use super::stream::{lock, ElementIter};
 
 type Item = Result<Element, DatasetError>;
-/// An element and its input position.
-type Job = (u64, Element);
+/// An element, its input position in this instantiation (for the reorder buffer)
+/// and its index for the map's `ElementKey` (counted across instantiations).
+type Job = (u64, u64, Element);
 
 pub(super) struct ParallelMap {
     state: State,
@@ -56,7 +57,8 @@ enum State {
     NotStarted {
         input: ElementIter,
         call: FnCall,
-        f: MapFn,
+        f: KeyedMapFn,
+        taken: Arc<AtomicU64>,
         threads: usize,
         deterministic: bool,
     },
@@ -67,14 +69,17 @@ enum State {
 }
 
 impl ParallelMap {
+    /// `taken` counts the elements the stage has taken (the plan's, shared by its
+    /// instantiations), as `ops::Map`'s does.
     pub(super) fn new(
         input: ElementIter,
         call: FnCall,
-        f: MapFn,
+        f: KeyedMapFn,
+        taken: Arc<AtomicU64>,
         threads: usize,
         deterministic: bool,
     ) -> Self {
-        ParallelMap { state: State::NotStarted { input, call, f, threads, deterministic } }
+        ParallelMap { state: State::NotStarted { input, call, f, taken, threads, deterministic } }
     }
 }
 
@@ -83,10 +88,10 @@ impl Iterator for ParallelMap {
 
     fn next(&mut self) -> Option<Item> {
         if let State::NotStarted { .. } = self.state {
-            if let State::NotStarted { input, call, f, threads, deterministic } =
+            if let State::NotStarted { input, call, f, taken, threads, deterministic } =
                 std::mem::replace(&mut self.state, State::Done)
             {
-                self.state = start(input, call, f, threads.max(1), deterministic);
+                self.state = start(input, call, f, taken, threads.max(1), deterministic);
             }
         }
         let item = match &mut self.state {
@@ -102,7 +107,14 @@ impl Iterator for ParallelMap {
     }
 }
 
-fn start(input: ElementIter, call: FnCall, f: MapFn, threads: usize, deterministic: bool) -> State {
+fn start(
+    input: ElementIter,
+    call: FnCall,
+    f: KeyedMapFn,
+    taken: Arc<AtomicU64>,
+    threads: usize,
+    deterministic: bool,
+) -> State {
     let cap = threads.saturating_mul(2);
     let (jobs_tx, jobs_rx) = sync_channel::<Job>(cap);
     let (results_tx, results_rx) = sync_channel::<(u64, Item)>(cap);
@@ -128,7 +140,7 @@ fn start(input: ElementIter, call: FnCall, f: MapFn, threads: usize, determinist
         }
     }
     if workers.is_empty() {
-        return State::Inline(Map::new(input, call, f));
+        return State::Inline(Map::new(input, call, f, taken));
     }
     tracing::debug!(threads = workers.len(), deterministic, "parallel map started");
     State::Running(Running {
@@ -139,6 +151,7 @@ fn start(input: ElementIter, call: FnCall, f: MapFn, threads: usize, determinist
         workers,
         stop,
         cap,
+        taken,
         next_seq: 0,
         in_flight: 0,
         deterministic,
@@ -153,21 +166,21 @@ struct Worker {
     stop: Arc<AtomicBool>,
     name: String,
     args: Arc<[Arg]>,
-    f: MapFn,
+    f: KeyedMapFn,
 }
 
 impl Worker {
     fn run(self) {
         loop {
             let job = lock(&self.jobs).recv();
-            let Ok((seq, element)) = job else {
+            let Ok((seq, index, element)) = job else {
                 return; // the consumer is gone
             };
             if self.stop.load(Ordering::Relaxed) {
                 return;
             }
             let (f, args) = (&self.f, &self.args[..]);
-            let item = map_keeping_origin(&self.name, element, |e| f(e, args));
+            let item = map_keeping_origin(&self.name, element, index, |e, key| f(e, args, key));
             if self.results.send((seq, item)).is_err() {
                 return;
             }
@@ -185,6 +198,9 @@ struct Running {
     workers: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     cap: usize,
+    /// Elements the stage has taken over all its instantiations: the `ElementKey`
+    /// index, drawn here on the consumer's thread, so in input order.
+    taken: Arc<AtomicU64>,
     /// Position of the next element pulled from the input.
     next_seq: u64,
     /// Elements pulled and not yet yielded (≤ `cap`).
@@ -213,7 +229,9 @@ impl Running {
                     return Ok(());
                 }
             };
-            let sent = self.jobs.as_ref().map(|jobs| jobs.send((self.next_seq, element)));
+            let index = self.taken.fetch_add(1, Ordering::Relaxed);
+            let job = (self.next_seq, index, element);
+            let sent = self.jobs.as_ref().map(|jobs| jobs.send(job));
             if !matches!(sent, Some(Ok(()))) {
                 return Err(workers_gone());
             }

@@ -12,6 +12,7 @@
 //! them and they read or rebuild the plan (a `repeat` restarts its upstream through
 //! `Plan::build`). Breaking that needs an interface between them, not a move (issue 12).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use rand::SeedableRng;
@@ -35,6 +36,10 @@ pub(super) struct Plan {
     pub(super) splits: Option<SharedSplits>,
     /// Per stage: the RNG of a shuffle stage, seeded once per pipeline.
     rngs: Vec<Option<Arc<Mutex<ChaCha8Rng>>>>,
+    /// Per stage: how many elements a map stage has taken since the pipeline
+    /// started, kept across its instantiations (every epoch of a `repeat`): the
+    /// `ElementKey::Index` of an untagged pipeline's seeded maps.
+    taken: Vec<Arc<AtomicU64>>,
     /// The tensors of a `from_tensor_slices` source of bytes, built once per
     /// pipeline: an element is then a reference to its buffer, not a copy of it
     /// (a large constant tensor costs no copy per element or per epoch).
@@ -83,6 +88,7 @@ impl Plan {
                 _ => None,
             })
             .collect();
+        let taken = def.stages.iter().map(|_| Arc::default()).collect();
         let byte_slices = match def.stages.first() {
             Some(Stage::FromTensorSlices(SliceValues::Bytes(values))) => {
                 Some(values.iter().map(|v| crate::tensor::Tensor::scalar_bytes(v)).collect())
@@ -100,6 +106,7 @@ impl Plan {
             registry: registry.clone(),
             splits,
             rngs,
+            taken,
             byte_slices,
             tensor_slices,
             tags: tags.map(Arc::new),
@@ -142,12 +149,14 @@ impl Plan {
                 match self.registry.map_fn(name) {
                     Some(f) => {
                         let call = FnCall::new(name.clone(), args.clone());
+                        let taken = self.taken.get(end - 1).cloned().unwrap_or_default();
                         match parallelism(*num_parallel_calls) {
-                            1 => Box::new(ops::Map::new(input(), call, f.clone())),
+                            1 => Box::new(ops::Map::new(input(), call, f.clone(), taken)),
                             n => Box::new(parallel_map::ParallelMap::new(
                                 input(),
                                 call,
                                 f.clone(),
+                                taken,
                                 n,
                                 *deterministic,
                             )),
