@@ -73,6 +73,27 @@ pub async fn run_with_metrics(
     run_with_listeners(listeners, config, registry, shutdown).await
 }
 
+/// The Raft listener: `given`, or, in a group of several nodes, this node's own
+/// Raft address bound now (refused before binding off loopback unprotected).
+async fn bind_raft(
+    config: &DispatcherConfig,
+    given: Option<TcpListener>,
+) -> Result<Option<TcpListener>, DispatcherError> {
+    if given.is_some() || config.peers.len() <= 1 {
+        return Ok(given);
+    }
+    let own = config.raft_peers.get(&config.node_id).ok_or_else(|| {
+        DispatcherError::Config(format!("node {} has no Raft address", config.node_id))
+    })?;
+    config.check_raft_exposure(own.rsplit_once(':').map_or(own.as_str(), |(h, _)| h))?;
+    let listener = TcpListener::bind(own).await.map_err(|e| {
+        DispatcherError::Config(format!(
+            "cannot listen for Raft on {own} (is the port in use?): {e}"
+        ))
+    })?;
+    Ok(Some(listener))
+}
+
 /// [`run`] on the given [`Listeners`].
 pub async fn run_with_listeners(
     listeners: Listeners,
@@ -87,22 +108,7 @@ pub async fn run_with_listeners(
     config.check_exposure(&address.ip().to_string())?;
     let client_tls = config.security.client_port_tls()?;
     let raft_tls = config.security.raft_port_tls()?;
-    let raft_listener = match raft_listener {
-        Some(l) => Some(l),
-        None if config.peers.len() > 1 => {
-            let own = config.raft_peers.get(&config.node_id).ok_or_else(|| {
-                DispatcherError::Config(format!("node {} has no Raft address", config.node_id))
-            })?;
-            // Refused before binding: nothing listens off loopback unprotected.
-            config.check_raft_exposure(own.rsplit_once(':').map_or(own.as_str(), |(h, _)| h))?;
-            Some(TcpListener::bind(own).await.map_err(|e| {
-                DispatcherError::Config(format!(
-                    "cannot listen for Raft on {own} (is the port in use?): {e}"
-                ))
-            })?)
-        }
-        None => None,
-    };
+    let raft_listener = bind_raft(&config, raft_listener).await?;
     if let Some(l) = &raft_listener {
         config.check_raft_exposure(&l.local_addr()?.ip().to_string())?;
     }
@@ -309,6 +315,11 @@ pub async fn spawn_with_listeners(
 ) -> Result<DispatcherHandle, DispatcherError> {
     config.validate()?;
     let address = listeners.client.local_addr()?.to_string();
+    // Both ports listen before this returns: a caller may add this node to a
+    // group at once, and the group dials its Raft port (a bind inside the
+    // spawned task raced with that on a busy machine).
+    let raft = bind_raft(&config, listeners.raft).await?;
+    let listeners = Listeners { raft, ..listeners };
     let (stop, stopped) = oneshot::channel::<()>();
     let (done_tx, done) = watch::channel(false);
     let task = tokio::spawn(async move {

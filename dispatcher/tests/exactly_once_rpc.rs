@@ -193,3 +193,26 @@ async fn exactly_once_jobs_reports_and_restores_over_grpc() {
     assert!(err.message().contains("restore"), "{err}");
     handle.shutdown().await.unwrap();
 }
+
+/// A group member's Raft port listens once `spawn` returns: a caller may add it
+/// to the group at once (Python's `DispatchServer` then `admin.add_dispatcher`),
+/// and the group dials that port. It was bound inside the spawned task, and the
+/// dial lost the race on a busy machine.
+#[tokio::test]
+async fn a_spawned_group_member_listens_for_raft_before_spawn_returns() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = listener.local_addr().unwrap();
+    let free = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let (r1, c2, r2) = (free(), free(), free());
+    let (peers, raft_peers) =
+        sluice_dispatcher::parse_group(&format!("1={client}/{r1},2={c2}/{r2}")).unwrap();
+    let config = DispatcherConfig { peers, raft_peers, node_id: 1, ..Default::default() };
+    let handle =
+        sluice_dispatcher::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap();
+    // On this single-threaded runtime the server's task has not run yet.
+    tokio::net::TcpStream::connect(&r1).await.expect("the Raft port listens");
+    handle.shutdown().await.unwrap();
+}
