@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Creates or updates the test venv `.venv-py` (the Python package's tests, and the
 # Rust tests of the worker's Python pool, `sluice-pyexec`, which run its
-# interpreter): pinned maturin, pytest, numpy and cloudpickle from PyPI.
+# interpreter): pinned maturin, pytest, numpy, cloudpickle and pyarrow (the
+# Parquet tests write their tables with it, as most tools do) from PyPI.
 # Idempotent and fast when the venv already holds these versions (one `python -c`
 # check, no pip call). Called by scripts/test.sh (before `cargo test`) and
 # scripts/test-python.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv-py
-pins=(maturin==1.16.0 pytest==9.2.0 numpy==2.4.6 cloudpickle==3.1.2)
+pins=(maturin==1.16.0 pytest==9.2.0 numpy==2.4.6 cloudpickle==3.1.2 pyarrow==22.0.0)
 # The check compares installed distributions with the pins above.
 have_all() {
     [ -x "$venv/bin/python" ] && [ -x "$venv/bin/maturin" ] || return 1

@@ -2,7 +2,7 @@
 # The project's test command (README and .ci/run): installs the S3-compatible test
 # server (moto, from PyPI, into .venv-s3), strace and chromium (Debian; chromium
 # loads the dispatcher's status page in tests/status_page.rs) and the test venv
-# (.venv-py: numpy, cloudpickle, maturin, pytest) if they are missing, runs every
+# (.venv-py: numpy, cloudpickle, pyarrow, maturin, pytest) if they are missing, runs every
 # Rust test,
 # then the Python package's tests (scripts/test-python.sh: a venv in .venv-py,
 # the module built by maturin, pytest).

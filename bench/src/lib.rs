@@ -58,6 +58,7 @@ pub mod epoch;
 pub mod exactly_once;
 pub mod failover;
 pub mod files;
+pub mod formats;
 pub mod fsync;
 pub mod gap;
 pub mod group;
@@ -106,13 +107,16 @@ pub enum Section {
     Python,
     Compression,
     ExactlyOnce,
+    Parquet,
+    WebDataset,
+    Jpeg,
     /// Not in the default run (minutes): only when named in `--only`.
     Scale,
 }
 
 impl Section {
     /// Every section, for `--only`.
-    pub const ALL: [Section; 18] = [
+    pub const ALL: [Section; 21] = [
         Section::Limits,
         Section::Streaming,
         Section::Epoch,
@@ -130,6 +134,9 @@ impl Section {
         Section::Python,
         Section::Compression,
         Section::ExactlyOnce,
+        Section::Parquet,
+        Section::WebDataset,
+        Section::Jpeg,
         Section::Scale,
     ];
 }
@@ -155,12 +162,15 @@ impl FromStr for Section {
             "python" => Section::Python,
             "compression" => Section::Compression,
             "exactly-once" => Section::ExactlyOnce,
+            "parquet" => Section::Parquet,
+            "webdataset" => Section::WebDataset,
+            "jpeg" => Section::Jpeg,
             "scale" => Section::Scale,
             other => {
                 return Err(format!(
                     "unknown section `{other}`; one of limits, streaming, epoch, fsync, memory, \
                      sled, cluster, grants, failover, gap, s3, restart, rss, files, python, \
-                     compression, exactly-once, scale"
+                     compression, exactly-once, parquet, webdataset, jpeg, scale"
                 ))
             }
         })
@@ -206,6 +216,8 @@ pub struct BenchConfig {
     pub exactly_once: exactly_once::ExactlyOnceConfig,
     /// The scale section's sizes and pacing.
     pub scale: scale::ScaleConfig,
+    /// The parquet, webdataset and jpeg sections' data and the jpeg peer.
+    pub formats: formats::FormatsConfig,
 }
 
 impl BenchConfig {
@@ -318,19 +330,22 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
 
     // The files section sets its cases beside the loopback bandwidth, so it measures
     // the limits too.
-    let (loopback, loopback_streams, memcpy) =
-        if cfg.runs(Section::Limits) || cfg.runs(Section::Files) {
-            tracing::info!("--- loopback TCP and memcpy bandwidth");
-            let probe = tokio::task::spawn_blocking(|| {
-                let lo = limits::loopback_bandwidth(LIMIT_PROBE, 1);
-                let streams = limits::loopback_bandwidth(LIMIT_PROBE, streaming::WORKERS);
-                (lo, streams, limits::memcpy_bandwidth(LIMIT_PROBE))
-            });
-            let (lo, streams, mem) = probe.await?;
-            (Outcome::from_result(lo), Outcome::from_result(streams), Outcome::from_result(mem))
-        } else {
-            (skipped(), skipped(), skipped())
-        };
+    let (loopback, loopback_streams, memcpy) = if cfg.runs(Section::Limits)
+        || cfg.runs(Section::Files)
+        || cfg.runs(Section::Parquet)
+        || cfg.runs(Section::WebDataset)
+    {
+        tracing::info!("--- loopback TCP and memcpy bandwidth");
+        let probe = tokio::task::spawn_blocking(|| {
+            let lo = limits::loopback_bandwidth(LIMIT_PROBE, 1);
+            let streams = limits::loopback_bandwidth(LIMIT_PROBE, streaming::WORKERS);
+            (lo, streams, limits::memcpy_bandwidth(LIMIT_PROBE))
+        });
+        let (lo, streams, mem) = probe.await?;
+        (Outcome::from_result(lo), Outcome::from_result(streams), Outcome::from_result(mem))
+    } else {
+        (skipped(), skipped(), skipped())
+    };
 
     let (streaming, epoch) = streaming_and_epoch(cfg, &logs).await;
 
@@ -460,6 +475,35 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         skipped()
     };
 
+    let gb = |o: &Outcome<limits::Bandwidth>| o.measured().map(|b| b.gb_per_s);
+    let link = files::Loopback { one_stream: gb(&loopback), two_streams: gb(&loopback_streams) };
+    let mb = |o: &Outcome<limits::Bandwidth>| o.measured().map(|b| b.gb_per_s * 1e3);
+    let pipes = files
+        .measured()
+        .map(|f| files::Pipes { one: mb(&f.pipe_one), two: mb(&f.pipe_two) })
+        .unwrap_or_default();
+    let exe = &cfg.sluice_exe;
+    let parquet = if cfg.runs(Section::Parquet) {
+        tracing::info!("--- parquet: rows and batches, local and through the service");
+        let run = formats::parquet(exe, &cfg.formats, &dir, &logs, link, pipes).await;
+        Outcome::from_result(run)
+    } else {
+        skipped()
+    };
+    let webdataset = if cfg.runs(Section::WebDataset) {
+        tracing::info!("--- webdataset: samples, local and through the service");
+        let run = formats::webdataset(exe, &cfg.formats, &dir, &logs, link, pipes).await;
+        Outcome::from_result(run)
+    } else {
+        skipped()
+    };
+    let jpeg = if cfg.runs(Section::Jpeg) {
+        tracing::info!("--- jpeg: decode, crop, flip, normalize against Pillow");
+        Outcome::from_result(formats::jpeg(exe, &cfg.formats, &dir, &logs).await)
+    } else {
+        skipped()
+    };
+
     let python = if cfg.runs(Section::Python) {
         tracing::info!("--- Python stages");
         Outcome::from_result(python::run(cfg.python.clone()).await)
@@ -515,6 +559,9 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         python,
         compression,
         exactly_once,
+        parquet,
+        webdataset,
+        jpeg,
         scale,
     })
 }

@@ -71,6 +71,9 @@ fn report(check: &str) -> Report {
         python: skipped(),
         compression: skipped(),
         exactly_once: skipped(),
+        parquet: skipped(),
+        webdataset: skipped(),
+        jpeg: skipped(),
         scale: skipped(),
     }
 }
@@ -86,6 +89,25 @@ fn new_sections_render_and_serialise() {
     assert!(table.contains("int64 scalars, range(10)"), "{table}");
     assert!(table.contains("OFF      median 5.00 ms  max 5.00 ms"), "{table}");
     assert!(r.problems().is_empty(), "{:?}", r.problems());
+}
+
+#[test]
+fn the_jpeg_section_sets_sluice_beside_pillow() {
+    let mut r = report("ok");
+    r.jpeg = Outcome::Measured(sluice_bench::formats::Jpeg {
+        images: 1024,
+        data: "1024 JPEGs".into(),
+        sluice_per_core: 300.0,
+        pillow_per_core: Outcome::Measured(200.0),
+        sluice_two_workers: 500.0,
+        sluice_worker_cpu_us: 3000.0,
+        pillow_pool_two: Outcome::Failed { error: "no Pillow".into() },
+        peer: Some("Pillow 13.0.0, numpy 2.4.6".into()),
+    });
+    let table = r.render();
+    assert!(table.contains("Sluice 1.50x (target >= 1.5x per core)"), "{table}");
+    assert!(table.contains("FAILED: no Pillow"), "{table}");
+    assert_eq!(r.problems().len(), 0, "a peer that did not run is not the run's failure");
 }
 
 #[test]

@@ -19,6 +19,8 @@
 //! - [`lifecycle`]: the service-lifecycle soak: a stream of jobs on one cluster while
 //!   workers are killed, drained and replaced and the dispatchers restart one by one
 //!   (checked by `checker::lifecycle`).
+//! - [`data`]: what an exactly-once job reads: `range`, or the same values in
+//!   Parquet files or WebDataset shards written for the run.
 //! - [`trainers`]: exactly-once scenarios' consumers: trainers that take positions at
 //!   synchronized checkpoints and are restarted from them with another count.
 //! - [`history`]: the JSON-lines history (elements received, faults injected) that
@@ -32,6 +34,7 @@
 pub mod campaign;
 pub mod checker;
 pub mod cluster;
+pub mod data;
 pub mod faults;
 pub mod history;
 pub mod lifecycle;

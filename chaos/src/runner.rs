@@ -152,10 +152,21 @@ pub async fn run(scenario: &Scenario, seed: u64, cfg: &RunConfig) -> anyhow::Res
     let notes = {
         let mut cluster = Cluster::start(cluster_config(scenario, cfg)).await?;
         let client = cluster.client(dispatcher_policy())?;
+        // Files a Parquet or WebDataset job reads: under the system temp
+        // directory, one of the servers' default data roots on loopback.
+        let data_dir = tempfile::Builder::new().prefix("sluice-chaos-data-").tempdir()?;
         let def = if order.is_some() {
             crate::trainers::ordered_dataset(scenario.dataset_len)
         } else if scenario.exactly_once {
-            crate::trainers::dataset(scenario.dataset_len)
+            let (source, values) =
+                crate::data::write(scenario.source, data_dir.path(), scenario.dataset_len)?;
+            anyhow::ensure!(
+                values == scenario.dataset_len,
+                "scenario {}: its files hold {values} values, not dataset_len {}",
+                scenario.name,
+                scenario.dataset_len
+            );
+            crate::trainers::dataset(source)
         } else {
             DatasetDef::range(scenario.dataset_len as i64)
         };

@@ -11,6 +11,7 @@ use std::time::Duration;
 use sluice_client::ProcessingMode;
 
 use crate::cluster::Storage;
+use crate::data::Source;
 
 /// What a planned fault does; targets (which node, which pair) are drawn with the
 /// schedule or resolved against the live cluster when the fault starts.
@@ -81,6 +82,9 @@ pub struct Scenario {
     pub kinds: &'static [FaultKind],
     /// Faults in the schedule, `first` included.
     pub faults: usize,
+    /// What the job reads (`crate::data`): `range`, or the same values in
+    /// Parquet files or WebDataset shards (exactly-once scenarios only).
+    pub source: Source,
     /// Consumers read exactly-once, take positions and restore from them
     /// (`trainers.rs`); the checker demands exactly once through every fault.
     pub exactly_once: bool,
@@ -124,6 +128,7 @@ const fn base(name: &'static str, about: &'static str) -> Scenario {
         first: &[],
         kinds: &[],
         faults: 4,
+        source: Source::Range,
         exactly_once: false,
         deterministic: false,
         lifecycle: None,
@@ -211,6 +216,38 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             exactly_once: true,
+            source: Source::Parquet,
+            // 120 row groups of 25 rows in 6 files (360 in 18, optimized).
+            dataset_len: by_build(3_000),
+            elements_per_split: 2,
+            epochs: 2,
+            first: &[KillWorker, RestartTrainers, KillLeader],
+            kinds: &[KillWorker, RestartTrainers, KillLeader],
+            faults: 5,
+            ..base(
+                "parquet",
+                "exactly-once reads of Parquet files (a row group the split unit): kill \
+                 workers mid-row-group, restart the trainers with another count, kill the leader",
+            )
+        },
+        Scenario {
+            exactly_once: true,
+            source: Source::WebDataset,
+            // 120 tar shards of 25 JPEG samples (360, optimized).
+            dataset_len: by_build(3_000),
+            elements_per_split: 2,
+            epochs: 2,
+            first: &[KillWorker, RestartTrainers, KillLeader],
+            kinds: &[KillWorker, RestartTrainers, KillLeader],
+            faults: 5,
+            ..base(
+                "webdataset",
+                "exactly-once reads of WebDataset shards (a shard the split unit): kill \
+                 workers mid-shard, restart the trainers with another count, kill the leader",
+            )
+        },
+        Scenario {
+            exactly_once: true,
             deterministic: true,
             dataset_len: by_build(12_000),
             epochs: 2,
@@ -266,6 +303,8 @@ pub const CI: &[(&str, u64)] = &[
     ("off", 1),
     ("exactly-once", 1),
     ("deterministic", 1),
+    ("parquet", 1),
+    ("webdataset", 1),
     // Without the fix of issue 31's defect 1 (a lost worker in every new job)
     // this seed fails: jobs started after a drain give up on the dead worker.
     ("lifecycle", 1),

@@ -44,13 +44,10 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(300);
 /// The job every trainer reads.
 const JOB: &str = "chaos-trainers";
 
-/// `range(n)` through a shuffle across units: elements leave the workers in an
-/// order unrelated to their splits, so positions must name records.
-pub fn dataset(n: u64) -> DatasetDef {
-    DatasetDef::from_json(&format!(
-        r#"{{"stages": [{{"range": {{"stop": {n}}}}}, {{"shuffle": {{"buffer_size": 32, "seed": 11}}}}]}}"#
-    ))
-    .expect("a valid pipeline")
+/// `source` (`crate::data`) through a shuffle across units: elements leave the
+/// workers in an order unrelated to their splits, so positions must name records.
+pub fn dataset(source: DatasetDef) -> DatasetDef {
+    source.shuffle(32, 11)
 }
 
 /// `range(n)` alone, for the deterministic order: it refuses stages that mix
@@ -249,9 +246,7 @@ impl Trainer {
         };
         let mut rounds_taken = 0u64;
         while let Some(item) = stream.next().await {
-            let value = match item
-                .map_err(|e| e.to_string())
-                .and_then(|el| el.as_i64().map_err(|e| e.to_string()))
+            let value = match item.map_err(|e| e.to_string()).and_then(|el| crate::data::value(&el))
             {
                 Ok(v) => v,
                 Err(e) => return e,

@@ -46,7 +46,8 @@ fn stage_cardinality(stage: &Stage, input: Cardinality, first: bool) -> Cardinal
         Stage::ListFiles { files: None, .. }
         | Stage::TfRecord { .. }
         | Stage::TextLines { .. }
-        | Stage::WebDataset { .. } => Unknown,
+        | Stage::WebDataset { .. }
+        | Stage::Parquet(_) => Unknown,
         // A stage that is not a source cannot open a pipeline; nothing to say.
         _ if first => Unknown,
         Stage::Map { .. } | Stage::Prefetch { .. } | Stage::Shuffle { .. } => input,

@@ -169,6 +169,9 @@ pub enum Stage {
     WebDataset {
         files: Vec<String>,
     },
+    /// Source: the rows of Parquet files (`formats::parquet`). The split unit is
+    /// a row group.
+    Parquet(crate::formats::parquet::ParquetSource),
     /// Applies a map function; with `num_parallel_calls` > 1 (0 = one per core) on
     /// that many threads, in input order unless `deterministic` is false.
     Map {
@@ -266,6 +269,7 @@ impl Stage {
             Stage::TfRecord { .. } => "tfrecord",
             Stage::TextLines { .. } => "text_lines",
             Stage::WebDataset { .. } => "webdataset",
+            Stage::Parquet(_) => "parquet",
             Stage::Map { .. } => "map",
             Stage::Filter(_) => "filter",
             Stage::Batch { .. } => "batch",
@@ -294,6 +298,7 @@ impl Stage {
                 | Stage::TfRecord { .. }
                 | Stage::TextLines { .. }
                 | Stage::WebDataset { .. }
+                | Stage::Parquet(_)
         )
     }
     /// Whether this source reads files: its split unit is a file, and FILE sharding
@@ -305,6 +310,7 @@ impl Stage {
                 | Stage::TfRecord { .. }
                 | Stage::TextLines { .. }
                 | Stage::WebDataset { .. }
+                | Stage::Parquet(_)
         )
     }
 }
@@ -416,6 +422,15 @@ impl DatasetDef {
     pub fn webdataset<S: Into<String>>(files: Vec<S>) -> Self {
         let files = files.into_iter().map(Into::into).collect();
         DatasetDef { stages: vec![Stage::WebDataset { files }] }
+    }
+    /// Source: the rows of Parquet files, every column (see [`ParquetSource`] for
+    /// the other fields).
+    ///
+    /// [`ParquetSource`]: crate::formats::parquet::ParquetSource
+    pub fn parquet<S: Into<String>>(files: Vec<S>) -> Self {
+        DatasetDef {
+            stages: vec![Stage::Parquet(crate::formats::parquet::ParquetSource::new(files))],
+        }
     }
     pub fn flat_map(self, name: &str, args: Vec<Arg>) -> Self {
         self.then(Stage::FlatMap(FnCall::new(name, args)))
@@ -536,7 +551,7 @@ impl DatasetDef {
             message: message.to_string(),
         };
         const SOURCES: &str =
-            "range, from_tensor_slices, list_files, tfrecord, text_lines or webdataset";
+            "range, from_tensor_slices, list_files, tfrecord, text_lines, webdataset or parquet";
         if self.stages.is_empty() {
             return Err(DatasetError::InvalidSpec {
                 field: format!("{prefix}stages"),
@@ -586,6 +601,9 @@ impl DatasetDef {
                 }
                 Stage::WebDataset { files } if files.is_empty() => {
                     return Err(bad(i, ".webdataset.files", "must name at least one file"));
+                }
+                Stage::Parquet(p) => {
+                    p.check().map_err(|(field, message)| bad(i, &field, &message))?;
                 }
                 Stage::Map { name: f, .. } | Stage::Interleave { name: f, .. } if f.is_empty() => {
                     return Err(bad(i, &format!(".{name}.fn"), "must name a function"));
@@ -707,6 +725,7 @@ impl DatasetDef {
             Stage::TfRecord { files, .. }
             | Stage::TextLines { files }
             | Stage::WebDataset { files } => Some(files.len() as u64),
+            Stage::Parquet(p) => p.is_resolved().then(|| p.units()),
             _ => None,
         }
     }

@@ -45,6 +45,11 @@ pub enum DatasetError {
     /// skip it. `offset` is the record's byte offset; `format` names the format.
     #[error("bad {format} record in `{file}` at byte {offset}: {message}")]
     BadRecord { format: &'static str, file: String, offset: u64, message: String },
+    /// One row of a table cannot become an element (a null without a default, a
+    /// value no tensor holds), naming the row group and the row within it: an
+    /// element error, like [`DatasetError::BadRecord`].
+    #[error("bad {format} row in `{file}` (row group {group}, row {row}): {message}")]
+    BadRow { format: &'static str, file: String, group: u64, row: u64, message: String },
     /// A `tf.train.Example` does not match the `parse_example` feature specs.
     #[error("parse_example: {0}")]
     BadExample(String),
@@ -65,7 +70,7 @@ impl DatasetError {
     pub fn is_element_error(&self) -> bool {
         match self {
             DatasetError::UserFunction(f) => f.phase == crate::python::Phase::Call,
-            DatasetError::BadRecord { .. } => true,
+            DatasetError::BadRecord { .. } | DatasetError::BadRow { .. } => true,
             _ => false,
         }
     }

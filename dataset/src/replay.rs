@@ -27,9 +27,10 @@ impl DatasetDef {
             Stage::Range { .. } | Stage::FromTensorSlices(_) | Stage::ListFiles { .. } => {
                 UnitRecords::One
             }
-            Stage::TfRecord { .. } | Stage::TextLines { .. } | Stage::WebDataset { .. } => {
-                UnitRecords::Counted
-            }
+            Stage::TfRecord { .. }
+            | Stage::TextLines { .. }
+            | Stage::WebDataset { .. }
+            | Stage::Parquet(_) => UnitRecords::Counted,
             other => {
                 return Err(format!(
                     "stages[0].{}: not a source; a pipeline starts with one",
@@ -117,9 +118,8 @@ impl DatasetDef {
                 | Stage::ListFiles { .. }
                 | Stage::TfRecord { .. }
                 | Stage::TextLines { .. }
-                | Stage::WebDataset { .. } => {
-                    return Err(format!("{at}: a source after the first stage"))
-                }
+                | Stage::WebDataset { .. }
+                | Stage::Parquet(_) => return Err(format!("{at}: a source after the first stage")),
             }
         }
         Ok(units)

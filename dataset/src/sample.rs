@@ -200,3 +200,83 @@ pub fn image_pipeline(pattern: &str, image_size: u32) -> DatasetDef {
         .map_with("normalize", vec![Arg::Str("image".into())])
         .batch(32, false)
 }
+
+/// Words of the sample text rows.
+const WORDS: [&str; 16] = [
+    "the", "river", "data", "flows", "through", "a", "sluice", "gate", "to", "every", "trainer",
+    "once", "and", "only", "once", "again",
+];
+
+/// Writes `files` Parquet files of `rows_per_file` rows into `out_dir` (a path or
+/// an `s3://`/`gs://` prefix), `part-00000.parquet`, …, in row groups of
+/// `rows_per_group` rows (zstd): `id` (int64, the row's number across files),
+/// `text` (a string of 3 to 40 words), `label` (int64 in `0..10`) and `tokens`
+/// (a list of 1 to 64 int32 word ids). Written by arrow-rs's `ArrowWriter`;
+/// deterministic for a seed.
+pub fn write_parquet(
+    out_dir: &str,
+    files: usize,
+    rows_per_file: usize,
+    rows_per_group: usize,
+    seed: u64,
+) -> Result<SampleSummary, DatasetError> {
+    use std::sync::Arc;
+
+    use arrow_array::builder::{Int32Builder, ListBuilder};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::{Compression, ZstdLevel};
+    use parquet::file::properties::WriterProperties;
+
+    let props = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(rows_per_group.max(1)))
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let mut summary = SampleSummary { files: Vec::new(), records: 0, bytes: 0 };
+    for f in 0..files {
+        let url = io::join(out_dir, &format!("part-{f:05}.parquet"));
+        let bad = |e: &dyn std::fmt::Display| DatasetError::io(&url, e);
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(seed ^ (f as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let first = (f * rows_per_file) as i64;
+        let ids = Int64Array::from_iter_values(first..first + rows_per_file as i64);
+        let mut texts = Vec::with_capacity(rows_per_file);
+        let mut tokens = ListBuilder::new(Int32Builder::new());
+        for _ in 0..rows_per_file {
+            let n = rng.gen_range(3..=40);
+            let words: Vec<usize> = (0..n).map(|_| rng.gen_range(0..WORDS.len())).collect();
+            texts.push(words.iter().map(|&w| WORDS[w]).collect::<Vec<_>>().join(" "));
+            let t = rng.gen_range(1..=64);
+            tokens.append_value((0..t).map(|i| Some(words[i % words.len()] as i32)));
+        }
+        let labels =
+            Int64Array::from_iter_values((0..rows_per_file).map(|_| rng.gen_range(0..NUM_LABELS)));
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            ("id", Arc::new(ids)),
+            ("text", Arc::new(StringArray::from(texts))),
+            ("label", Arc::new(labels)),
+            ("tokens", Arc::new(tokens.finish())),
+        ];
+        let batch = RecordBatch::try_from_iter(columns).map_err(|e| bad(&e))?;
+        let out = io::create(&url)?;
+        let mut w =
+            ArrowWriter::try_new(out, batch.schema(), Some(props.clone())).map_err(|e| bad(&e))?;
+        w.write(&batch).map_err(|e| bad(&e))?;
+        summary.bytes += w.bytes_written() as u64;
+        let out = w.into_inner().map_err(|e| bad(&e))?;
+        out.finish()?;
+        summary.records += rows_per_file as u64;
+        summary.files.push(url);
+    }
+    Ok(summary)
+}
+
+/// The pipeline that reads a [`write_parquet`] directory: `parquet(pattern)` with
+/// every column, one element per row. `pattern` is e.g. `dir/*.parquet`.
+pub fn parquet_pipeline(pattern: &str) -> DatasetDef {
+    let source = crate::formats::parquet::ParquetSource {
+        pattern: Some(pattern.to_string()),
+        ..Default::default()
+    };
+    DatasetDef { stages: vec![Stage::Parquet(source)] }
+}

@@ -63,6 +63,7 @@ impl DatasetDef {
             Stage::TfRecord { files, .. }
             | Stage::TextLines { files }
             | Stage::WebDataset { files } => Some(files),
+            Stage::Parquet(p) => Some(&p.files),
             _ => None,
         }
     }
@@ -81,6 +82,16 @@ impl DatasetDef {
                          source: the dispatcher splits only the first stage. Use OFF, or a \
                          static policy (FILE, DATA, FILE_OR_DATA, HINT)"
                     ),
+                ));
+            }
+        }
+        if let Some(Stage::Parquet(p)) = self.stages.first() {
+            if !p.is_resolved() {
+                return Err(refused(
+                    "stages[0].parquet.row_groups".into(),
+                    "the files' footers were not read; register the dataset with a dispatcher, \
+                     which reads them once so that every worker splits the same row groups"
+                        .into(),
                 ));
             }
         }
@@ -150,7 +161,7 @@ impl DatasetDef {
                 format!("stages[0].{first}"),
                 format!(
                     "FILE sharding divides the files of a file source (list_files, tfrecord, \
-                     text_lines, webdataset), and `{first}` reads no files; use DATA or FILE_OR_DATA"
+                     text_lines, webdataset, parquet), and `{first}` reads no files; use DATA or FILE_OR_DATA"
                 ),
             ));
         };
@@ -210,6 +221,7 @@ impl DatasetDef {
             | Some(Stage::TfRecord { files, .. })
             | Some(Stage::TextLines { files })
             | Some(Stage::WebDataset { files }) => keep(files),
+            Some(Stage::Parquet(p)) => p.keep_files(n, i),
             _ => {}
         }
     }

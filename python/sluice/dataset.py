@@ -38,6 +38,7 @@ from sluice._fields import (
     check_int,
     features_spec,
     file_names,
+    fn_arg,
     fn_call,
     parallel_calls,
     shard_arg,
@@ -55,7 +56,7 @@ class Dataset:
     """An input pipeline: a source stage and the transformations after it.
 
     Build one with a source (``Dataset.range``, ``from_tensor_slices``,
-    ``list_files``, ``tfrecord``, ``text_lines``, ``webdataset``, or ``from_json`` /
+    ``list_files``, ``tfrecord``, ``text_lines``, ``webdataset``, ``parquet``, or ``from_json`` /
     ``from_dict``
     for a spec file), chain transformations, and read it through the service
     with ``distribute``. Equal pipelines compare equal (by their spec).
@@ -179,6 +180,52 @@ class Dataset:
                 listed = Dataset.list_files(name, shuffle=False)
                 return listed.flat_map("webdataset")
         return Dataset([{"webdataset": {"files": file_names("webdataset", files_or_pattern)}}])
+
+    @staticmethod
+    def parquet(
+        files_or_pattern: Filenames,
+        columns: Sequence[str] | None = None,
+        batch_rows: int | None = None,
+        defaults: Mapping[str, int | float | str] | None = None,
+    ) -> Dataset:
+        """The rows of Parquet files, in file and row order: one dict per row,
+        ``{column: value}`` (numbers as scalars of their dtype, strings as ``str``,
+        binary as ``bytes``, lists as 1-D arrays; a struct's fields as
+        ``"column.field"``).
+
+        ``files_or_pattern``: one file name or a list of them, or one pattern with
+        ``*``, ``?`` or ``[...]`` (a path or ``s3://`` / ``gs://`` URL) that the
+        dispatcher lists, sorted, at registration. ``columns``: the columns to read
+        (only these are fetched from storage), in this order; default all.
+        ``batch_rows``: elements of up to this many rows of one row group, each
+        value an array with a leading dimension of the rows. ``defaults``: the value
+        a null takes, by column; a null elsewhere is a ``DataLossError`` naming the
+        file, row group, row and column, which ``ignore_errors`` skips.
+
+        The dispatcher reads each file's footer at registration: a row group is the
+        split unit, and a row's position in its row group its record, so
+        ``exactly_once`` reads resume mid-file (docs/dataset-spec.md)."""
+        fields: Stage = {}
+        if isinstance(files_or_pattern, (str, os.PathLike)) and any(
+            c in os.fspath(files_or_pattern) for c in "*?["
+        ):
+            fields["pattern"] = os.fspath(files_or_pattern)
+        else:
+            fields["files"] = file_names("parquet", files_or_pattern)
+        if columns is not None:
+            if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+                raise TypeError(f"parquet: columns must be a list of str, got {columns!r}")
+            fields["columns"] = list(columns)
+        if batch_rows is not None:
+            fields["batch_rows"] = check_count("parquet: batch_rows", batch_rows, 1)
+        if defaults:
+            if not isinstance(defaults, Mapping):
+                raise TypeError(f"parquet: defaults must be a dict, got {defaults!r}")
+            fields["defaults"] = {
+                str(k): fn_arg(f"parquet: defaults[{k!r}]", int(v) if isinstance(v, bool) else v)
+                for k, v in defaults.items()
+            }
+        return Dataset([{"parquet": fields}])
 
     @staticmethod
     def from_dict(spec: Mapping[str, Any]) -> Dataset:

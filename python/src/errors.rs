@@ -153,9 +153,11 @@ pub fn from_client(e: ClientError) -> PyErr {
         ClientError::UserFunction(f) => return user_function(f),
         ClientError::Dataset(DatasetError::UserFunction(f)) => return user_function(f),
         // A pipeline run in this process: the kinds a worker's status would carry.
-        ClientError::Dataset(DatasetError::Corrupt { .. } | DatasetError::BadRecord { .. }) => {
-            Kind::DataLoss
-        }
+        ClientError::Dataset(
+            DatasetError::Corrupt { .. }
+            | DatasetError::BadRecord { .. }
+            | DatasetError::BadRow { .. },
+        ) => Kind::DataLoss,
         ClientError::Dataset(DatasetError::NotFound { .. }) => Kind::NotFound,
         ClientError::Dataset(DatasetError::Forbidden { .. }) => Kind::PermissionDenied,
         ClientError::Unavailable { .. } => Kind::Unavailable,

@@ -500,6 +500,10 @@ ROUND_TRIP: dict[str, Callable[[], Dataset]] = {
     "text_lines": lambda: Dataset.text_lines("a.txt"),
     "webdataset": lambda: Dataset.webdataset(["a.tar", "b.tar"]),
     "webdataset_pattern": lambda: Dataset.webdataset("/d/shard-*.tar"),
+    "parquet": lambda: Dataset.parquet(
+        ["a.parquet"], columns=["text", "label"], batch_rows=64, defaults={"label": -1, "w": 0.5}
+    ),
+    "parquet_pattern": lambda: Dataset.parquet("s3://b/train-*.parquet"),
     "map": lambda: Dataset.range(3).map("add", 1).map("mul", 0.5).map("square"),
     "parallel_map": lambda: Dataset.range(3).map(
         "square", num_parallel_calls=AUTOTUNE, deterministic=False

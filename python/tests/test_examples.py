@@ -51,3 +51,10 @@ def test_the_webdataset_example_reads_each_sample_once_and_learns():
     assert out.count("192 samples, each once") == 3, out
     accuracy = float(out.rsplit("final accuracy ", 1)[1].split()[0])
     assert accuracy > 0.9, out
+
+
+def test_the_parquet_example_reads_each_row_once_through_a_worker_stop_and_learns():
+    out = run("parquet_train.py")
+    assert out.count("1000 rows, each once") == 3, out
+    accuracy = float(out.rsplit("final accuracy ", 1)[1].split()[0])
+    assert accuracy > 0.9, out

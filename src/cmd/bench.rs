@@ -48,7 +48,8 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
     /// Sections to skip, comma-separated: limits, streaming, epoch, fsync, memory, sled,
     /// cluster, grants, failover, gap, s3, restart, rss, files, python, compression,
-    /// exactly-once, scale (scale runs only when named in --only: it takes minutes).
+    /// exactly-once, parquet, webdataset, jpeg, scale (scale runs only when named in
+    /// --only: it takes minutes).
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<Section>,
     /// Run only these sections (comma-separated, the names of --skip), e.g.
@@ -101,6 +102,10 @@ pub struct BenchArgs {
     /// The interpreter of the Python stages section (it needs numpy).
     #[arg(long, default_value = "python3", value_name = "PATH")]
     pub python: PathBuf,
+    /// The interpreter with Pillow and numpy that the jpeg section measures
+    /// against (`bash scripts/install-bench-venv.sh` makes one and prints its path).
+    #[arg(long, default_value = "python3", value_name = "PATH")]
+    pub pillow_python: PathBuf,
     /// Elements through each pipeline of the Python stages section.
     #[arg(long, default_value_t = 200_000)]
     pub python_elements: i64,
@@ -175,6 +180,10 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             setup_timeout: Duration::from_secs(a.scale_setup_timeout_secs),
             // Small enough that every size takes snapshots; --snapshot-every wins.
             snapshot_every: a.snapshot_every.unwrap_or(1000),
+        },
+        formats: sluice_bench::formats::FormatsConfig {
+            pillow_python: a.pillow_python,
+            ..Default::default()
         },
     };
     sluice_bench::run(config).await

@@ -1,5 +1,6 @@
 //! `sluice sample-data`: writes a small image data set as TFRecord files or
-//! WebDataset tar shards (what a real training input looks like) and the pipeline
+//! WebDataset tar shards, or text rows as Parquet files (what a real training
+//! input looks like) and the pipeline
 //! spec that reads it, so that `sluice local --spec` can run a realistic job. The
 //! writing lives in `sluice_dataset::sample`.
 
@@ -14,6 +15,9 @@ pub enum Format {
     /// WebDataset tar shards: `NNNNNN.jpg` (JPEGs of varying sizes) and
     /// `NNNNNN.cls` (the label) per sample.
     Webdataset,
+    /// Parquet files of text rows: `id`, `text`, `label`, `tokens` (a list of
+    /// int32), in several row groups per file.
+    Parquet,
 }
 
 #[derive(Args, Debug)]
@@ -21,20 +25,24 @@ pub struct SampleArgs {
     /// Directory or bucket prefix to write to (a path, file://, s3:// or gs://).
     #[arg(long)]
     pub out: String,
-    /// The file format: TFRecord files or WebDataset tar shards.
+    /// The file format: TFRecord files, WebDataset tar shards or Parquet files.
     #[arg(long, value_enum, default_value_t = Format::Tfrecord)]
     pub format: Format,
-    /// Number of files (TFRecord files or tar shards).
+    /// Number of files (TFRecord files, tar shards or Parquet files).
     #[arg(long, default_value_t = 64)]
     pub files: usize,
     /// Records (tf.train.Example: PNG `image`, int64 `label`; or WebDataset
-    /// samples: `jpg`, `cls`) per file.
+    /// samples: `jpg`, `cls`; or Parquet rows) per file.
     #[arg(long, default_value_t = 64)]
     pub records_per_file: usize,
     /// Width and height of the square RGB images, in pixels (WebDataset JPEGs
     /// vary between half and one and a half times it).
     #[arg(long, default_value_t = 64)]
     pub image_size: u32,
+    /// Parquet only: rows per row group (the split unit). Default: a quarter of
+    /// --records-per-file, so that each file has four row groups.
+    #[arg(long)]
+    pub rows_per_group: Option<usize>,
     /// Seed of the pseudo-random image content and labels.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -55,12 +63,16 @@ pub async fn run(a: SampleArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let target = out.clone();
     let format = a.format;
+    let group = a.rows_per_group.unwrap_or(records / 4).max(1);
     let summary = tokio::task::spawn_blocking(move || match format {
         Format::Tfrecord => {
             sluice_dataset::sample::write_image_dataset(&target, files, records, size, seed)
         }
         Format::Webdataset => {
             sluice_dataset::sample::write_webdataset(&target, files, records, size, seed)
+        }
+        Format::Parquet => {
+            sluice_dataset::sample::write_parquet(&target, files, records, group, seed)
         }
     })
     .await??;
@@ -76,6 +88,7 @@ pub async fn run(a: SampleArgs) -> anyhow::Result<()> {
             sluice_dataset::sample::image_pipeline(&format!("{out}/*.tfrecord"), size)
         }
         Format::Webdataset => sluice_dataset::sample::webdataset_pipeline(&format!("{out}/*.tar")),
+        Format::Parquet => sluice_dataset::sample::parquet_pipeline(&format!("{out}/*.parquet")),
     }
     .to_json();
     let is_local = !out.contains("://") || out.starts_with("file://");

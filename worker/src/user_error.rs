@@ -36,7 +36,9 @@ pub(crate) const MAX_NAME_BYTES: usize = 256;
 pub(crate) fn status_of(task_id: u64, error: &DatasetError, worker: &str) -> Status {
     let code = match error {
         DatasetError::UserFunction(failure) => return status(task_id, failure, worker),
-        DatasetError::Corrupt { .. } | DatasetError::BadRecord { .. } => Code::DataLoss,
+        DatasetError::Corrupt { .. }
+        | DatasetError::BadRecord { .. }
+        | DatasetError::BadRow { .. } => Code::DataLoss,
         DatasetError::NotFound { .. } => Code::NotFound,
         DatasetError::Forbidden { .. } => Code::PermissionDenied,
         _ => Code::Internal,

@@ -214,31 +214,13 @@ pub async fn run(
         ("image preprocessing", sluice_dataset::sample::image_pipeline(&records, cfg.image_size)),
     ];
     let roots = data.to_str().context("bench dir is not UTF-8")?;
+    let pipes = Pipes {
+        one: pipe_one.measured().map(|b| b.gb_per_s * 1e3),
+        two: pipe_two.measured().map(|b| b.gb_per_s * 1e3),
+    };
     let mut cases = vec![];
     for (name, def) in pipelines {
-        tracing::info!("--- files: {name}, local");
-        let local = local(&def).await?;
-        let base =
-            Base { records_per_s: local.records as f64 / local.secs, mb_per_s: local.mb_per_s() };
-        cases.push(case(name, "local, no service", &local, None));
-        for workers in [1usize, 2] {
-            tracing::info!("--- files: {name}, {workers} worker(s)");
-            let m = service(exe, &def, workers, roots, logs).await?;
-            if m.records != local.records {
-                anyhow::bail!(
-                    "{name} with {workers} worker(s) delivered {} records, locally {}: \
-                     DYNAMIC over files must deliver each record exactly once",
-                    m.records,
-                    local.records
-                );
-            }
-            let setup = format!("service, {workers} worker{}", if workers == 1 { "" } else { "s" });
-            let link = if workers == 1 { loopback.one_stream } else { loopback.two_streams };
-            let limit = link.map(|gb| (gb * 1e3).min(base.mb_per_s));
-            let pipe = if workers == 1 { &pipe_one } else { &pipe_two };
-            let pipe = pipe.measured().map(|b| b.gb_per_s * 1e3);
-            cases.push(case(name, &setup, &m, Some(Bounds { base, limit, pipe })));
-        }
+        cases.extend(compare(exe, name, &def, roots, logs, loopback, pipes).await?);
     }
     Ok(Files {
         files: summary.files.len(),
@@ -252,6 +234,50 @@ pub async fn run(
         pipe_two,
         cases,
     })
+}
+
+/// The pipe probes' MB/s, by streams (what a service case is set beside).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pipes {
+    pub one: Option<f64>,
+    pub two: Option<f64>,
+}
+
+/// `def` read locally (the baseline), then through the service with one and two
+/// workers reading under `roots`; each service case checked to deliver as many
+/// records as the local read, and set beside the local read, the limit and the pipe.
+pub async fn compare(
+    exe: &Path,
+    name: &str,
+    def: &DatasetDef,
+    roots: &str,
+    logs: &Path,
+    loopback: Loopback,
+    pipes: Pipes,
+) -> anyhow::Result<Vec<FilesCase>> {
+    tracing::info!("--- {name}, local");
+    let local = local(def).await?;
+    let base =
+        Base { records_per_s: local.records as f64 / local.secs, mb_per_s: local.mb_per_s() };
+    let mut cases = vec![case(name, "local, no service", &local, None)];
+    for workers in [1usize, 2] {
+        tracing::info!("--- {name}, {workers} worker(s)");
+        let m = service(exe, def, workers, roots, logs).await?;
+        if m.records != local.records {
+            anyhow::bail!(
+                "{name} with {workers} worker(s) delivered {} records, locally {}: \
+                 DYNAMIC over files must deliver each record exactly once",
+                m.records,
+                local.records
+            );
+        }
+        let setup = format!("service, {workers} worker{}", if workers == 1 { "" } else { "s" });
+        let link = if workers == 1 { loopback.one_stream } else { loopback.two_streams };
+        let limit = link.map(|gb| (gb * 1e3).min(base.mb_per_s));
+        let pipe = if workers == 1 { pipes.one } else { pipes.two };
+        cases.push(case(name, &setup, &m, Some(Bounds { base, limit, pipe })));
+    }
+    Ok(cases)
 }
 
 struct Measured {
@@ -311,6 +337,12 @@ fn case(pipeline: &str, setup: &str, m: &Measured, bounds: Option<Bounds>) -> Fi
 }
 
 /// The pipeline run by the executor in this process.
+pub(crate) async fn local_rate(def: &DatasetDef) -> anyhow::Result<(u64, f64, Duration)> {
+    let m = local(def).await?;
+    Ok((m.records, m.secs, m.reader_cpu))
+}
+
+/// The pipeline run by the executor in this process.
 async fn local(def: &DatasetDef) -> anyhow::Result<Measured> {
     let def = def.clone();
     tokio::task::spawn_blocking(move || {
@@ -322,6 +354,19 @@ async fn local(def: &DatasetDef) -> anyhow::Result<Measured> {
         Ok(tally.done(None, cpu_time("self")? - cpu))
     })
     .await?
+}
+
+/// `def` through the service with `workers` workers: (records, secs from the
+/// read request to the end of the stream, worker CPU).
+pub(crate) async fn service_rate(
+    exe: &Path,
+    def: &DatasetDef,
+    workers: usize,
+    data: &str,
+    logs: &Path,
+) -> anyhow::Result<(u64, f64, Duration)> {
+    let m = service(exe, def, workers, data, logs).await?;
+    Ok((m.records, m.first_element_s + m.secs, m.worker_cpu.unwrap_or_default()))
 }
 
 /// One dispatcher (in memory) and `workers` worker processes, all reading under

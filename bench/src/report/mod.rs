@@ -73,6 +73,9 @@ pub struct Report {
     pub python: Outcome<crate::python::Python>,
     pub compression: Outcome<crate::compression::CompressionBench>,
     pub exactly_once: Outcome<crate::exactly_once::ExactlyOnceBench>,
+    pub parquet: Outcome<crate::formats::FormatRows>,
+    pub webdataset: Outcome<crate::formats::FormatRows>,
+    pub jpeg: Outcome<crate::formats::Jpeg>,
     pub scale: Outcome<crate::scale::ScaleBench>,
 }
 
@@ -108,6 +111,9 @@ impl Report {
         failed("python", failed_error(&self.python));
         failed("compression", failed_error(&self.compression));
         failed("exactly-once", failed_error(&self.exactly_once));
+        failed("parquet", failed_error(&self.parquet));
+        failed("webdataset", failed_error(&self.webdataset));
+        failed("jpeg", failed_error(&self.jpeg));
         for case in self.scale.measured().into_iter().flat_map(|s| &s.cases) {
             failed("scale", failed_error(case));
         }
@@ -156,7 +162,7 @@ impl Report {
     /// The table printed on stdout.
     pub fn render(&self) -> String {
         use sections::*;
-        let order: [fn(&Report, &mut Lines); 14] = [
+        let order: [fn(&Report, &mut Lines); 17] = [
             header,
             limits,
             streaming,
@@ -170,6 +176,9 @@ impl Report {
             python,
             compression,
             exactly_once,
+            parquet,
+            webdataset,
+            jpeg,
             scale,
         ];
         let mut out = Lines::default();

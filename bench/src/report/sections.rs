@@ -352,47 +352,117 @@ pub(super) fn files(r: &Report, out: &mut Lines) {
                 show_bandwidth(&f.pipe_one),
                 show_bandwidth(&f.pipe_two)
             ));
-            out.line(format!(
-                "  {:<20} {:<18} {:>8} {:>9} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>13}",
-                "pipeline",
-                "setup",
-                "records",
-                "1st el.",
-                "secs",
-                "records/s",
-                "MB/s",
-                "vs local",
-                "limit",
-                "vs limit",
-                "pipe",
-                "vs pipe",
-                "CPU wrk/rdr"
-            ));
-            let x = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
-            for c in &f.cases {
-                let cpu = match c.worker_cpu_us_per_record {
-                    Some(w) => format!("{w:.1} / {:.1}", c.reader_cpu_us_per_record),
-                    None => format!("- / {:.1}", c.reader_cpu_us_per_record),
-                };
-                out.line(format!(
-                    "  {:<20} {:<18} {:>8} {:>9} {:>6.2} {:>10.0} {:>8.1} {:>8} {:>8} {:>8} {:>7} {:>7} {:>13}",
-                    c.pipeline,
-                    c.setup,
-                    c.records,
-                    ms(c.first_element_s * 1e3),
-                    c.secs,
-                    c.records_per_s,
-                    c.mb_per_s,
-                    x(c.vs_local),
-                    c.limit_mb_per_s.map(|l| format!("{l:.0}")).unwrap_or_else(|| "-".into()),
-                    x(c.vs_limit),
-                    c.pipe_mb_per_s.map(|l| format!("{l:.0}")).unwrap_or_else(|| "-".into()),
-                    x(c.vs_pipe),
-                    cpu
-                ));
-            }
+            cases_table(&f.cases, out);
         }
         other => out.line(format!("FILE PIPELINES  {}", not_measured(other))),
+    }
+}
+
+/// The rows of a file-pipeline comparison (files, parquet, webdataset).
+fn cases_table(cases: &[crate::files::FilesCase], out: &mut Lines) {
+    out.line(format!(
+        "  {:<24} {:<18} {:>8} {:>9} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>13}",
+        "pipeline",
+        "setup",
+        "records",
+        "1st el.",
+        "secs",
+        "records/s",
+        "MB/s",
+        "vs local",
+        "limit",
+        "vs limit",
+        "pipe",
+        "vs pipe",
+        "CPU wrk/rdr"
+    ));
+    let x = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
+    for c in cases {
+        let cpu = match c.worker_cpu_us_per_record {
+            Some(w) => format!("{w:.1} / {:.1}", c.reader_cpu_us_per_record),
+            None => format!("- / {:.1}", c.reader_cpu_us_per_record),
+        };
+        out.line(format!(
+            "  {:<24} {:<18} {:>8} {:>9} {:>6.2} {:>10.0} {:>8.1} {:>8} {:>8} {:>8} {:>7} {:>7} {:>13}",
+            c.pipeline,
+            c.setup,
+            c.records,
+            ms(c.first_element_s * 1e3),
+            c.secs,
+            c.records_per_s,
+            c.mb_per_s,
+            x(c.vs_local),
+            c.limit_mb_per_s.map(|l| format!("{l:.0}")).unwrap_or_else(|| "-".into()),
+            x(c.vs_limit),
+            c.pipe_mb_per_s.map(|l| format!("{l:.0}")).unwrap_or_else(|| "-".into()),
+            x(c.vs_pipe),
+            cpu
+        ));
+    }
+}
+
+fn format_rows(title: &str, o: &Outcome<crate::formats::FormatRows>, out: &mut Lines) {
+    match o {
+        Outcome::Measured(f) => {
+            out.line(format!("{title}  ({}; DYNAMIC, worker processes on loopback)", f.data));
+            out.line(
+                "  local = the same crates reading the same files in this process; target: \
+                 service records/s >= 0.8x local; CPU µs per record of the workers / this \
+                 process; pipe = the files section's TFRecord files over loopback"
+                    .into(),
+            );
+            cases_table(&f.cases, out);
+        }
+        other => out.line(format!("{title}  {}", not_measured(other))),
+    }
+}
+
+/// PARQUET: rows and 1024-row batches, local against the service (a split is a row group).
+pub(super) fn parquet(r: &Report, out: &mut Lines) {
+    format_rows("PARQUET", &r.parquet, out);
+}
+
+/// WEBDATASET: samples, local against the service (a split is a shard).
+pub(super) fn webdataset(r: &Report, out: &mut Lines) {
+    format_rows("WEBDATASET", &r.webdataset, out);
+}
+
+/// JPEG: Sluice's image maps against Pillow + numpy, per core and on 2 cores.
+pub(super) fn jpeg(r: &Report, out: &mut Lines) {
+    match &r.jpeg {
+        Outcome::Measured(j) => {
+            out.line(format!(
+                "JPEG  ({}; decode -> random_resized_crop 224x224 -> random_flip -> normalize to \
+                 float32 CHW)",
+                j.data
+            ));
+            let peer = j.peer.as_deref().unwrap_or("Pillow not run");
+            let vs = |o: &Outcome<f64>, ours: f64| match o {
+                Outcome::Measured(p) => {
+                    format!("{p:>8.0}   Sluice {:.2}x (target >= 1.5x per core)", ours / p)
+                }
+                other => not_measured(other),
+            };
+            out.line(format!(
+                "  per core (images per CPU second): Sluice {:.0}; Pillow+numpy, one Python \
+                 thread, draft DCT scaling ({peer}): {}",
+                j.sluice_per_core,
+                vs(&j.pillow_per_core, j.sluice_per_core)
+            ));
+            let pool = match &j.pillow_pool_two {
+                Outcome::Measured(p) => {
+                    format!("{p:.0} images/s (Sluice {:.2}x)", j.sluice_two_workers / p)
+                }
+                other => not_measured(other),
+            };
+            out.line(format!(
+                "  to a trainer in batches of 256 on 2 cores: Sluice, 2 workers {:.0} images/s \
+                 ({:.0} µs worker CPU per image); 2 Pillow processes (what \
+                 DataLoader(num_workers=2) runs) {pool}",
+                j.sluice_two_workers, j.sluice_worker_cpu_us
+            ));
+        }
+        other => out.line(format!("JPEG  {}", not_measured(other))),
     }
 }
 

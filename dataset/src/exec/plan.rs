@@ -12,6 +12,7 @@
 //! them and they read or rebuild the plan (a `repeat` restarts its upstream through
 //! `Plan::build`). Breaking that needs an interface between them, not a move (issue 12).
 
+use crate::formats::parquet::ParquetReader;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -47,6 +48,8 @@ pub(super) struct Plan {
     /// The rows of a `from_tensor_slices` source of `tensors`, likewise sliced out
     /// of the payloads rather than copied.
     pub(super) tensor_slices: Option<Slicer>,
+    /// A `parquet` source's reader (it keeps the last file's footer).
+    pub(super) parquet: Option<Arc<ParquetReader>>,
     /// A tagged pipeline's sink and skips (`tagging`); `None` untagged.
     pub(super) tags: Option<Arc<Tags>>,
 }
@@ -63,11 +66,15 @@ impl Plan {
         // dispatcher resolves it once, so that every worker splits the same list).
         let resolved;
         let def = if def.has_unresolved_files() {
-            if splits.is_some() && matches!(def.stages.first(), Some(Stage::ListFiles { .. })) {
+            let first = def.stages.first();
+            if splits.is_some()
+                && matches!(first, Some(Stage::ListFiles { .. } | Stage::Parquet(_)))
+            {
                 return Err(DatasetError::InvalidSpec {
-                    field: "stages[0].list_files.files".into(),
-                    message: "not resolved: with splits the file list must come resolved \
-                              (DatasetDef::resolve_files, done by the dispatcher)"
+                    field: format!("stages[0].{}", first.map_or("", Stage::op_name)),
+                    message: "not resolved: with splits the file list (and a Parquet source's \
+                              row groups) must come resolved (DatasetDef::resolve_files, done by \
+                              the dispatcher)"
                         .into(),
                 });
             }
@@ -101,6 +108,12 @@ impl Plan {
             }
             _ => None,
         };
+        let parquet = match def.stages.first() {
+            Some(Stage::Parquet(p)) => {
+                Some(Arc::new(ParquetReader::new(p.clone(), registry.data_roots().clone())))
+            }
+            _ => None,
+        };
         let plan = Arc::new(Plan {
             stages: def.stages.clone(),
             registry: registry.clone(),
@@ -109,6 +122,7 @@ impl Plan {
             taken,
             byte_slices,
             tensor_slices,
+            parquet,
             tags: tags.map(Arc::new),
         });
         Ok(plan.build(plan.stages.len()))
@@ -141,7 +155,8 @@ impl Plan {
             | Stage::ListFiles { .. }
             | Stage::TfRecord { .. }
             | Stage::TextLines { .. }
-            | Stage::WebDataset { .. } => {
+            | Stage::WebDataset { .. }
+            | Stage::Parquet(_) => {
                 // `validate` guarantees sources only come first.
                 Box::new(std::iter::empty())
             }

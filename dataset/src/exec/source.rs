@@ -1,5 +1,5 @@
 //! The source stage: `range`, `from_tensor_slices` and the file sources
-//! (`list_files`, `tfrecord`, `text_lines`, `webdataset`).
+//! (`list_files`, `tfrecord`, `text_lines`, `webdataset`, `parquet`).
 //!
 //! Source unit `i` is found straight from its index, which is what makes dynamic
 //! sharding possible: a split is just a range of indices, and the worker that
@@ -7,7 +7,8 @@
 //! others. For `range`/`from_tensor_slices` a unit is one element (for the
 //! `tensors` form, row `i` of every tensor: see `slices`); for a file
 //! source it is one file (its name for `list_files`, all its records or lines
-//! otherwise), opened only when the source reaches it, one at a time.
+//! otherwise), opened only when the source reaches it, one at a time; for
+//! `parquet` one row group (`formats::parquet`).
 
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ pub(super) fn cardinality(stage: &Stage) -> u64 {
         Stage::TfRecord { files, .. }
         | Stage::TextLines { files }
         | Stage::WebDataset { files } => files.len() as u64,
+        Stage::Parquet(p) => p.units(),
         _ => 0,
     }
 }
@@ -91,6 +93,9 @@ fn file_unit(plan: &Plan, stage: &Stage, i: u64) -> Option<Result<ElementIter, D
         }
         Stage::TextLines { files } => (files, FileFormat::TextLines),
         Stage::WebDataset { files } => (files, FileFormat::WebDataset),
+        Stage::Parquet(_) => {
+            return plan.parquet.as_ref().map(|reader| reader.unit(i));
+        }
         _ => return None,
     };
     let file = usize::try_from(i).ok().and_then(|i| files.get(i));

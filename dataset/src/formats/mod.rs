@@ -11,6 +11,8 @@
 //! - [`webdataset`] — WebDataset shards: tar members grouped into samples by
 //!   key, bounded, streamed through `tar_stream` (tar framing over the `tar`
 //!   crate's header parsing).
+//! - [`parquet`] — Parquet tables through arrow-rs: a row group is the split
+//!   unit, only the named columns are read, rows become named tensors.
 //! - [`FileFormat`] and the names of the built-in functions that read files
 //!   (`file_function`), shared by the executor, the registry and the data-roots
 //!   check of `io`.
@@ -37,6 +39,7 @@ pub(crate) fn file_function(name: &str) -> Option<FileFormat> {
     }
 }
 pub(crate) mod direct;
+pub mod parquet;
 pub(crate) mod tar_stream;
 pub mod tfrecord;
 pub mod webdataset;

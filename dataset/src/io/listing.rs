@@ -66,7 +66,7 @@ impl ListBudget {
         self.cancelled.store(true, Ordering::Relaxed);
     }
 
-    pub(super) fn check(&self, pattern: &str) -> Result<(), DatasetError> {
+    pub(crate) fn check(&self, pattern: &str) -> Result<(), DatasetError> {
         if self.cancelled.load(Ordering::Relaxed) {
             return Err(DatasetError::io(pattern, "listing cancelled: the request was dropped"));
         }

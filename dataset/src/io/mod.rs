@@ -131,6 +131,40 @@ fn open_checked(url: &str, roots: &DataRoots) -> Result<Opened, DatasetError> {
     }
 }
 
+/// What [`open_random_access`] opened: a local file by its checked path, or the
+/// store and path of an object, for a reader that seeks (the Parquet source
+/// reads a footer, then only the column chunks it needs).
+pub(crate) enum RandomAccess {
+    File(std::fs::File),
+    Object { store: std::sync::Arc<dyn object_store::ObjectStore>, path: object_store::path::Path },
+}
+
+/// `url` for random access, once `roots` admit it.
+pub(crate) fn open_random_access(
+    url: &str,
+    roots: &DataRoots,
+) -> Result<RandomAccess, DatasetError> {
+    let checked = roots.check(url)?;
+    match parse(url)? {
+        Target::Local { .. } => {
+            Ok(RandomAccess::File(local::open(url, std::path::Path::new(&checked))?))
+        }
+        Target::Object(o) => {
+            let (store, path) = object::store_and_path(&o)?;
+            Ok(RandomAccess::Object { store, path })
+        }
+    }
+}
+
+/// Runs `fut` on the I/O runtime, blocking this (non-runtime) thread until it ends.
+pub(crate) fn run_io<T, F>(what: &str, fut: F) -> Result<T, DatasetError>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T, DatasetError>> + Send + 'static,
+{
+    runtime::run(what, fut)
+}
+
 /// Creates (or replaces) `url`; parent directories of a local path are created.
 pub fn create(url: &str) -> Result<Box<dyn FileWriter>, DatasetError> {
     match parse(url)? {
@@ -147,8 +181,9 @@ pub fn join(dir: &str, name: &str) -> String {
 impl DatasetDef {
     /// Lists the files of every unresolved `list_files` stage (nested pipelines
     /// included) into its `files`: sorted, then shuffled with
-    /// `ChaCha8Rng::seed_from_u64(seed)` when asked. Resolved stages are left as
-    /// they are. The dispatcher calls it once at registration so that the split
+    /// `ChaCha8Rng::seed_from_u64(seed)` when asked; lists a `parquet` source's
+    /// pattern and reads its files' footers (`formats::parquet::resolve`).
+    /// Resolved stages are left as they are. The dispatcher calls it once at registration so that the split
     /// order is part of the replicated state. Blocking: call it off an async
     /// runtime's worker threads (e.g. in `spawn_blocking`).
     pub fn resolve_files(&mut self) -> Result<(), DatasetError> {
@@ -176,6 +211,7 @@ impl DatasetDef {
                     }
                     *files = Some(listed);
                 }
+                Stage::Parquet(p) => crate::formats::parquet::resolve(p, roots, budget)?,
                 Stage::Zip { datasets } => {
                     datasets.iter_mut().try_for_each(|d| d.resolve_files_within(roots, budget))?;
                 }
@@ -217,6 +253,12 @@ impl DatasetDef {
                 | Stage::TextLines { files }
                 | Stage::WebDataset { files } => {
                     files.iter().try_for_each(|f| roots.check(f).map(drop))?;
+                }
+                Stage::Parquet(p) => {
+                    if let Some(pattern) = &p.pattern {
+                        roots.check_pattern(pattern)?;
+                    }
+                    p.files.iter().try_for_each(|f| roots.check(f).map(drop))?;
                 }
                 Stage::FromTensorSlices(SliceValues::Strings(v)) if strings_name_files => {
                     v.iter().try_for_each(|f| roots.check(f).map(drop))?;
@@ -264,6 +306,7 @@ impl DatasetDef {
     pub fn has_unresolved_files(&self) -> bool {
         self.stages.iter().any(|s| match s {
             Stage::ListFiles { files, .. } => files.is_none(),
+            Stage::Parquet(p) => !p.is_resolved(),
             Stage::Zip { datasets } => datasets.iter().any(DatasetDef::has_unresolved_files),
             Stage::Concatenate { dataset } => dataset.has_unresolved_files(),
             _ => false,

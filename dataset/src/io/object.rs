@@ -130,6 +130,14 @@ pub(super) fn list(url: &ObjectUrl, budget: &ListBudget) -> Result<Vec<String>, 
         .collect())
 }
 
+/// The store of `url`'s bucket and the object's path in it, for a reader that
+/// makes its own (ranged) requests: the Parquet source.
+pub(super) fn store_and_path(
+    url: &ObjectUrl,
+) -> Result<(Arc<dyn ObjectStore>, Path), DatasetError> {
+    Ok((store(url)?, key_path(&url.key)))
+}
+
 /// Streams `url` through a bounded channel filled by a task on the I/O runtime.
 pub(super) fn open(url: &ObjectUrl) -> Result<ObjectReader, DatasetError> {
     let store = store(url)?;
