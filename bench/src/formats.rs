@@ -6,8 +6,8 @@
 //!   same work), then through the service with one and two worker processes
 //!   (`files::compare`: each service row says records/s over local, and worker
 //!   CPU per record beside the pipe probe of the files section's run).
-//! - `jpeg`: (a) per core: decode + `random_resized_crop` to 224² + `random_flip`
-//!   + `normalize` to CHW float32 on one thread of this process, against the same
+//! - `jpeg`: (a) per core: decode, `random_resized_crop` to 224², `random_flip`,
+//!   `normalize` to CHW float32 on one thread of this process, against the same
 //!   work by Pillow (libjpeg-turbo, `draft` DCT scaling allowed) and numpy in one
 //!   Python thread (`bench/pillow_baseline.py`); (b) the pipeline from WebDataset
 //!   shards to batches of 256 at a trainer, through the service with 2 workers,

@@ -18,12 +18,13 @@ pub enum Source {
     WebDataset,
 }
 
-/// Rows per Parquet row group (the split unit): a split of 10 units is 250 rows.
-pub const PARQUET_GROUP_ROWS: usize = 25;
+/// Rows per Parquet row group (the split unit; one per split in the scenarios,
+/// so an epoch has as many splits as the `range` scenarios' ones).
+pub const PARQUET_GROUP_ROWS: usize = 10;
 /// Rows per Parquet file: several files, each of several row groups.
 const PARQUET_FILE_ROWS: usize = 500;
 /// Samples per WebDataset shard (the split unit).
-pub const SHARD_SAMPLES: usize = 25;
+pub const SHARD_SAMPLES: usize = 10;
 /// Sides of the sample JPEGs (8 to 24 pixels): what is read is the bytes.
 const IMAGE_SIZE: u32 = 16;
 

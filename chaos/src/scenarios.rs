@@ -217,9 +217,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             exactly_once: true,
             source: Source::Parquet,
-            // 120 row groups of 25 rows in 6 files (360 in 18, optimized).
-            dataset_len: by_build(3_000),
-            elements_per_split: 2,
+            // 600 row groups of 10 rows in 12 files (three times that, optimized);
+            // a split is one row group.
+            dataset_len: by_build(6_000),
+            elements_per_split: 1,
             epochs: 2,
             first: &[KillWorker, RestartTrainers, KillLeader],
             kinds: &[KillWorker, RestartTrainers, KillLeader],
@@ -233,9 +234,9 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             exactly_once: true,
             source: Source::WebDataset,
-            // 120 tar shards of 25 JPEG samples (360, optimized).
-            dataset_len: by_build(3_000),
-            elements_per_split: 2,
+            // 600 tar shards of 10 JPEG samples (1,800, optimized); a split is a shard.
+            dataset_len: by_build(6_000),
+            elements_per_split: 1,
             epochs: 2,
             first: &[KillWorker, RestartTrainers, KillLeader],
             kinds: &[KillWorker, RestartTrainers, KillLeader],

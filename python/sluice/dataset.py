@@ -189,9 +189,8 @@ class Dataset:
         defaults: Mapping[str, int | float | str] | None = None,
     ) -> Dataset:
         """The rows of Parquet files, in file and row order: one dict per row,
-        ``{column: value}`` (numbers as scalars of their dtype, strings as ``str``,
-        binary as ``bytes``, lists as 1-D arrays; a struct's fields as
-        ``"column.field"``).
+        ``{column: value}`` (numbers as scalars of their dtype, strings and binary as
+        ``bytes``, lists as 1-D arrays; a struct's fields as ``"column.field"``).
 
         ``files_or_pattern``: one file name or a list of them, or one pattern with
         ``*``, ``?`` or ``[...]`` (a path or ``s3://`` / ``gs://`` URL) that the
