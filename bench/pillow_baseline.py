@@ -15,9 +15,10 @@ Per image, from the encoded bytes in WebDataset tar shards:
   4. float32 `(x / 255 - mean) / std` per channel (ImageNet's), transposed to CHW.
 
 Modes (argv[1]): `single` times the work on one thread (CPU seconds and wall);
+`single-full` the same without `draft` (every JPEG decoded at full size);
 `pool` runs it in a `multiprocessing` pool of `argv[3]` processes (what
 `torch.utils.data.DataLoader(num_workers=N)` is: worker processes sending
-decoded arrays to the trainer) and stacks batches of 256 in this process.
+decoded arrays to the trainer) and stacks batches of `argv[4]` in this process.
 argv[2] is a file listing the shards, one per line. Prints one JSON line.
 """
 
@@ -37,7 +38,6 @@ import PIL
 from PIL import Image
 
 SIZE = 224
-BATCH = 256
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
 
@@ -73,14 +73,14 @@ def window(w: int, h: int, rng: random.Random) -> tuple[int, int, int, int]:
     return (w - cw) // 2, (h - ch) // 2, cw, ch
 
 
-def preprocess(data: bytes, seed: int) -> np.ndarray:
+def preprocess(data: bytes, seed: int, draft: bool = True) -> np.ndarray:
     rng = random.Random(seed)
     image = Image.open(io.BytesIO(data))
     w, h = image.size
     x, y, cw, ch = window(w, h, rng)
     # Let the decoder scale down while the window keeps >= SIZE pixels a side.
     scale = min(cw / SIZE, ch / SIZE)
-    if scale >= 2:
+    if draft and scale >= 2:
         image.draft("RGB", (math.ceil(w / scale), math.ceil(h / scale)))
     image = image.convert("RGB")
     sx, sy = image.size[0] / w, image.size[1] / h
@@ -102,28 +102,30 @@ def main() -> None:
         shards = [line.strip() for line in f if line.strip()]
     images = jpegs(shards)
     out = {"images": len(images), "pillow": PIL.__version__, "numpy": np.__version__}
-    if mode == "single":
+    if mode in ("single", "single-full"):
+        draft = mode == "single"
         preprocess(images[0], 0)  # warm-up: imports, first allocations
         cpu, wall = time.process_time(), time.perf_counter()
         for i, data in enumerate(images):
-            preprocess(data, i)
+            preprocess(data, i, draft)
         out["cpu_s"] = time.process_time() - cpu
         out["wall_s"] = time.perf_counter() - wall
     else:
-        processes = int(sys.argv[3])
+        processes, size = int(sys.argv[3]), int(sys.argv[4])
         with multiprocessing.get_context("fork").Pool(processes) as pool:
             pool.map(task, [(images[0], 0)] * processes)  # start the processes
             wall = time.perf_counter()
             batch, batches = [], 0
             for array in pool.imap(task, ((d, i) for i, d in enumerate(images)), chunksize=8):
                 batch.append(array)
-                if len(batch) == BATCH:
+                if len(batch) == size:
                     np.stack(batch)
                     batch, batches = [], batches + 1
             if batch:
                 np.stack(batch)
             out["wall_s"] = time.perf_counter() - wall
         out["processes"] = processes
+        out["batch"] = size
     print(json.dumps(out))
 
 

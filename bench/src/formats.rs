@@ -10,7 +10,7 @@
 //!   `normalize` to CHW float32 on one thread of this process, against the same
 //!   work by Pillow (libjpeg-turbo, `draft` DCT scaling allowed) and numpy in one
 //!   Python thread (`bench/pillow_baseline.py`); (b) the pipeline from WebDataset
-//!   shards to batches of 256 at a trainer, through the service with 2 workers,
+//!   shards to batches of [`BATCH`] at a trainer, through the service with 2 workers,
 //!   against a `multiprocessing` pool of 2 processes doing the Pillow work and a
 //!   trainer stacking batches (what `DataLoader(num_workers=2)` does), on the same
 //!   2 cores.
@@ -60,11 +60,22 @@ impl Default for FormatsConfig {
     }
 }
 
+/// Images per batch at the trainer in the jpeg section: 64 of 3 × 224² float32
+/// are 38.5 MB; 256 (154 MB) would be over the 64 MiB bound on a message
+/// (`MAX_MESSAGE_BYTES`), so a trainer wanting 256 takes four.
+pub const BATCH: u64 = 64;
+
 /// A section's rows (local, 1 worker, 2 workers per pipeline) and its data set.
 #[derive(Clone, Debug, Serialize)]
 pub struct FormatRows {
     pub data: String,
     pub cases: Vec<FilesCase>,
+}
+
+/// A peer's rate.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Rate {
+    pub images_per_s: f64,
 }
 
 /// The jpeg section's figures.
@@ -74,14 +85,17 @@ pub struct Jpeg {
     pub data: String,
     /// Sluice's maps on one thread: images per CPU second of this process.
     pub sluice_per_core: f64,
-    /// Pillow + numpy in one Python thread: images per CPU second.
-    pub pillow_per_core: Outcome<f64>,
-    /// Batches of 256 at a trainer, service with 2 workers: images/s.
+    /// Pillow + numpy in one Python thread: images per CPU second, with `draft`
+    /// (DCT-domain downscaling) where the crop allows it.
+    pub pillow_per_core: Outcome<Rate>,
+    /// The same without `draft`: every JPEG decoded at full size, as Sluice does.
+    pub pillow_full_decode_per_core: Outcome<Rate>,
+    /// Batches of [`BATCH`] at a trainer, service with 2 workers: images/s.
     pub sluice_two_workers: f64,
     /// CPU of the two workers per image, µs.
     pub sluice_worker_cpu_us: f64,
     /// A pool of 2 Pillow processes feeding a trainer: images/s.
-    pub pillow_pool_two: Outcome<f64>,
+    pub pillow_pool_two: Outcome<Rate>,
     /// The peer's library versions, as it printed them.
     pub peer: Option<String>,
 }
@@ -118,7 +132,9 @@ pub async fn parquet(
     })
     .await?;
     let rows = ParquetSource::new(s.files.clone());
-    let batches = ParquetSource { batch_rows: Some(1024), ..rows.clone() };
+    // Batches stack each column: the ragged `tokens` lists are left out.
+    let columns = vec!["id".into(), "text".into(), "label".into()];
+    let batches = ParquetSource { batch_rows: Some(1024), columns, ..rows.clone() };
     let mut cases = vec![];
     for (name, source) in [("parquet rows", rows), ("parquet 1024-row batches", batches)] {
         let def = DatasetDef { stages: vec![Stage::Parquet(source)] };
@@ -239,22 +255,28 @@ pub async fn jpeg(
     let single = peer(&cfg.pillow_python, vec!["single".into(), listing.clone()]).await;
     let versions = |v: &serde_json::Value| format!("Pillow {}, numpy {}", v["pillow"], v["numpy"]);
     let peer_versions = single.as_ref().ok().map(versions);
-    let pillow_per_core = Outcome::from_result(single.and_then(|v| {
-        let n = v["images"].as_f64().context("images")?;
-        Ok(n / v["cpu_s"].as_f64().context("cpu_s")?.max(1e-9))
-    }));
+    let per_cpu_second = |v: anyhow::Result<serde_json::Value>| {
+        Outcome::from_result(v.and_then(|v| {
+            let n = v["images"].as_f64().context("images")?;
+            Ok(Rate { images_per_s: n / v["cpu_s"].as_f64().context("cpu_s")?.max(1e-9) })
+        }))
+    };
+    let pillow_per_core = per_cpu_second(single);
+    let full = peer(&cfg.pillow_python, vec!["single-full".into(), listing.clone()]).await;
+    let pillow_full_decode_per_core = per_cpu_second(full);
 
-    tracing::info!("--- jpeg: batches of 256 through the service, 2 workers");
-    let batched = image_maps(DatasetDef::webdataset(s.files.clone()), 0).batch(256, false);
+    tracing::info!("--- jpeg: batches of {BATCH} through the service, 2 workers");
+    let batched = image_maps(DatasetDef::webdataset(s.files.clone()), 0).batch(BATCH, false);
     let (n, secs, worker_cpu) = files::service_rate(exe, &batched, 2, &data, logs).await?;
     if n != s.records {
         anyhow::bail!("the jpeg pipeline delivered {n} images of {}", s.records);
     }
     tracing::info!("--- jpeg: a pool of 2 Pillow processes");
-    let pool = peer(&cfg.pillow_python, vec!["pool".into(), listing, "2".into()]).await;
+    let args = vec!["pool".into(), listing, "2".into(), BATCH.to_string()];
+    let pool = peer(&cfg.pillow_python, args).await;
     let pillow_pool_two = Outcome::from_result(pool.and_then(|v| {
         let n = v["images"].as_f64().context("images")?;
-        Ok(n / v["wall_s"].as_f64().context("wall_s")?.max(1e-9))
+        Ok(Rate { images_per_s: n / v["wall_s"].as_f64().context("wall_s")?.max(1e-9) })
     }));
     Ok(Jpeg {
         images: s.records as usize,
@@ -268,6 +290,7 @@ pub async fn jpeg(
         ),
         sluice_per_core,
         pillow_per_core,
+        pillow_full_decode_per_core,
         sluice_two_workers: n as f64 / secs.max(1e-9),
         sluice_worker_cpu_us: worker_cpu.as_secs_f64() * 1e6 / n.max(1) as f64,
         pillow_pool_two,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use sluice_bench::epoch::{Epoch, EpochCase};
+use sluice_bench::formats::Rate;
 use sluice_bench::limits::{files_over_loopback, loopback_bandwidth, memcpy_bandwidth, Bandwidth};
 use sluice_bench::report::{Latency, Machine, Outcome, Report};
 use sluice_bench::streaming::StreamCase;
@@ -98,14 +99,18 @@ fn the_jpeg_section_sets_sluice_beside_pillow() {
         images: 1024,
         data: "1024 JPEGs".into(),
         sluice_per_core: 300.0,
-        pillow_per_core: Outcome::Measured(200.0),
+        pillow_per_core: Outcome::Measured(Rate { images_per_s: 200.0 }),
+        pillow_full_decode_per_core: Outcome::Measured(Rate { images_per_s: 100.0 }),
         sluice_two_workers: 500.0,
         sluice_worker_cpu_us: 3000.0,
         pillow_pool_two: Outcome::Failed { error: "no Pillow".into() },
         peer: Some("Pillow 13.0.0, numpy 2.4.6".into()),
     });
     let table = r.render();
-    assert!(table.contains("Sluice 1.50x (target >= 1.5x per core)"), "{table}");
+    assert!(table.contains("draft DCT scaling 200, Sluice 1.50x"), "{table}");
+    assert!(table.contains("at full size as Sluice does 100, Sluice 3.00x"), "{table}");
+    let json = serde_json::to_value(&r).expect("serialises");
+    assert_eq!(json["jpeg"]["pillow_per_core"]["images_per_s"], 200.0);
     assert!(table.contains("FAILED: no Pillow"), "{table}");
     assert_eq!(r.problems().len(), 0, "a peer that did not run is not the run's failure");
 }

@@ -437,29 +437,35 @@ pub(super) fn jpeg(r: &Report, out: &mut Lines) {
                 j.data
             ));
             let peer = j.peer.as_deref().unwrap_or("Pillow not run");
-            let vs = |o: &Outcome<f64>, ours: f64| match o {
+            let vs = |o: &Outcome<crate::formats::Rate>, ours: f64| match o {
                 Outcome::Measured(p) => {
-                    format!("{p:>8.0}   Sluice {:.2}x (target >= 1.5x per core)", ours / p)
+                    format!("{:.0}, Sluice {:.2}x", p.images_per_s, ours / p.images_per_s)
                 }
                 other => not_measured(other),
             };
             out.line(format!(
-                "  per core (images per CPU second): Sluice {:.0}; Pillow+numpy, one Python \
-                 thread, draft DCT scaling ({peer}): {}",
+                "  per core (images per CPU second; target Sluice >= 1.5x Pillow): Sluice {:.0}; \
+                 Pillow+numpy in one Python thread ({peer}) with draft DCT scaling {}; \
+                 decoding at full size as Sluice does {}",
                 j.sluice_per_core,
-                vs(&j.pillow_per_core, j.sluice_per_core)
+                vs(&j.pillow_per_core, j.sluice_per_core),
+                vs(&j.pillow_full_decode_per_core, j.sluice_per_core)
             ));
             let pool = match &j.pillow_pool_two {
-                Outcome::Measured(p) => {
-                    format!("{p:.0} images/s (Sluice {:.2}x)", j.sluice_two_workers / p)
-                }
+                Outcome::Measured(p) => format!(
+                    "{:.0} images/s (Sluice {:.2}x)",
+                    p.images_per_s,
+                    j.sluice_two_workers / p.images_per_s
+                ),
                 other => not_measured(other),
             };
             out.line(format!(
-                "  to a trainer in batches of 256 on 2 cores: Sluice, 2 workers {:.0} images/s \
+                "  to a trainer in batches of {} on 2 cores: Sluice, 2 workers {:.0} images/s \
                  ({:.0} µs worker CPU per image); 2 Pillow processes (what \
                  DataLoader(num_workers=2) runs) {pool}",
-                j.sluice_two_workers, j.sluice_worker_cpu_us
+                crate::formats::BATCH,
+                j.sluice_two_workers,
+                j.sluice_worker_cpu_us
             ));
         }
         other => out.line(format!("JPEG  {}", not_measured(other))),
