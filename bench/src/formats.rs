@@ -24,6 +24,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 use sluice_dataset::formats::parquet::ParquetSource;
+use sluice_dataset::sample::SampleSummary;
 use sluice_dataset::{Arg, DatasetDef, Stage};
 
 use crate::files::{self, FilesCase, Loopback, Pipes};
@@ -104,10 +105,17 @@ fn utf8(p: &Path) -> anyhow::Result<String> {
     Ok(p.to_str().context("bench dir is not UTF-8")?.to_string())
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
-) -> anyhow::Result<T> {
-    tokio::task::spawn_blocking(f).await?
+/// Writes a section's files into `dir/data/<name>` with `write(out_dir)` off the
+/// runtime's threads: the directory (the workers' data root) and what was written.
+async fn written(
+    dir: &Path,
+    name: &str,
+    write: impl FnOnce(&str) -> Result<SampleSummary, sluice_dataset::DatasetError> + Send + 'static,
+) -> anyhow::Result<(String, SampleSummary)> {
+    let data = utf8(&dir.join("data").join(name))?;
+    let out = data.clone();
+    let summary = tokio::task::spawn_blocking(move || write(&out)).await??;
+    Ok((data, summary))
 }
 
 pub async fn parquet(
@@ -118,17 +126,10 @@ pub async fn parquet(
     loopback: Loopback,
     pipes: Pipes,
 ) -> anyhow::Result<FormatRows> {
-    let data = utf8(&dir.join("data").join("parquet"))?;
-    let (out, c) = (data.clone(), cfg.clone());
-    let s = blocking(move || {
-        let w = sluice_dataset::sample::write_parquet(
-            &out,
-            c.parquet_files,
-            c.parquet_rows_per_file,
-            c.parquet_group_rows,
-            1,
-        );
-        Ok(w?)
+    let c = cfg.clone();
+    let (data, s) = written(dir, "parquet", move |out| {
+        let (files, rows, group) = (c.parquet_files, c.parquet_rows_per_file, c.parquet_group_rows);
+        sluice_dataset::sample::write_parquet(out, files, rows, group, 1)
     })
     .await?;
     let rows = ParquetSource::new(s.files.clone());
@@ -161,17 +162,10 @@ pub async fn webdataset(
     loopback: Loopback,
     pipes: Pipes,
 ) -> anyhow::Result<FormatRows> {
-    let data = utf8(&dir.join("data").join("wds"))?;
-    let (out, c) = (data.clone(), cfg.clone());
-    let s = blocking(move || {
-        let w = sluice_dataset::sample::write_webdataset(
-            &out,
-            c.wds_files,
-            c.wds_samples_per_file,
-            c.wds_image_size,
-            1,
-        );
-        Ok(w?)
+    let c = cfg.clone();
+    let (data, s) = written(dir, "wds", move |out| {
+        let (files, samples, size) = (c.wds_files, c.wds_samples_per_file, c.wds_image_size);
+        sluice_dataset::sample::write_webdataset(out, files, samples, size, 1)
     })
     .await?;
     let def = DatasetDef::webdataset(s.files.clone());
@@ -232,14 +226,11 @@ pub async fn jpeg(
     dir: &Path,
     logs: &Path,
 ) -> anyhow::Result<Jpeg> {
-    let data = utf8(&dir.join("data").join("jpeg"))?;
-    let (out, c) = (data.clone(), cfg.clone());
-    let per_shard = 64;
-    let s = blocking(move || {
+    let c = cfg.clone();
+    let (data, s) = written(dir, "jpeg", move |out| {
+        let per_shard = 64;
         let shards = c.jpeg_images.div_ceil(per_shard);
-        let w =
-            sluice_dataset::sample::write_webdataset(&out, shards, per_shard, c.jpeg_image_size, 1);
-        Ok(w?)
+        sluice_dataset::sample::write_webdataset(out, shards, per_shard, c.jpeg_image_size, 1)
     })
     .await?;
     let listing = dir.join("data").join("jpeg-shards.txt");

@@ -18,8 +18,7 @@ use parquet::file::properties::WriterProperties;
 use serde_json::json;
 use sluice_dataset::formats::parquet::ParquetSource;
 use sluice_dataset::{
-    Arg, DatasetDef, DatasetError, Element, FunctionRegistry, SplitProvider, SplitRange, Stage,
-    StaticPolicy, TaggedIter,
+    Arg, DatasetDef, DatasetError, Element, FunctionRegistry, Stage, StaticPolicy, TaggedIter,
 };
 use sluice_positions::Run;
 
@@ -67,26 +66,6 @@ fn id_of(e: &Element) -> i64 {
 
 fn ok_ids(items: &[Result<Element, DatasetError>]) -> Vec<i64> {
     items.iter().map(|r| id_of(r.as_ref().expect("no error"))).collect()
-}
-
-/// Hands out fixed splits with their skip runs, once.
-struct Splits(Vec<(u64, u64, Vec<Run>)>, Vec<Run>);
-
-impl SplitProvider for Splits {
-    fn next_split(&mut self) -> Result<Option<SplitRange>, DatasetError> {
-        if self.0.is_empty() {
-            return Ok(None);
-        }
-        let (begin, end, skips) = self.0.remove(0);
-        self.1 = skips;
-        Ok(Some(SplitRange { begin, end }))
-    }
-    fn reset(&mut self) -> Result<(), DatasetError> {
-        Ok(())
-    }
-    fn take_skip_runs(&mut self) -> Vec<Run> {
-        std::mem::take(&mut self.1)
-    }
 }
 
 #[test]
@@ -171,7 +150,7 @@ fn the_split_unit_is_a_row_group_across_files_and_only_split_groups_are_read() {
     assert_eq!(p.row_groups, Some(vec![3, 2]));
     assert_eq!(d.source_cardinality(), Some(5));
     d.check_dynamic().expect("DYNAMIC can split a resolved source");
-    let splits = Splits(vec![(4, 5, vec![]), (1, 3, vec![])], vec![]);
+    let splits = common::Splits(vec![(4, 5, vec![]), (1, 3, vec![])], vec![]);
     let out: Vec<_> = d
         .iter_with_splits(&FunctionRegistry::builtin(), Box::new(splits))
         .expect("starts")
@@ -217,7 +196,7 @@ fn origins_are_row_group_and_row_and_consumed_rows_are_skipped_mid_group() {
 
     // A restore: rows 0 and 2 of group 1 and row 1 of group 3 were delivered.
     let skips = vec![Run::record(1, 0), Run::record(1, 2), Run::record(3, 1)];
-    let splits = Splits(vec![(1, 4, skips)], vec![]);
+    let splits = common::Splits(vec![(1, 4, skips)], vec![]);
     let tagged = d.iter_tagged(&FunctionRegistry::builtin(), Some(Box::new(splits)));
     let got: Vec<i64> = drain(tagged.expect("starts")).iter().map(|r| r.0).collect();
     assert_eq!(got, [4, 6, 100]);

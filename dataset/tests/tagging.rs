@@ -2,32 +2,14 @@
 //! carries the source records it stands for, what the pipeline drops goes to
 //! its sink, and the records of elements and sink cover every record once.
 
+mod common;
+
 use std::collections::BTreeMap;
 
-use sluice_dataset::{
-    Arg, DatasetDef, DatasetError, FunctionRegistry, SplitProvider, SplitRange, Stage, TaggedIter,
-};
+use sluice_dataset::{Arg, DatasetDef, FunctionRegistry, Stage, TaggedIter};
 use sluice_positions::{Origin, Run, Tag};
 
-/// Hands out fixed splits with their skip runs, once.
-struct Splits(Vec<(u64, u64, Vec<Run>)>, Vec<Run>);
-
-impl SplitProvider for Splits {
-    fn next_split(&mut self) -> Result<Option<SplitRange>, DatasetError> {
-        if self.0.is_empty() {
-            return Ok(None);
-        }
-        let (begin, end, skips) = self.0.remove(0);
-        self.1 = skips;
-        Ok(Some(SplitRange { begin, end }))
-    }
-    fn reset(&mut self) -> Result<(), DatasetError> {
-        Ok(())
-    }
-    fn take_skip_runs(&mut self) -> Vec<Run> {
-        std::mem::take(&mut self.1)
-    }
-}
+use common::Splits;
 
 /// What a tagged run produced: each element's value(s) with its own origin, and
 /// everything the sink held (taken after each element and at the end).

@@ -5,6 +5,7 @@ the tests that use them are done."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Callable, Iterator
 
@@ -74,3 +75,38 @@ def fresh_service() -> Iterator[Service]:
     s = Service(workers=2)
     yield s
     s.stop()
+
+
+@pytest.fixture
+def eo_cluster():
+    """A dispatcher that declares a worker lost after 0.5 s and two workers that
+    stop at once (no drain): for reads through a worker's death."""
+    d = sluice.DispatchServer(worker_timeout=0.5)
+    workers = [sluice.WorkerServer(d.target, drain_timeout=0.0) for _ in range(2)]
+    yield d, workers
+    for w in workers:
+        w.stop()
+    d.stop()
+
+
+def in_threads(reads, deadline_s: float = 240.0) -> list[int]:
+    """Runs `reads` at once in daemon threads and returns what they read, all
+    together; fails if one has not ended by the deadline (a read that waits for
+    records nobody will deliver must fail the test, not hang it)."""
+    results: list[list[int]] = [[] for _ in reads]
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = reads[i]()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(reads))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(deadline_s)
+        assert not t.is_alive(), f"a read did not end within {deadline_s} s"
+    assert not errors, errors
+    return [v for r in results for v in r]

@@ -9,25 +9,15 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-import threading
 
 import numpy as np
 import pytest
 
 import sluice
+from conftest import in_threads
 from sluice.jax import Iterator as JaxIterator
 
 N = 2_000
-
-
-@pytest.fixture
-def cluster():
-    d = sluice.DispatchServer(worker_timeout=0.5)
-    workers = [sluice.WorkerServer(d.target, drain_timeout=0.0) for _ in range(2)]
-    yield d, workers
-    for w in workers:
-        w.stop()
-    d.stop()
 
 
 def _eo(d, job: str | None = None, **kwargs) -> sluice.DistributedDataset:
@@ -42,8 +32,8 @@ def _once(values: list[int]) -> None:
     assert sorted(values) == list(range(N)), f"missing: {sorted(set(range(N)) - set(values))[:10]}"
 
 
-def test_an_exactly_once_read_delivers_every_element_once(cluster):
-    d, _ = cluster
+def test_an_exactly_once_read_delivers_every_element_once(eo_cluster):
+    d, _ = eo_cluster
     reader = _eo(d).read()
     assert reader.delivery == "exactly_once"
     _once([int(x) for x in reader])
@@ -61,11 +51,11 @@ GRAY_JPEG = base64.b64decode(
 )
 
 
-def test_built_in_image_maps_crop_each_element_alike_in_every_exactly_once_read(cluster):
+def test_built_in_image_maps_crop_each_element_alike_in_every_exactly_once_read(eo_cluster):
     """decode_jpeg → random_resized_crop → random_flip → normalize run on the
     workers by name; an element's crop follows its origin, not the worker or the
     read, so two reads (the two workers sharing the elements differently) agree."""
-    d, _ = cluster
+    d, _ = eo_cluster
     n = 24
     ds = (
         sluice.Dataset.from_tensor_slices({"id": list(range(n)), "image": [GRAY_JPEG] * n})
@@ -87,15 +77,15 @@ def test_built_in_image_maps_crop_each_element_alike_in_every_exactly_once_read(
     assert len({image.tobytes() for image in first.values()}) > n // 2, "crops differ by origin"
 
 
-def test_a_pipeline_that_cannot_be_replayed_is_refused_naming_the_stage(cluster):
-    d, _ = cluster
+def test_a_pipeline_that_cannot_be_replayed_is_refused_naming_the_stage(eo_cluster):
+    d, _ = eo_cluster
     ds = sluice.Dataset.range(N).take(10).distribute("dynamic", d.target, exactly_once=True)
     with pytest.raises(sluice.FailedPreconditionError, match="take"):
         ds.read()
 
 
-def test_auto_is_exactly_once_where_it_can_be_and_at_most_once_saying_why_elsewhere(cluster):
-    d, _ = cluster
+def test_auto_is_exactly_once_where_it_can_be_and_at_most_once_saying_why_elsewhere(eo_cluster):
+    d, _ = eo_cluster
     auto = sluice.Dataset.range(N).distribute("dynamic", d.target, job_name="auto", exactly_once="auto")
     it = JaxIterator(auto)
     got = [int(next(it)) for _ in range(300)]
@@ -119,8 +109,8 @@ def test_auto_is_exactly_once_where_it_can_be_and_at_most_once_saying_why_elsewh
     fallback.close()
 
 
-def test_a_worker_death_loses_and_repeats_nothing(cluster):
-    d, workers = cluster
+def test_a_worker_death_loses_and_repeats_nothing(eo_cluster):
+    d, workers = eo_cluster
     reader = _eo(d, max_outstanding_requests=1).read()
     got = [int(reader.next(timeout=60)) for _ in range(100)]
     workers[0].stop()
@@ -129,8 +119,8 @@ def test_a_worker_death_loses_and_repeats_nothing(cluster):
     _once(got)
 
 
-def test_a_position_restores_everything_not_consumed_once(cluster):
-    d, _ = cluster
+def test_a_position_restores_everything_not_consumed_once(eo_cluster):
+    d, _ = eo_cluster
     first = _eo(d, "restore-one").read()
     got = [int(first.next(timeout=60)) for _ in range(300)]
     pos = first.position()
@@ -140,8 +130,8 @@ def test_a_position_restores_everything_not_consumed_once(cluster):
     _once(got)
 
 
-def test_the_jax_iterator_state_restores_the_epoch_once(cluster):
-    d, _ = cluster
+def test_the_jax_iterator_state_restores_the_epoch_once(eo_cluster):
+    d, _ = eo_cluster
     it = JaxIterator(_eo(d, "jax-eo"))
     got = [int(next(it)) for _ in range(250)]
     state = it.get_state()
@@ -153,10 +143,10 @@ def test_the_jax_iterator_state_restores_the_epoch_once(cluster):
     _once(got)
 
 
-def test_two_consumers_positions_merge_into_one_restore(cluster):
+def test_two_consumers_positions_merge_into_one_restore(eo_cluster):
     # Failed about one run in two under load until the cursor skipped units that
     # became whole below the watermark after a restore (docs/guarantees.md EO28).
-    d, _ = cluster
+    d, _ = eo_cluster
     a, b = _eo(d, "merge-two").read(), _eo(d, "merge-two").read()
     got = [int(a.next(timeout=60)) for _ in range(200)]
     got += [int(b.next(timeout=60)) for _ in range(150)]
@@ -167,8 +157,8 @@ def test_two_consumers_positions_merge_into_one_restore(cluster):
     _once(got)
 
 
-def test_two_hosts_states_merged_restore_on_two_new_hosts_once(cluster):
-    d, _ = cluster
+def test_two_hosts_states_merged_restore_on_two_new_hosts_once(eo_cluster):
+    d, _ = eo_cluster
     a, b = JaxIterator(_eo(d, "jax-two")), JaxIterator(_eo(d, "jax-two"))
     got = [int(next(a)) for _ in range(120)] + [int(next(b)) for _ in range(80)]
     merged = sluice.merge_states([a.get_state(), b.get_state()])
@@ -179,12 +169,12 @@ def test_two_hosts_states_merged_restore_on_two_new_hosts_once(cluster):
     e.set_state(merged)
     # Both join the one restored iteration and read together, as hosts do: the
     # epoch ends for each once every element was consumed by one of them.
-    got.extend(_in_threads([lambda: [int(x) for x in c], lambda: [int(x) for x in e]]))
+    got.extend(in_threads([lambda: [int(x) for x in c], lambda: [int(x) for x in e]]))
     _once(got)
 
 
-def test_elements_a_closed_reader_held_are_read_again_by_another(cluster):
-    d, _ = cluster
+def test_elements_a_closed_reader_held_are_read_again_by_another(eo_cluster):
+    d, _ = eo_cluster
     first = _eo(d, "leaves", max_outstanding_requests=4).read()
     got = [int(first.next(timeout=60)) for _ in range(10)]
     second = _eo(d, "leaves").read()
@@ -192,28 +182,5 @@ def test_elements_a_closed_reader_held_are_read_again_by_another(cluster):
     # `first` leaves with what it had received and not taken: no position, no
     # restore. Those records are nobody's; the end-of-epoch sweep reads them again.
     first.close()
-    got.extend(_in_threads([lambda: [int(x) for x in second]]))
+    got.extend(in_threads([lambda: [int(x) for x in second]]))
     _once(got)
-
-
-def _in_threads(reads, deadline_s: float = 240.0) -> list[int]:
-    """Runs `reads` at once in daemon threads and returns what they read, all
-    together; fails if one has not ended by the deadline (a read that waits for
-    records nobody will deliver must fail the test, not hang it)."""
-    results: list[list[int]] = [[] for _ in reads]
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = reads[i]()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(reads))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(deadline_s)
-        assert not t.is_alive(), f"a read did not end within {deadline_s} s"
-    assert not errors, errors
-    return [v for r in results for v in r]

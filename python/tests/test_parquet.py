@@ -7,7 +7,6 @@ skips and ``defaults`` fills."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sluice
+from conftest import in_threads
 
 ROWS = 600
 
@@ -104,24 +104,14 @@ def test_a_missing_column_is_refused_at_registration_listing_the_files_columns(s
     assert "no column `lable`" in message and "id, text, score, tokens, image" in message
 
 
-@pytest.fixture
-def cluster():
-    d = sluice.DispatchServer(worker_timeout=0.5)
-    workers = [sluice.WorkerServer(d.target, drain_timeout=0.0) for _ in range(2)]
-    yield d, workers
-    for w in workers:
-        w.stop()
-    d.stop()
-
-
 def _once(values: list[int]) -> None:
     dup = [v for v, n in Counter(values).items() if n > 1]
     assert not dup, f"delivered twice: {dup[:10]}"
     assert sorted(values) == list(range(ROWS)), f"missing: {sorted(set(range(ROWS)) - set(values))[:10]}"
 
 
-def test_exactly_once_through_a_worker_death_and_a_restore_onto_two_readers(cluster, tmp_path):
-    d, workers = cluster
+def test_exactly_once_through_a_worker_death_and_a_restore_onto_two_readers(eo_cluster, tmp_path):
+    d, workers = eo_cluster
     tables(tmp_path)
 
     def eo() -> sluice.DistributedDataset:
@@ -137,15 +127,5 @@ def test_exactly_once_through_a_worker_death_and_a_restore_onto_two_readers(clus
     first.close()
     # Restored on two readers that read together (two trainers instead of one).
     a, b = eo().read(restore_from=pos), eo().read(restore_from=pos)
-    out: list[list[int]] = [[], []]
-
-    def drain(r, k):
-        out[k] = [int(x["id"]) for x in r]
-
-    threads = [threading.Thread(target=drain, args=(r, k)) for k, r in enumerate((a, b))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "the restored readers finished"
-    _once(got + out[0] + out[1])
+    got += in_threads([lambda r=r: [int(x["id"]) for x in r] for r in (a, b)])
+    _once(got)

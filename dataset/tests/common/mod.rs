@@ -1,7 +1,10 @@
 //! Helpers shared by the dataset crate's integration tests.
 #![allow(dead_code)] // each test binary uses a different subset
 
-use sluice_dataset::{DatasetDef, DatasetError, Element, FunctionRegistry};
+use sluice_dataset::{
+    DatasetDef, DatasetError, Element, FunctionRegistry, SplitProvider, SplitRange,
+};
+use sluice_positions::Run;
 
 /// Runs `def` locally with the built-in registry and collects every item.
 pub fn run(def: &DatasetDef) -> Vec<Result<Element, DatasetError>> {
@@ -26,4 +29,24 @@ pub fn ints(def: &DatasetDef) -> Vec<i64> {
 /// Runs `def` locally and returns every element as JSON.
 pub fn json(def: &DatasetDef) -> Vec<serde_json::Value> {
     run(def).into_iter().map(|r| r.expect("no element fails").to_json()).collect()
+}
+
+/// Hands out fixed splits, each with the skip runs a restored split carries, once.
+pub struct Splits(pub Vec<(u64, u64, Vec<Run>)>, pub Vec<Run>);
+
+impl SplitProvider for Splits {
+    fn next_split(&mut self) -> Result<Option<SplitRange>, DatasetError> {
+        if self.0.is_empty() {
+            return Ok(None);
+        }
+        let (begin, end, skips) = self.0.remove(0);
+        self.1 = skips;
+        Ok(Some(SplitRange { begin, end }))
+    }
+    fn reset(&mut self) -> Result<(), DatasetError> {
+        Ok(())
+    }
+    fn take_skip_runs(&mut self) -> Vec<Run> {
+        std::mem::take(&mut self.1)
+    }
 }
