@@ -45,7 +45,7 @@ use crate::error::DatasetError;
 use crate::registry::KeyedMapFn;
 use crate::tensor::Element;
 
-use super::ops::{map_keeping_origin, Map};
+use super::ops::{map_keeping_origin, Failure, Map};
 use super::stream::{lock, ElementIter};
 
 type Item = Result<Element, DatasetError>;
@@ -65,6 +65,7 @@ enum State {
         taken: Arc<AtomicU64>,
         threads: usize,
         deterministic: bool,
+        failure: Failure,
     },
     Running(Running),
     /// No worker thread could be started: the map runs on the caller's thread.
@@ -82,8 +83,10 @@ impl ParallelMap {
         taken: Arc<AtomicU64>,
         threads: usize,
         deterministic: bool,
+        failure: Failure,
     ) -> Self {
-        ParallelMap { state: State::NotStarted { input, call, f, taken, threads, deterministic } }
+        let state = State::NotStarted { input, call, f, taken, threads, deterministic, failure };
+        ParallelMap { state }
     }
 }
 
@@ -92,10 +95,11 @@ impl Iterator for ParallelMap {
 
     fn next(&mut self) -> Option<Item> {
         if let State::NotStarted { .. } = self.state {
-            if let State::NotStarted { input, call, f, taken, threads, deterministic } =
+            if let State::NotStarted { input, call, f, taken, threads, deterministic, failure } =
                 std::mem::replace(&mut self.state, State::Done)
             {
-                self.state = start(input, call, f, taken, threads.max(1), deterministic);
+                let threads = threads.max(1);
+                self.state = start(input, call, f, taken, threads, deterministic, failure);
             }
         }
         let item = match &mut self.state {
@@ -123,6 +127,7 @@ fn start(
     taken: Arc<AtomicU64>,
     threads: usize,
     deterministic: bool,
+    failure: Failure,
 ) -> State {
     let cap = threads.saturating_mul(2);
     let (jobs_tx, jobs_rx) = sync_channel::<Job>(cap);
@@ -139,6 +144,7 @@ fn start(
             name: call.name.clone(),
             args: args.clone(),
             f: f.clone(),
+            failure: failure.clone(),
         };
         match std::thread::Builder::new().name("sluice-map".into()).spawn(move || worker.run()) {
             Ok(handle) => workers.push(handle),
@@ -149,7 +155,7 @@ fn start(
         }
     }
     if workers.is_empty() {
-        return State::Inline(Map::new(input, call, f, taken));
+        return State::Inline(Map::new(input, call, f, taken, failure));
     }
     tracing::debug!(threads = workers.len(), deterministic, "parallel map started");
     State::Running(Running {
@@ -177,6 +183,7 @@ struct Worker {
     name: String,
     args: Arc<[Arg]>,
     f: KeyedMapFn,
+    failure: Failure,
 }
 
 impl Worker {
@@ -190,7 +197,9 @@ impl Worker {
                 return;
             }
             let (f, args) = (&self.f, &self.args[..]);
-            let item = map_keeping_origin(&self.name, element, index, |e, key| f(e, args, key));
+            let failure = &self.failure;
+            let item =
+                map_keeping_origin(&self.name, element, index, failure, |e, key| f(e, args, key));
             if self.results.send((seq, item)).is_err() {
                 return;
             }
