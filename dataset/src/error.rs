@@ -50,6 +50,11 @@ pub enum DatasetError {
     /// element error, like [`DatasetError::BadRecord`].
     #[error("bad {format} row in `{file}` (row group {group}, row {row}): {message}")]
     BadRow { format: &'static str, file: String, group: u64, row: u64, message: String },
+    /// A decoding map (`decode_jpeg`, `decode_png`) cannot read its element's
+    /// bytes (a damaged or lying image): an element error, like
+    /// [`DatasetError::BadRecord`], so `ignore_errors` may skip it.
+    #[error("function `{name}` cannot decode this element: {message}")]
+    BadInput { name: String, message: String },
     /// A `tf.train.Example` does not match the `parse_example` feature specs.
     #[error("parse_example: {0}")]
     BadExample(String),
@@ -70,7 +75,9 @@ impl DatasetError {
     pub fn is_element_error(&self) -> bool {
         match self {
             DatasetError::UserFunction(f) => f.phase == crate::python::Phase::Call,
-            DatasetError::BadRecord { .. } | DatasetError::BadRow { .. } => true,
+            DatasetError::BadRecord { .. }
+            | DatasetError::BadRow { .. }
+            | DatasetError::BadInput { .. } => true,
             _ => false,
         }
     }

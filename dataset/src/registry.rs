@@ -87,6 +87,9 @@ struct Entry<F> {
     arity: RangeInclusive<usize>,
     f: F,
     check: Option<ArgCheck>,
+    /// A map that reads its element's bytes (a decoder): its failure means the
+    /// element's data is bad, an element error, not the end of the stream.
+    per_element: bool,
 }
 
 /// A dataset function: registered code, or a built-in file reader, which the
@@ -145,7 +148,10 @@ impl FunctionRegistry {
         arity: RangeInclusive<usize>,
         f: impl Fn(Element, &[Arg], ElementKey<'_>) -> Result<Element, String> + Send + Sync + 'static,
     ) {
-        self.maps.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
+        self.maps.insert(
+            name.to_string(),
+            Entry { arity, f: Arc::new(f), check: None, per_element: false },
+        );
     }
 
     /// Registers a filter predicate taking exactly `arity` arguments, replacing any
@@ -157,7 +163,10 @@ impl FunctionRegistry {
         f: impl Fn(&Element, &[Arg]) -> Result<bool, String> + Send + Sync + 'static,
     ) {
         let arity = arity..=arity;
-        self.filters.insert(name.to_string(), Entry { arity, f: Arc::new(f), check: None });
+        self.filters.insert(
+            name.to_string(),
+            Entry { arity, f: Arc::new(f), check: None, per_element: false },
+        );
     }
 
     /// Registers a dataset function taking exactly `arity` arguments, replacing any
@@ -169,14 +178,20 @@ impl FunctionRegistry {
         f: impl Fn(Element, &[Arg]) -> Result<ElementIter, String> + Send + Sync + 'static,
     ) {
         let f = DatasetEntry::Custom(Arc::new(f));
-        self.datasets.insert(name.to_string(), Entry { arity: arity..=arity, f, check: None });
+        self.datasets.insert(
+            name.to_string(),
+            Entry { arity: arity..=arity, f, check: None, per_element: false },
+        );
     }
 
     /// Registers the built-in file reader `name` (see `exec::files::file_function`).
     pub(crate) fn register_file_fn(&mut self, name: &str) {
         if let Some(format) = file_function(name) {
             let f = DatasetEntry::File(format);
-            self.datasets.insert(name.to_string(), Entry { arity: 0..=0, f, check: None });
+            self.datasets.insert(
+                name.to_string(),
+                Entry { arity: 0..=0, f, check: None, per_element: false },
+            );
         }
     }
 
@@ -252,6 +267,19 @@ impl FunctionRegistry {
     /// The map function `name`, if registered.
     pub(crate) fn map_fn(&self, name: &str) -> Option<&KeyedMapFn> {
         self.maps.get(name).map(|e| &e.f)
+    }
+
+    /// Marks the map `name` a decoder: its failures are the element's (bad
+    /// data), which `ignore_errors` may skip (`DatasetError::BadInput`).
+    pub(crate) fn set_fails_per_element(&mut self, name: &str) {
+        if let Some(e) = self.maps.get_mut(name) {
+            e.per_element = true;
+        }
+    }
+
+    /// Whether the map `name`'s failures are element errors.
+    pub(crate) fn map_fails_per_element(&self, name: &str) -> bool {
+        self.maps.get(name).is_some_and(|e| e.per_element)
     }
 
     /// The filter predicate `name`, if registered.

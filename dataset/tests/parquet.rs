@@ -407,3 +407,33 @@ fn specs_that_cannot_work_are_refused_by_field() {
     refused(r#"{"stages":[{"parquet":{"files":["a"],"row_groups":[1,2]}}]}"#, "one count per file");
     refused(r#"{"stages":[{"parquet":{"files":["a"],"colums":["x"]}}]}"#, "colums");
 }
+
+/// Ids 0..10, `label` null at ids 3 and 7.
+fn two_bad_rows(dir: &std::path::Path) -> String {
+    let id = Int64Array::from_iter_values(0..10);
+    let label: Int64Array = (0..10).map(|i| (i % 4 != 3).then_some(i)).collect();
+    write(dir, "bad.parquet", vec![("id", Arc::new(id)), ("label", Arc::new(label))], 4)
+}
+
+#[test]
+fn a_bad_row_passes_through_a_parallel_map_in_position_and_ignore_errors_skips_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = two_bad_rows(dir.path());
+    let def = resolved(source(vec![file])).parallel_map("identity", vec![], 3);
+    let out = common::run(&def);
+    let shape: Vec<Option<i64>> = out.iter().map(|r| r.as_ref().ok().map(id_of)).collect();
+    let want = [Some(0), Some(1), Some(2), None, Some(4), Some(5), Some(6), None, Some(8), Some(9)];
+    assert_eq!(shape, want, "each bad row in its place, the rows after it still come");
+    assert!(out.iter().filter_map(|r| r.as_ref().err()).all(DatasetError::is_element_error));
+
+    let registry = FunctionRegistry::builtin();
+    let mut unordered = def.clone();
+    if let Some(Stage::Map { deterministic, .. }) = unordered.stages.last_mut() {
+        *deterministic = false;
+    }
+    let skipped = common::run_with(&unordered.ignore_errors(), &registry);
+    let mut ids = ok_ids(&skipped);
+    ids.sort_unstable();
+    assert_eq!(ids, [0, 1, 2, 4, 5, 6, 8, 9]);
+    assert_eq!(registry.errors_ignored().load(Ordering::Relaxed), 2);
+}

@@ -156,7 +156,8 @@ pub fn from_client(e: ClientError) -> PyErr {
         ClientError::Dataset(
             DatasetError::Corrupt { .. }
             | DatasetError::BadRecord { .. }
-            | DatasetError::BadRow { .. },
+            | DatasetError::BadRow { .. }
+            | DatasetError::BadInput { .. },
         ) => Kind::DataLoss,
         ClientError::Dataset(DatasetError::NotFound { .. }) => Kind::NotFound,
         ClientError::Dataset(DatasetError::Forbidden { .. }) => Kind::PermissionDenied,

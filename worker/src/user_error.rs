@@ -38,7 +38,8 @@ pub(crate) fn status_of(task_id: u64, error: &DatasetError, worker: &str) -> Sta
         DatasetError::UserFunction(failure) => return status(task_id, failure, worker),
         DatasetError::Corrupt { .. }
         | DatasetError::BadRecord { .. }
-        | DatasetError::BadRow { .. } => Code::DataLoss,
+        | DatasetError::BadRow { .. }
+        | DatasetError::BadInput { .. } => Code::DataLoss,
         DatasetError::NotFound { .. } => Code::NotFound,
         DatasetError::Forbidden { .. } => Code::PermissionDenied,
         _ => Code::Internal,

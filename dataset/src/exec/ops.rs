@@ -66,40 +66,68 @@ pub(super) fn call<T>(
 ) -> Result<T, DatasetError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result.map_err(|m| function_error(name, m)),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string panic".to_string());
-            Err(function_error(name, format!("panicked: {what}")))
-        }
+        Err(panic) => Err(function_error(name, panicked(panic))),
     }
+}
+
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".to_string());
+    format!("panicked: {what}")
+}
+
+/// What a map call's error means for the stream.
+#[derive(Clone)]
+pub(super) enum Failure {
+    /// The stream ends (a function that fails on its arguments or has a bug).
+    Ends,
+    /// Only the element fails: a decoder met bad bytes
+    /// (`FunctionRegistry::map_fails_per_element`). The error is a `BadInput`
+    /// element error and, in a tagged pipeline, the element's records go to the
+    /// stage's sink (consumed once, with the next element). A panic still ends
+    /// the stream.
+    OfElement(Option<Dropped>),
 }
 
 /// Calls a map function on `element`, the `index`-th its stage has taken; the
 /// output stands for the input's records (its origin, in a tagged pipeline). The
 /// function sees the origin, or else the index, as its [`ElementKey`]; its error
-/// names the origin where there is one. A failed call is fatal (not an element
-/// error), so the origin of its input needs no sink.
+/// names the origin where there is one. A failed call ends the stream unless
+/// `failure` says it is the element's ([`Failure::OfElement`]); a fatal one
+/// needs no sink for its input's origin.
 pub(super) fn map_keeping_origin(
     name: &str,
     mut element: Element,
     index: u64,
+    failure: &Failure,
     f: impl FnOnce(Element, ElementKey<'_>) -> Result<Element, String>,
 ) -> Item {
     let origin = element.origin.take();
     let key = origin.as_ref().map_or(ElementKey::Index(index), ElementKey::Origin);
-    match call(name, || f(element, key)) {
-        Ok(mut out) => {
+    let (message, fatal) = match catch_unwind(AssertUnwindSafe(|| f(element, key))) {
+        Ok(Ok(mut out)) => {
             out.origin = origin;
-            Ok(out)
+            return Ok(out);
         }
-        Err(DatasetError::Function { name, message }) if origin.is_some() => {
-            let from = origin.as_ref().map(describe).unwrap_or_default();
-            Err(DatasetError::Function { name, message: format!("{message} (element of {from})") })
+        Ok(Err(message)) => (message, false),
+        Err(panic) => (panicked(panic), true),
+    };
+    let message = match &origin {
+        Some(o) => format!("{message} (element of {})", describe(o)),
+        None => message,
+    };
+    let name = name.to_string();
+    match failure {
+        Failure::OfElement(dropped) if !fatal => {
+            if let Some(dropped) = dropped {
+                dropped.drop_origin(origin);
+            }
+            Err(DatasetError::BadInput { name, message })
         }
-        Err(e) => Err(e),
+        _ => Err(DatasetError::Function { name, message }),
     }
 }
 
@@ -128,6 +156,7 @@ pub(super) struct Map {
     f: KeyedMapFn,
     /// Elements this stage has taken, shared by its instantiations (the plan's).
     taken: Arc<AtomicU64>,
+    failure: Failure,
 }
 
 impl Map {
@@ -136,8 +165,9 @@ impl Map {
         call: FnCall,
         f: KeyedMapFn,
         taken: Arc<AtomicU64>,
+        failure: Failure,
     ) -> Self {
-        Map { input, name: call.name, args: call.args, f, taken }
+        Map { input, name: call.name, args: call.args, f, taken, failure }
     }
 }
 
@@ -150,8 +180,8 @@ impl Iterator for Map {
             Err(e) => return Some(Err(e)),
         };
         let index = self.taken.fetch_add(1, Ordering::Relaxed);
-        let (f, args) = (&self.f, &self.args);
-        Some(map_keeping_origin(&self.name, element, index, |e, key| f(e, args, key)))
+        let (f, args, failure) = (&self.f, &self.args, &self.failure);
+        Some(map_keeping_origin(&self.name, element, index, failure, |e, key| f(e, args, key)))
     }
 }
 

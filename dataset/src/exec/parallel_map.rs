@@ -24,7 +24,11 @@
 //! that arrives early waits in the reorder buffer); otherwise as they complete.
 //! The first error — from the input or the function — ends the stage: in
 //! deterministic mode at its input position; otherwise a function error as soon as
-//! it arrives, an input error after the elements pulled before it.
+//! it arrives, an input error after the elements pulled before it. An *element*
+//! error from the input (a bad record of an intact file, a failed Python call:
+//! `DatasetError::is_element_error`) does not end it: it takes its place among the
+//! results without going to a worker, and the input goes on, as through the
+//! sequential `map` (so an `ignore_errors` after the map can skip it).
 //!
 //! **Shutdown.** Dropping the stage (or its end) sets a stop flag, closes both
 //! channels and joins the workers: each finishes at most the call it is in. A
@@ -41,7 +45,7 @@ use crate::error::DatasetError;
 use crate::registry::KeyedMapFn;
 use crate::tensor::Element;
 
-use super::ops::{map_keeping_origin, Map};
+use super::ops::{map_keeping_origin, Failure, Map};
 use super::stream::{lock, ElementIter};
 
 type Item = Result<Element, DatasetError>;
@@ -61,6 +65,7 @@ enum State {
         taken: Arc<AtomicU64>,
         threads: usize,
         deterministic: bool,
+        failure: Failure,
     },
     Running(Running),
     /// No worker thread could be started: the map runs on the caller's thread.
@@ -78,8 +83,10 @@ impl ParallelMap {
         taken: Arc<AtomicU64>,
         threads: usize,
         deterministic: bool,
+        failure: Failure,
     ) -> Self {
-        ParallelMap { state: State::NotStarted { input, call, f, taken, threads, deterministic } }
+        let state = State::NotStarted { input, call, f, taken, threads, deterministic, failure };
+        ParallelMap { state }
     }
 }
 
@@ -88,10 +95,11 @@ impl Iterator for ParallelMap {
 
     fn next(&mut self) -> Option<Item> {
         if let State::NotStarted { .. } = self.state {
-            if let State::NotStarted { input, call, f, taken, threads, deterministic } =
+            if let State::NotStarted { input, call, f, taken, threads, deterministic, failure } =
                 std::mem::replace(&mut self.state, State::Done)
             {
-                self.state = start(input, call, f, taken, threads.max(1), deterministic);
+                let threads = threads.max(1);
+                self.state = start(input, call, f, taken, threads, deterministic, failure);
             }
         }
         let item = match &mut self.state {
@@ -99,7 +107,12 @@ impl Iterator for ParallelMap {
             State::Inline(m) => m.next(),
             State::NotStarted { .. } | State::Done => None,
         };
-        if !matches!(item, Some(Ok(_))) {
+        let goes_on = match &item {
+            Some(Ok(_)) => true,
+            Some(Err(e)) => e.is_element_error(),
+            None => false,
+        };
+        if !goes_on {
             // Ends (and joins) the workers right away, not when the fuse drops us.
             self.state = State::Done;
         }
@@ -114,6 +127,7 @@ fn start(
     taken: Arc<AtomicU64>,
     threads: usize,
     deterministic: bool,
+    failure: Failure,
 ) -> State {
     let cap = threads.saturating_mul(2);
     let (jobs_tx, jobs_rx) = sync_channel::<Job>(cap);
@@ -130,6 +144,7 @@ fn start(
             name: call.name.clone(),
             args: args.clone(),
             f: f.clone(),
+            failure: failure.clone(),
         };
         match std::thread::Builder::new().name("sluice-map".into()).spawn(move || worker.run()) {
             Ok(handle) => workers.push(handle),
@@ -140,7 +155,7 @@ fn start(
         }
     }
     if workers.is_empty() {
-        return State::Inline(Map::new(input, call, f, taken));
+        return State::Inline(Map::new(input, call, f, taken, failure));
     }
     tracing::debug!(threads = workers.len(), deterministic, "parallel map started");
     State::Running(Running {
@@ -156,6 +171,7 @@ fn start(
         in_flight: 0,
         deterministic,
         reorder: VecDeque::new(),
+        passed: VecDeque::new(),
     })
 }
 
@@ -167,6 +183,7 @@ struct Worker {
     name: String,
     args: Arc<[Arg]>,
     f: KeyedMapFn,
+    failure: Failure,
 }
 
 impl Worker {
@@ -180,7 +197,9 @@ impl Worker {
                 return;
             }
             let (f, args) = (&self.f, &self.args[..]);
-            let item = map_keeping_origin(&self.name, element, index, |e, key| f(e, args, key));
+            let failure = &self.failure;
+            let item =
+                map_keeping_origin(&self.name, element, index, failure, |e, key| f(e, args, key));
             if self.results.send((seq, item)).is_err() {
                 return;
             }
@@ -208,6 +227,9 @@ struct Running {
     deterministic: bool,
     /// Deterministic mode: results of positions `next_seq - in_flight ..`, in order.
     reorder: VecDeque<Option<Item>>,
+    /// Nondeterministic mode: the input's element errors, yielded before waiting
+    /// for a worker (counted in `in_flight` until then).
+    passed: VecDeque<Item>,
 }
 
 impl Running {
@@ -219,6 +241,10 @@ impl Running {
             };
             let element = match input.next() {
                 Some(Ok(e)) => e,
+                Some(Err(e)) if e.is_element_error() => {
+                    self.pass(e);
+                    continue;
+                }
                 Some(Err(e)) => {
                     self.input_error = Some(e);
                     self.input = None;
@@ -241,11 +267,44 @@ impl Running {
         Ok(())
     }
 
+    /// Takes an element error of the input as the result of its position.
+    fn pass(&mut self, e: DatasetError) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.in_flight += 1;
+        if self.deterministic {
+            self.place(seq, Err(e));
+        } else {
+            self.passed.push_back(Err(e));
+        }
+    }
+
+    /// Deterministic mode: puts the result of position `seq` in the reorder
+    /// buffer; `false` if `seq` is not in flight.
+    fn place(&mut self, seq: u64, item: Item) -> bool {
+        // The oldest in-flight position is `next_seq - in_flight`.
+        let oldest = self.next_seq - self.in_flight as u64;
+        let Some(slot) = seq.checked_sub(oldest).and_then(|i| usize::try_from(i).ok()) else {
+            return false;
+        };
+        while self.reorder.len() <= slot {
+            self.reorder.push_back(None);
+        }
+        if let Some(place) = self.reorder.get_mut(slot) {
+            *place = Some(item);
+        }
+        true
+    }
+
     fn next(&mut self) -> Option<Item> {
         if let Err(e) = self.fill() {
             return Some(Err(e));
         }
         loop {
+            if let Some(item) = self.passed.pop_front() {
+                self.in_flight -= 1;
+                return Some(item);
+            }
             if self.deterministic {
                 if let Some(Some(_)) = self.reorder.front() {
                     self.in_flight -= 1;
@@ -263,16 +322,8 @@ impl Running {
                 self.in_flight -= 1;
                 return Some(item);
             }
-            // The oldest in-flight position is `next_seq - in_flight`.
-            let oldest = self.next_seq - self.in_flight as u64;
-            let Some(slot) = seq.checked_sub(oldest).and_then(|i| usize::try_from(i).ok()) else {
+            if !self.place(seq, item) {
                 return Some(Err(workers_gone()));
-            };
-            while self.reorder.len() <= slot {
-                self.reorder.push_back(None);
-            }
-            if let Some(place) = self.reorder.get_mut(slot) {
-                *place = Some(item);
             }
         }
     }

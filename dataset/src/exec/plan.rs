@@ -165,8 +165,13 @@ impl Plan {
                     Some(f) => {
                         let call = FnCall::new(name.clone(), args.clone());
                         let taken = self.taken.get(end - 1).cloned().unwrap_or_default();
+                        let failure = if self.registry.map_fails_per_element(name) {
+                            ops::Failure::OfElement(self.dropped(end))
+                        } else {
+                            ops::Failure::Ends
+                        };
                         match parallelism(*num_parallel_calls) {
-                            1 => Box::new(ops::Map::new(input(), call, f.clone(), taken)),
+                            1 => Box::new(ops::Map::new(input(), call, f.clone(), taken, failure)),
                             n => Box::new(parallel_map::ParallelMap::new(
                                 input(),
                                 call,
@@ -174,6 +179,7 @@ impl Plan {
                                 taken,
                                 n,
                                 *deterministic,
+                                failure,
                             )),
                         }
                     }

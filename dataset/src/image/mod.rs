@@ -45,11 +45,13 @@ pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
 pub(crate) fn register(r: &mut FunctionRegistry) {
     r.register_map("decode_png", 1, |e, args| on_component(e, args, decode_png));
     r.set_arg_check(Map, "decode_png", check_name);
+    r.set_fails_per_element("decode_png");
     r.register_keyed_map("decode_jpeg", 1..=2, |e, args, _| {
         let channels = jpeg_channels(args)?;
         on_component(e, args, |t| decode_jpeg(t, channels))
     });
     r.set_arg_check(Map, "decode_jpeg", check_decode_jpeg);
+    r.set_fails_per_element("decode_jpeg");
     r.register_map("center_crop", 3, |e, args| {
         let (h, w) = (size_arg(args, 1)?, size_arg(args, 2)?);
         on_component(e, args, |t| center_crop(t, h, w))

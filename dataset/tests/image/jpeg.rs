@@ -234,7 +234,7 @@ fn decode_value(t: Tensor) -> String {
 }
 
 #[test]
-fn a_damaged_jpeg_in_an_exactly_once_pipeline_names_its_record() {
+fn a_damaged_jpeg_fails_only_its_element_which_ignore_errors_skips_and_its_record_is_consumed() {
     let good = jpeg(&pixels(8, 8, 3), 8, 8, 3, BASELINE_444);
     let mut registry = FunctionRegistry::builtin();
     // Element i holds the good file, but element 1 only its first half.
@@ -244,10 +244,31 @@ fn a_damaged_jpeg_in_an_exactly_once_pipeline_names_its_record() {
         sluice_dataset::Element::named(vec!["img".into()], vec![Tensor::scalar_bytes(file)])
             .map_err(|e| e.to_string())
     });
-    let def = sluice_dataset::DatasetDef::range(3).map("file").map_with("decode_jpeg", vec![img()]);
-    let tagged = def.iter_tagged(&registry, None).expect("starts");
-    let items: Vec<_> = tagged.elements.collect();
-    assert!(items[0].is_ok(), "{:?}", items[0]);
-    let err = items[1].as_ref().expect_err("the damaged one fails").to_string();
-    assert!(err.contains("not a valid JPEG") && err.contains("unit 1, record 0"), "{err}");
+    let files = sluice_dataset::DatasetDef::range(3).map("file");
+    for parallel in [1, 2] {
+        let def = files.clone().parallel_map("decode_jpeg", vec![img()], parallel);
+        // Exactly once: the error names the record, the stream goes on, and the
+        // damaged element's record is consumed (in the sink), once.
+        let tagged = def.iter_tagged(&registry, None).expect("starts");
+        let items: Vec<_> = tagged.elements.collect();
+        assert_eq!(items.len(), 3, "{parallel} thread(s): {items:?}");
+        assert!(items[0].is_ok() && items[2].is_ok(), "{items:?}");
+        let err = items[1].as_ref().expect_err("the damaged one fails");
+        assert!(err.is_element_error(), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("not a valid JPEG") && msg.contains("unit 1, record 0"), "{msg}");
+        let dropped = tagged.dropped.take();
+        let units: Vec<u64> = dropped.runs.iter().map(|r| r.unit).collect();
+        assert_eq!(units, [1], "the damaged element's record is consumed with the others");
+
+        // ignore_errors skips it and counts it.
+        let registry = registry.clone();
+        let before = registry.errors_ignored().load(std::sync::atomic::Ordering::Relaxed);
+        let out: Vec<_> =
+            def.clone().ignore_errors().iter_local(&registry).expect("starts").collect();
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out.iter().all(Result::is_ok));
+        let after = registry.errors_ignored().load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(after - before, 1);
+    }
 }

@@ -62,6 +62,21 @@ async fn appends_commit_while_a_snapshot_save_is_in_progress() {
     assert_eq!(journal.read_snapshot().await.unwrap(), new);
 }
 
+/// Waits until no sled database holds `dir`'s file lock: a raw `sled::Db` (which
+/// the open registry behind `closed` does not track) keeps it for a moment after
+/// it is dropped, while its flusher thread ends.
+async fn released(dir: &std::path::Path) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let file = std::fs::File::open(dir.join("db")).unwrap();
+        if file.try_lock().is_ok() {
+            return; // unlocked when `file` drops
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{} stayed locked", dir.display());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Writes a format-1 journal as an older build did: the snapshot in `meta`.
 fn write_format_one(dir: &std::path::Path) {
     let db = sled::Config::new().path(dir).open().unwrap();
@@ -89,6 +104,7 @@ fn format_and_key(dir: &std::path::Path) -> (u32, bool) {
 async fn a_format_one_journal_is_read_as_it_is_and_upgraded_by_a_writable_open() {
     let dir = tempfile::tempdir().unwrap();
     write_format_one(dir.path());
+    released(dir.path()).await;
     let snapshot = Some((Bytes::from("meta"), Bytes::from("old snapshot")));
 
     // Read-only: reads the `meta` value, writes nothing here.
@@ -98,6 +114,7 @@ async fn a_format_one_journal_is_read_as_it_is_and_upgraded_by_a_writable_open()
     closed(dir.path()).await;
     assert!(!dir.path().join("snapshot").exists());
     assert_eq!(format_and_key(dir.path()), (1, true));
+    released(dir.path()).await;
 
     // Writable: the snapshot moves to its file, the format becomes 2.
     let journal = open(dir.path(), false).await;
@@ -107,6 +124,7 @@ async fn a_format_one_journal_is_read_as_it_is_and_upgraded_by_a_writable_open()
     closed(dir.path()).await;
     assert!(dir.path().join("snapshot").join("current").exists());
     assert_eq!(format_and_key(dir.path()), (FORMAT_VERSION, false));
+    released(dir.path()).await;
 
     let journal = open(dir.path(), false).await;
     assert_eq!(journal.read_snapshot().await.unwrap(), snapshot);
