@@ -134,8 +134,8 @@ impl Leaves {
         Ok(Leaves { leaves, roots, names })
     }
 
-    /// The leaf columns of `batch`, in component order.
-    pub fn columns<'b>(&self, batch: &'b RecordBatch) -> Result<Vec<&'b ArrayRef>, String> {
+    /// The leaf columns of `batch`, in component order (found once per batch).
+    pub fn columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>, String> {
         self.leaves
             .iter()
             .map(|leaf| {
@@ -147,7 +147,7 @@ impl Leaves {
                         format!("column `{}` is not the struct the footer said", leaf.root)
                     })?;
                 }
-                Ok(col)
+                Ok(col.clone())
             })
             .collect()
     }

@@ -32,7 +32,7 @@ mod spec;
 
 use std::sync::{Arc, Mutex};
 
-use arrow_array::RecordBatch;
+use arrow_array::ArrayRef;
 use futures::{FutureExt, StreamExt};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
@@ -404,7 +404,8 @@ struct Rows {
     leaves: Arc<Leaves>,
     /// `batch_rows`: each decoded batch is one element.
     batched: bool,
-    batch: Option<RecordBatch>,
+    /// The decoded batch at hand: its rows and its leaf columns, in component order.
+    batch: Option<(usize, Vec<ArrayRef>)>,
     /// The next row of `batch`.
     at: usize,
     /// Rows of the group before `batch`.
@@ -416,21 +417,24 @@ impl Iterator for Rows {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(batch) = &self.batch {
-                if self.at < batch.num_rows() {
-                    let rows =
-                        if self.batched { 0..batch.num_rows() } else { self.at..self.at + 1 };
+            if let Some((num_rows, _)) = &self.batch {
+                let num_rows = *num_rows;
+                if self.at < num_rows {
+                    let rows = if self.batched { 0..num_rows } else { self.at..self.at + 1 };
                     self.at = rows.end;
                     return Some(self.element(rows));
                 }
-                self.rows_before += batch.num_rows() as u64;
+                self.rows_before += num_rows as u64;
                 self.batch = None;
             }
             match self.reader.next()? {
-                Ok(b) => {
-                    self.batch = Some(b);
-                    self.at = 0;
-                }
+                Ok(b) => match self.leaves.columns(&b) {
+                    Ok(cols) => {
+                        self.batch = Some((b.num_rows(), cols));
+                        self.at = 0;
+                    }
+                    Err(m) => return Some(Err(self.place.corrupt(&m))),
+                },
                 Err(e) => return Some(Err(self.place.corrupt(&e))),
             }
         }
@@ -439,7 +443,7 @@ impl Iterator for Rows {
 
 impl Rows {
     fn element(&self, rows: std::ops::Range<usize>) -> Result<Element, DatasetError> {
-        let batch = self.batch.as_ref().expect("a batch is at hand");
+        let (_, cols) = self.batch.as_ref().expect("a batch is at hand");
         let bad = |row: usize, message: String| DatasetError::BadRow {
             format: FORMAT,
             file: self.place.url.clone(),
@@ -447,7 +451,6 @@ impl Rows {
             row: self.rows_before + row as u64,
             message,
         };
-        let cols = self.leaves.columns(batch).map_err(|m| self.place.corrupt(&m))?;
         let mut components = Vec::with_capacity(cols.len());
         for (leaf, col) in self.leaves.leaves.iter().zip(cols) {
             let t = leaf.take(col.as_ref(), rows.clone(), self.batched);
