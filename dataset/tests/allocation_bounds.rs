@@ -7,24 +7,26 @@
 use bytes::Bytes;
 use sluice_dataset::formats::example;
 use sluice_dataset::{Arg, DType, FeatureSpec, Tensor};
-use sluice_testkit::fuzz_corpus::{largest_allocation, LargestAllocation};
+use sluice_testkit::fuzz_corpus::{turn, LargestAllocation};
 
 #[global_allocator]
 static ALLOCATOR: LargestAllocation = LargestAllocation;
 
 #[test]
 fn checking_a_string_tensor_counts_its_items_without_collecting_them() {
+    let turn = turn();
     // 4 million empty items: 16 MB of payload (their slices were 128 MB).
     let items = 4 << 20;
     let data = Bytes::from(vec![0u8; 4 * items]);
     let (t, largest) =
-        largest_allocation(|| Tensor::new(DType::String, vec![items as u64], data.clone()));
+        turn.largest_allocation(|| Tensor::new(DType::String, vec![items as u64], data.clone()));
     assert_eq!(t.expect("valid").num_values(), items as u64);
     assert!(largest < 1 << 20, "checking the tensor allocated {largest} bytes at once");
 }
 
 #[test]
 fn a_string_default_broadcast_allocates_its_payload_not_a_slice_per_value() {
+    let turn = turn();
     let values = 1u64 << 22;
     let spec = FeatureSpec {
         name: "s".into(),
@@ -35,7 +37,7 @@ fn a_string_default_broadcast_allocates_its_payload_not_a_slice_per_value() {
     let specs = vec![spec];
     let names = example::names(&specs);
     let (e, largest) =
-        largest_allocation(|| example::parse(Bytes::new(), &specs, &names).expect("default"));
+        turn.largest_allocation(|| example::parse(Bytes::new(), &specs, &names).expect("default"));
     assert_eq!(e.components[0].num_values(), values);
     // The payload is 5 bytes per value; a slice per value was 16.
     assert!(largest <= 5 * values as usize, "the broadcast allocated {largest} bytes at once");
@@ -56,6 +58,7 @@ fn jpeg_claiming(width: u16, height: u16) -> Vec<u8> {
 #[test]
 fn a_jpeg_header_claiming_a_huge_image_fails_before_any_pixel_is_allocated() {
     use sluice_dataset::{DatasetDef, Element, FunctionRegistry};
+    let turn = turn();
     let mut registry = FunctionRegistry::builtin();
     let file = jpeg_claiming(u16::MAX, u16::MAX);
     registry.register_map("file", 0, move |_, _| {
@@ -67,8 +70,8 @@ fn a_jpeg_header_claiming_a_huge_image_fails_before_any_pixel_is_allocated() {
         let def = DatasetDef::range(1)
             .map("file")
             .map_with("decode_jpeg", vec![Arg::Str("img".into()), Arg::Int(channels)]);
-        let (items, largest) =
-            largest_allocation(|| def.iter_local(&registry).expect("starts").collect::<Vec<_>>());
+        let (items, largest) = turn
+            .largest_allocation(|| def.iter_local(&registry).expect("starts").collect::<Vec<_>>());
         let err = items[0].as_ref().expect_err("refused").to_string();
         assert!(err.contains("65535x65535") && err.contains("MAX_IMAGE_BYTES"), "{err}");
         assert!(largest < 1 << 20, "decoding allocated {largest} bytes at once");

@@ -51,15 +51,28 @@ unsafe impl GlobalAlloc for LargestAllocation {
     }
 }
 
-/// One replay at a time per process: the largest allocation is process-wide.
+/// One measurement at a time per process: the largest allocation is process-wide.
 static REPLAYING: Mutex<()> = Mutex::new(());
 
-/// Runs `f` and returns the largest single allocation it made (with
-/// [`LargestAllocation`] installed; other threads' allocations in that time count too,
-/// so measurements in one process take turns).
-pub fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let _one = REPLAYING.lock().unwrap_or_else(|e| e.into_inner());
-    measure(f)
+/// A turn at measuring: while it is held, no other turn or [`replay`] in this process
+/// runs. Take it *before* preparing a measurement's inputs, so a test's setup (a
+/// 16 MB payload, say) cannot land inside another test's measurement: the test
+/// harness runs tests on parallel threads, and every thread's allocations count.
+pub struct Turn {
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Waits for a [`Turn`].
+pub fn turn() -> Turn {
+    Turn { _one: REPLAYING.lock().unwrap_or_else(|e| e.into_inner()) }
+}
+
+impl Turn {
+    /// Runs `f` and returns the largest single allocation made meanwhile (with
+    /// [`LargestAllocation`] installed).
+    pub fn largest_allocation<T>(&self, f: impl FnOnce() -> T) -> (T, usize) {
+        measure(f)
+    }
 }
 
 fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
@@ -88,7 +101,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 /// anything), or if the binary did not install [`LargestAllocation`]. Returns how many
 /// inputs ran.
 pub fn replay(target: &str, entry: fn(&[u8])) -> usize {
-    let _one = REPLAYING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = turn();
     let ((), probe) = measure(|| drop(std::hint::black_box(vec![0u8; 7])));
     assert!(
         probe >= 7,
