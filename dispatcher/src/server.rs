@@ -237,6 +237,7 @@ pub async fn run_with_listeners(
     // then close the core, and wait for the journal to be closed, so a stopped
     // dispatcher can be started again on its work_dir in this process.
     let _ = watcher.await;
+    let _ = health.await;
     let _ = timers.await;
     drop(_metrics);
     let journal = config.journal_location();
