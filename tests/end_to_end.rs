@@ -212,24 +212,54 @@ async fn a_worker_gone_for_good_fails_the_read_after_the_deadline_naming_it() {
     assert!(err.to_string().contains(&address), "names the worker: {err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grants_of_several_splits_per_request_still_deliver_each_element_once() {
-    const N: i64 = 1000;
+/// Reads `range(n)` in one-element DYNAMIC splits through two workers made by
+/// `config`, checks that each element came once, and returns the Raft log's
+/// length (one entry per grant).
+async fn one_element_splits_log_length(
+    n: i64,
+    config: impl Fn(Vec<String>) -> sluice_worker::WorkerConfig,
+) -> u64 {
     let mut cluster = Cluster::start(0).await;
     for _ in 0..2 {
-        let mut config = sluice_worker::WorkerConfig::for_tests(cluster.addresses());
-        config.splits_per_request = 16;
-        cluster.add_worker_with(config).await;
+        cluster.add_worker_with(config(cluster.addresses())).await;
     }
     cluster.wait_workers(2).await;
     let client = cluster.client();
     let mut got =
-        collect_i64(client.distribute(&DatasetDef::range(N), dynamic()).await.unwrap()).await;
+        collect_i64(client.distribute(&DatasetDef::range(n), dynamic()).await.unwrap()).await;
     got.sort();
-    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    assert_eq!(got, (0..n).collect::<Vec<_>>());
+    client.status().await.unwrap().raft.unwrap().last_log_index.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_of_several_splits_per_request_still_deliver_each_element_once() {
+    const N: i64 = 1000;
+    let log = one_element_splits_log_length(N, |dispatchers| {
+        let mut config = sluice_worker::WorkerConfig::for_tests(dispatchers);
+        config.splits_per_request = 16;
+        config
+    })
+    .await;
     // One log entry per grant, not per split: far fewer than N entries in all.
-    let log = client.status().await.unwrap().raft.unwrap().last_log_index.unwrap();
     assert!(log < (N as u64) / 4, "{log} log entries for {N} one-element splits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_workers_size_grants_from_their_pace_and_deliver_each_element_once() {
+    // Issue 33: with one-element splits and the default settings, a grant per
+    // split made every element a round trip and a log entry. A worker now asks
+    // for about 20 ms of its work per grant, within 1024 splits.
+    const N: i64 = 20_000;
+    let log = one_element_splits_log_length(N, |dispatchers| {
+        let config = sluice_worker::WorkerConfig::for_tests(dispatchers);
+        assert_eq!(config.splits_per_request, sluice_proto::contract::MAX_SPLITS_PER_GRANT);
+        config
+    })
+    .await;
+    // Even at 200 µs an element (a debug build on a loaded machine), a grant
+    // is 100 splits once it has grown: far fewer than N/10 entries.
+    assert!(log < (N as u64) / 10, "{log} log entries for {N} one-element splits");
 }
 
 #[test]

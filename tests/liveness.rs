@@ -24,17 +24,14 @@ fn dispatcher(extra: &[&str]) -> Proc {
 }
 
 fn worker(dispatcher: &str, buffer: &str) -> Proc {
-    common::server(&[
-        "worker",
-        "--dispatcher",
-        dispatcher,
-        "--port",
-        "0",
-        "--buffer",
-        buffer,
-        "--timeout-secs",
-        "20",
-    ])
+    worker_with(dispatcher, buffer, &[])
+}
+
+fn worker_with(dispatcher: &str, buffer: &str, extra: &[&str]) -> Proc {
+    let mut args = vec!["worker", "--dispatcher", dispatcher, "--port", "0", "--buffer", buffer];
+    args.extend_from_slice(&["--timeout-secs", "20"]);
+    args.extend_from_slice(extra);
+    common::server(&args)
 }
 
 fn client(d: &str) -> Client {
@@ -93,10 +90,13 @@ fn assert_lost(stream: &sluice_client::ElementStream, worker: &str) {
 async fn a_sigkilled_worker_in_dynamic_mode_is_lost_the_epoch_ends_once_and_the_loss_is_reported() {
     const N: i64 = 5000;
     const BUFFER: usize = 4;
+    const SPLIT: u64 = 10;
     let d = dispatcher(&["--worker-timeout-secs", "2", "--elements-per-split", "10"]);
     let d = d.address().to_string();
-    let mut w1 = worker(&d, &BUFFER.to_string());
-    let _w2 = worker(&d, &BUFFER.to_string());
+    // One split per grant, so that what the report names is one split.
+    let one = ["--splits-per-request", "1"];
+    let mut w1 = worker_with(&d, &BUFFER.to_string(), &one);
+    let _w2 = worker_with(&d, &BUFFER.to_string(), &one);
     let c = client(&d);
     wait_status(&c, "two workers", |s| s.workers.len() == 2).await;
 
@@ -127,10 +127,11 @@ async fn a_sigkilled_worker_in_dynamic_mode_is_lost_the_epoch_ends_once_and_the_
     assert!(it.finished, "the iteration ended");
     assert_eq!(it.lost_tasks, 1);
     let missing = N as u64 - c_got.len() as u64;
-    // What was lost: the range the dead task was reading (reported), the
-    // elements of earlier ranges still in its buffer, and what was in flight.
-    let in_flight = BUFFER as u64 + 2 * 8;
-    assert!(it.lost_splits <= 1 && it.lost_elements <= 10, "{it:?}");
+    // What was lost: the last range granted to the dead task (reported), the
+    // range it was reading when it asked for that one ahead, the elements of
+    // earlier ranges still in its buffer, and what was in flight.
+    let in_flight = SPLIT + BUFFER as u64 + 2 * 8;
+    assert!(it.lost_splits <= 1 && it.lost_elements <= SPLIT, "{it:?}");
     assert!(
         missing <= it.lost_elements + in_flight,
         "{missing} missing, {} reported lost, {in_flight} buffered or in flight",

@@ -58,8 +58,9 @@ async fn a_sigkilled_worker_in_dynamic_mode_shows_in_the_lost_worker_and_lost_sp
     assert_eq!(gauge(&s, "sluice_workers_lost"), 0.0);
     assert_eq!(gauge(&s, "sluice_lost_splits"), 0.0);
 
-    // One worker, so the task killed is the one that was reading a split.
-    let mut w = worker(&d, &["--buffer", "4"]);
+    // One worker, so the task killed is the one that was reading a split; one
+    // split per grant, so each split read is a GetSplit request.
+    let mut w = worker(&d, &["--buffer", "4", "--splits-per-request", "1"]);
     let c = client(&d);
     scrape_until(&maddr, "one registered worker", |s| gauge(s, "sluice_workers_registered") == 1.0)
         .await;
@@ -214,7 +215,8 @@ async fn the_dispatcher_times_commits_and_journal_writes_and_counts_the_split_el
         &maddr,
     ]);
     let d = d.address().to_string();
-    let _w = worker(&d, &[]);
+    // One split per grant: 10 grants, each a commit.
+    let _w = worker(&d, &["--splits-per-request", "1"]);
     let c = client(&d);
     common::wait_until("the worker registered", || {
         let c = c.clone();

@@ -60,7 +60,8 @@ pub const WORKER_QUEUED_MESSAGES: u64 = 2;
 /// ```text
 ///   task buffer (--buffer)                       WORKER_BUFFER
 /// + the element the pipeline thread holds        1
-/// + the current split grant (--splits-per-request × --elements-per-split)
+/// + the split grant it reads and the one it asked ahead
+///   (2 × --splits-per-request × --elements-per-split)
 /// + per consumer stream: messages queued in the worker (2) and being built (1),
 ///   each ≤ ELEMENTS_PER_MESSAGE                  C × 3 × M
 /// + per consumer: its client channel             C × OUTSTANDING_MESSAGES × M
@@ -73,7 +74,7 @@ pub fn max_loss_per_worker_kill(s: &Scenario) -> u64 {
     let c = s.consumers as u64;
     WORKER_BUFFER as u64
         + 1
-        + SPLITS_PER_REQUEST as u64 * s.elements_per_split
+        + 2 * SPLITS_PER_REQUEST as u64 * s.elements_per_split
         + c * (WORKER_QUEUED_MESSAGES + 1) * m
         + c * OUTSTANDING_MESSAGES as u64 * m
 }

@@ -81,6 +81,10 @@ pub fn leader_address(status: &Status) -> Option<&str> {
     status.metadata().get(LEADER_METADATA)?.to_str().ok()
 }
 
+/// The most splits one `GetSplit` may take (`GetSplitRequest.max_splits`): the
+/// dispatcher clamps a request to it, a worker sizes its grants within it.
+pub const MAX_SPLITS_PER_GRANT: u32 = 1024;
+
 /// The element route: `Worker.GetElements` as a plain HTTP/2 gRPC call, served by
 /// workers (`sluice-worker`'s `route`) and called by readers (`sluice-client`'s
 /// `worker_stream`) without tonic's codec, so tensor data moves without copies.

@@ -31,8 +31,10 @@ pub struct WorkerConfig {
     pub max_bytes_per_message: u64,
     /// Retries of every dispatcher call (registration, heartbeats, splits).
     pub dispatcher_retry: RetryPolicy,
-    /// DYNAMIC mode: splits taken per GetSplit (1..=1024). More means fewer round
-    /// trips and log entries per element, and coarser balance at the end of an epoch.
+    /// DYNAMIC mode: the most splits one GetSplit takes (1..=1024). Within it a
+    /// task asks for about 20 ms of its own work per grant (`splits/size.rs`):
+    /// more means fewer round trips and log entries per element, and more lost
+    /// if the worker dies. Default: the dispatcher's bound, 1024.
     pub splits_per_request: u32,
     /// Byte bound of each cross-trainer cache task's window (tf.data's
     /// `cross_trainer_cache_size_bytes`). See [`DEFAULT_CROSS_TRAINER_CACHE_BYTES`].
@@ -75,7 +77,7 @@ impl Default for WorkerConfig {
             max_elements_per_message: 64,
             max_bytes_per_message: 4 * 1024 * 1024,
             dispatcher_retry: RetryPolicy::default(),
-            splits_per_request: 1,
+            splits_per_request: sluice_proto::contract::MAX_SPLITS_PER_GRANT,
             cross_trainer_cache_bytes: DEFAULT_CROSS_TRAINER_CACHE_BYTES,
             drain_timeout: Duration::ZERO,
             exit_when_idle: None,
@@ -129,8 +131,9 @@ impl WorkerConfig {
             return bad("advertised_address: must not be empty when set");
         }
         self.advertised()?;
-        if !(1..=1024).contains(&self.splits_per_request) {
-            return bad("splits_per_request: must be between 1 and 1024");
+        let most = sluice_proto::contract::MAX_SPLITS_PER_GRANT;
+        if !(1..=most).contains(&self.splits_per_request) {
+            return bad(&format!("splits_per_request: must be between 1 and {most}"));
         }
         if self.heartbeat_interval.is_zero() {
             return bad("heartbeat_interval: must be > 0");

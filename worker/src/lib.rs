@@ -15,7 +15,8 @@
 //!   failure as JSON details, bounded to fit HTTP/2 trailers).
 //! - `runner`: the pipeline thread — builds the task's pipeline (a static mode's
 //!   shard) and fills the buffer; a DYNAMIC source takes its splits from `splits`.
-//! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`.
+//! - `splits`: the DYNAMIC source's split provider, backed by `GetSplit`; its
+//!   `size` (pure) picks each grant's size and whether to ask ahead.
 //! - `coordinated`: coordinated reads — a coordinated task serves rounds: all
 //!   `num_consumers` consumers ask, consumer i gets element i, or all skip.
 //! - `ordered`: a deterministic-order task's router — each split's elements to

@@ -47,7 +47,7 @@ pub(crate) struct RunnerContext {
     /// The worker's runtime: a DYNAMIC source's GetSplit calls run there.
     pub runtime: Handle,
     pub worker_uid: u64,
-    /// Splits asked for per GetSplit (one grant, one range).
+    /// The most splits asked for per GetSplit (one grant, one range).
     pub splits_per_request: u32,
     /// True once the worker drains: DYNAMIC sources take no new split.
     pub draining: watch::Receiver<bool>,
@@ -172,9 +172,10 @@ impl Pipeline {
         Ok(Pipeline { def: dataset, mode, exactly_once, grants: None })
     }
 
-    /// Splits to ask for per GetSplit. A split of a file source is a whole file:
-    /// granting several at once would leave one worker with many files while the
-    /// others run dry, so file sources take one per request.
+    /// The most splits to ask for per GetSplit. A split of a file source is a
+    /// whole file: granting several at once would leave one worker with many
+    /// files while the others run dry, so file sources take one per request
+    /// (and ask ahead only when a file takes less than the grant window).
     fn splits_per_request(&self, configured: u32) -> u32 {
         match self.def.stages.first() {
             Some(stage) if stage.is_file_source() => 1,

@@ -11,8 +11,7 @@ use crate::command::Response;
 use crate::error::StateError;
 use crate::state::{SplitAnswer, SplitCursor, SplitRecord, State, TaskId};
 
-/// The most splits one GetSplit may take at once.
-pub const MAX_SPLITS_PER_GRANT: u32 = 1024;
+pub use sluice_proto::contract::MAX_SPLITS_PER_GRANT;
 
 pub(super) fn get_split(
     state: &mut State,

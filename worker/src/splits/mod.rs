@@ -12,13 +12,32 @@
 //! followed, after a pause of 20 ms doubling to 1 s, by a request with the next
 //! sequence: a `wait` is an answer like any other.
 //!
+//! Grant size and asking ahead (`size`): the provider asks for about 20 ms of
+//! the task's work per grant, learned from its own pace, and, when a split is
+//! shorter than that, sends the next request as the source starts reading a
+//! grant, so the round trip overlaps the work. One request is in flight at a
+//! time, so the key rule above is unchanged: the request ahead carries the next
+//! sequence, and its answer is the next one the source reads. A grant asked
+//! ahead is read even if the worker starts draining meanwhile (the dispatcher
+//! handed it out); a `repeat` of an epoch left early waits for it and drops it.
+//! What a killed worker takes with it outside exactly-once jobs is at most two
+//! grants of about 20 ms each (one split each when a split is longer), besides
+//! its buffers (docs/guarantees.md, D2).
+//!
 //! Soft state: `sequence` and `repetition` live only in this process. A restarted
 //! worker has a new `worker_uid`, so its keys start again at 0 without colliding
 //! with the old process's; splits the old process took but never delivered are lost
 //! (the at-most-once side of dynamic sharding).
 
+mod size;
+
+#[cfg(test)]
+pub(crate) use size::GrantSize;
+#[cfg(not(test))]
+use size::GrantSize;
+
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_client::DispatcherClient;
 use sluice_dataset::{DatasetError, SplitProvider, SplitRange};
@@ -31,6 +50,9 @@ use tracing::Instrument;
 
 use crate::buffer::StopReason;
 use crate::ordered::Grants;
+
+/// An answer to come: the call runs on the runtime, the pipeline thread waits.
+type Answer = oneshot::Receiver<Result<pb::GetSplitResponse, String>>;
 
 /// The first pause after a `wait` answer (exactly-once jobs: lost records wait
 /// until every consumer acknowledged the loss); it doubles up to the max.
@@ -54,8 +76,12 @@ pub(crate) struct RemoteSplitProvider {
     split_provider_index: u32,
     sequence: u64,
     repetition: u64,
-    /// Splits asked for per request (one grant, answered as one range).
-    max_splits: u32,
+    /// How many splits to ask for, and whether to ask ahead.
+    size: GrantSize,
+    /// The request sent ahead (its sequence is `sequence`): splits asked, answer.
+    ahead: Option<(u32, Answer)>,
+    /// The grant the source reads: when it took it, its units, splits asked.
+    reading: Option<(Instant, u64, u32)>,
     /// End of splits was answered once because of draining.
     drained: bool,
     /// Exactly-once: the skip runs of the split returned last, until the source
@@ -86,7 +112,9 @@ impl RemoteSplitProvider {
             split_provider_index,
             sequence: 0,
             repetition: 0,
-            max_splits,
+            size: GrantSize::new(max_splits),
+            ahead: None,
+            reading: None,
             drained: false,
             skip_runs: Vec::new(),
             grants: None,
@@ -121,29 +149,39 @@ impl RemoteSplitProvider {
         Ok(())
     }
 
+    /// Sizes grants with `size` instead of the default (tests).
+    #[cfg(test)]
+    pub(crate) fn sized(mut self, size: GrantSize) -> Self {
+        self.size = size;
+        self
+    }
+
     /// Follows the worker's draining flag (see `drain.rs`).
     pub(crate) fn draining(mut self, draining: watch::Receiver<bool>) -> Self {
         self.draining = draining;
         self
     }
 
-    fn request(&self) -> pb::GetSplitRequest {
-        pb::GetSplitRequest {
+    /// Sends the request with the current sequence for `max_splits` splits.
+    fn send(&self, max_splits: u32) -> Answer {
+        let req = pb::GetSplitRequest {
             task_id: self.task_id,
             worker_uid: self.worker_uid,
             sequence: self.sequence,
             split_provider_index: self.split_provider_index,
             repetition: self.repetition,
-            max_splits: self.max_splits,
-        }
+            max_splits,
+        };
+        self.call(req)
     }
 
-    /// Runs one GetSplit on the runtime and waits for it on this (non-runtime) thread.
+    /// Runs one GetSplit on the runtime; [`Self::wait`] waits for it on this
+    /// (non-runtime) thread.
     ///
     /// Spawning rather than `Handle::block_on`: `block_on` panics on timers once the
     /// runtime is shut down, while a task spawned on a shut-down runtime is just
     /// dropped, which closes the oneshot and ends the wait with an error.
-    fn call(&self, req: pb::GetSplitRequest) -> Result<pb::GetSplitResponse, DatasetError> {
+    fn call(&self, req: pb::GetSplitRequest) -> Answer {
         let dispatcher = self.dispatcher.clone();
         let mut stop = self.stop.clone();
         let (tx, rx) = oneshot::channel();
@@ -155,7 +193,11 @@ impl RemoteSplitProvider {
             let _ = tx.send(result);
         };
         self.runtime.spawn(call.instrument(tracing::Span::current()));
-        match rx.blocking_recv() {
+        rx
+    }
+
+    fn wait(answer: Answer) -> Result<pb::GetSplitResponse, DatasetError> {
+        match answer.blocking_recv() {
             Ok(result) => result.map_err(DatasetError::Split),
             Err(_) => Err(DatasetError::Split("the worker's runtime has shut down".into())),
         }
@@ -207,7 +249,10 @@ impl RemoteSplitProvider {
 
 impl SplitProvider for RemoteSplitProvider {
     fn next_split(&mut self) -> Result<Option<SplitRange>, DatasetError> {
-        if *self.draining.borrow() {
+        if let Some((since, units, asked)) = self.reading.take() {
+            self.size.record(asked, units, since.elapsed());
+        }
+        if self.ahead.is_none() && *self.draining.borrow() {
             if !self.drained {
                 tracing::info!(task_id = self.task_id, "draining: no new split");
                 self.drained = true;
@@ -226,8 +271,14 @@ impl SplitProvider for RemoteSplitProvider {
         }
         let mut backoff = WAIT_BACKOFF_MIN;
         loop {
-            let req = self.request();
-            let resp = self.call(req)?;
+            let (asked, answer) = match self.ahead.take() {
+                Some(ahead) => ahead,
+                None => {
+                    let asked = self.size.ask();
+                    (asked, self.send(asked))
+                }
+            };
+            let resp = Self::wait(answer)?;
             // The dispatcher has answered this key; the next call must take a new split.
             self.sequence += 1;
             if resp.end_of_splits {
@@ -251,9 +302,15 @@ impl SplitProvider for RemoteSplitProvider {
                     tracing::debug!(
                         begin = s.begin,
                         end = s.end,
+                        asked,
                         skips = self.skip_runs.len(),
                         "got split"
                     );
+                    self.reading = Some((Instant::now(), s.end - s.begin, asked));
+                    if self.size.ahead() && !*self.draining.borrow() {
+                        let next = self.size.ask();
+                        self.ahead = Some((next, self.send(next)));
+                    }
                     Ok(Some(SplitRange { begin: s.begin, end: s.end }))
                 }
                 other => Err(DatasetError::Split(format!(
@@ -269,6 +326,14 @@ impl SplitProvider for RemoteSplitProvider {
     }
 
     fn reset(&mut self) -> Result<(), DatasetError> {
+        // An epoch left before its end (`take` before `repeat`): the grant
+        // asked ahead was handed out, so its answer is waited for, its sequence
+        // used, and its splits dropped with the rest of the epoch's.
+        if let Some((_, answer)) = self.ahead.take() {
+            Self::wait(answer)?;
+            self.sequence += 1;
+        }
+        self.reading = None;
         self.repetition += 1;
         Ok(())
     }

@@ -56,6 +56,8 @@ struct State {
     to_delete: BTreeSet<u64>,
     /// (sequence, repetition) of every GetSplit attempt.
     split_requests: Vec<(u64, u64)>,
+    /// The `max_splits` of each GetSplit request, in order.
+    split_asks: Vec<u32>,
     /// Exactly-once: split index → its `skip_runs`.
     skip_runs: HashMap<usize, Vec<u64>>,
     /// Exactly-once: GetSplit requests still to answer `wait` before any split.
@@ -155,6 +157,11 @@ impl MockDispatcher {
     /// (sequence, repetition) of every GetSplit attempt, failed ones included.
     pub(crate) fn split_requests(&self) -> Vec<(u64, u64)> {
         self.shared.state().split_requests.clone()
+    }
+
+    /// The `max_splits` of every GetSplit request so far, in order.
+    pub(crate) fn split_asks(&self) -> Vec<u32> {
+        self.shared.state().split_asks.clone()
     }
 
     /// Tasks reported finished so far.
@@ -329,6 +336,7 @@ impl Dispatcher for Service {
         self.0.split_attempts.send_modify(|a| *a += 1);
         let mut state = self.0.state();
         state.split_requests.push((req.sequence, req.repetition));
+        state.split_asks.push(req.max_splits);
         if state.fail_get_split > 0 {
             state.fail_get_split -= 1;
             return Err(Status::unavailable("mock: injected failure"));
