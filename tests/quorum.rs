@@ -238,3 +238,51 @@ async fn readers_keep_reading_from_workers_while_no_leader_exists() {
         w.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_told_the_leader_is_down_names_the_next_live_leader_instead() {
+    // Issue 33: for a lease after the leader died, its followers named it, so a
+    // client whose connection there was refused went back to it or backed off
+    // before it found the new leader. A client now says which addresses it
+    // found down, and a follower holds its refusal until it can name a live
+    // leader (or knows none).
+    let dir = tempfile::tempdir().unwrap();
+    let mut q = start(dir.path().to_str().unwrap(), vec![], 1000);
+    let leader = wait_leader(&q).await;
+    let dead = q.address(leader).to_string();
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let mut grpc = sluice_proto::v1::dispatcher_client::DispatcherClient::connect(format!(
+        "http://{}",
+        q.address(follower)
+    ))
+    .await
+    .unwrap();
+    let write = |down: &str| {
+        let mut req = tonic::Request::new(sluice_proto::v1::RegisterDatasetRequest {
+            dataset: Some((&DatasetDef::range(3)).into()),
+            dataset_id: String::new(),
+        });
+        if !down.is_empty() {
+            let value = down.parse().unwrap();
+            req.metadata_mut().insert(sluice_proto::contract::LEADER_DOWN_METADATA, value);
+        }
+        req
+    };
+    tracing::info!("--- a live leader reported down is still named: it is heard");
+    let refused = grpc.register_dataset(write(&dead)).await.unwrap_err();
+    let named = sluice_proto::contract::leader_address(&refused);
+    assert_eq!(named, Some(dead.as_str()), "{refused:?}");
+
+    tracing::info!(leader, "--- SIGKILL the leader; the follower is told at once");
+    q.kill(leader);
+    let refused = grpc.register_dataset(write(&dead)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let named = sluice_proto::contract::leader_address(&refused);
+    assert_ne!(named, Some(dead.as_str()), "named the dead leader: {refused:?}");
+    // Once one is elected, it is the one named (unless this follower leads).
+    let new = wait_leader(&q).await;
+    if let Err(refused) = grpc.register_dataset(write(&dead)).await {
+        let named = sluice_proto::contract::leader_address(&refused);
+        assert_eq!(named, Some(q.address(new)), "{refused:?}");
+    }
+}

@@ -5,7 +5,11 @@
 //! refuses with `Unavailable` and the leader's address in the `sluice-leader`
 //! metadata: the call goes straight there, unless that address refused a
 //! connection earlier in the same call (a leader killed moments ago, which the
-//! follower has not noticed yet). Any other retryable failure moves on to the
+//! follower has not noticed yet): every attempt carries the addresses found
+//! down in its call (`sluice-leader-down`), and a follower that would name one
+//! of them holds its answer until it can name a live leader, so the call goes
+//! to the new leader as soon as there is one, without a backoff (issue 33).
+//! Any other retryable failure moves on to the
 //! next address that is not down and backs off, until the [`RetryPolicy`]
 //! deadline; then the call fails with `ClientError::Unavailable` naming the
 //! addresses. Non-retryable statuses are returned at once as `ClientError::Rpc`.
@@ -17,10 +21,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_proto::contract::{LEADER_DOWN_MAX_BYTES, LEADER_DOWN_METADATA};
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::dispatcher_client::DispatcherClient as Grpc;
 use sluice_proto::MAX_MESSAGE_BYTES;
-use sluice_security::ClientSecurity;
+use sluice_security::{Bearer, ClientSecurity};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::Channel;
 
 pub use crate::channels::{authed_channel, channel, Authed};
 use crate::error::ClientError;
@@ -36,7 +45,7 @@ struct Inner {
     addresses: Vec<String>,
     /// `addresses` joined by commas, as a give-up error names them.
     all_addresses: String,
-    clients: Vec<Grpc<Authed>>,
+    channels: Vec<Channel>,
     /// Index of the address that answered last; calls start there.
     current: AtomicUsize,
     policy: RetryPolicy,
@@ -60,19 +69,15 @@ impl DispatcherClient {
         if addresses.is_empty() {
             return Err(ClientError::InvalidArgument("no dispatcher address given".into()));
         }
-        let clients = addresses
+        let channels = addresses
             .iter()
-            .map(|a| {
-                Ok(Grpc::new(authed_channel(a, &policy, &security)?)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES))
-            })
+            .map(|a| channel(a, &policy, &security))
             .collect::<Result<Vec<_>, ClientError>>()?;
         Ok(DispatcherClient {
             inner: Arc::new(Inner {
                 addresses: addresses.to_vec(),
                 all_addresses: addresses.join(","),
-                clients,
+                channels,
                 current: AtomicUsize::new(0),
                 policy,
                 security,
@@ -98,7 +103,7 @@ impl DispatcherClient {
     /// call's start).
     pub async fn call<T, F, Fut>(&self, name: &'static str, f: F) -> Result<T, ClientError>
     where
-        F: FnMut(Grpc<Authed>) -> Fut,
+        F: FnMut(Grpc<DispatcherChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         self.call_with(name, &self.inner.policy, f).await
@@ -112,11 +117,11 @@ impl DispatcherClient {
         mut f: F,
     ) -> Result<T, ClientError>
     where
-        F: FnMut(Grpc<Authed>) -> Fut,
+        F: FnMut(Grpc<DispatcherChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let inner = &self.inner;
-        let n = inner.clients.len();
+        let n = inner.channels.len();
         // Redirects to a named leader skip the backoff, a bounded number of times
         // (a leader change during the redirect must not make us spin).
         let redirects = AtomicUsize::new(0);
@@ -126,10 +131,23 @@ impl DispatcherClient {
         retry
             .run(|_| {
                 let i = inner.current.load(Ordering::Relaxed) % n;
-                let call = f(inner.clients[i].clone());
+                let call = f(self.grpc(i, down.load(Ordering::Relaxed)));
                 self.attempt(name, i, call, CallState { redirects: &redirects, down: &down })
             })
             .await
+    }
+
+    /// A client of address `i` whose calls carry the token and the addresses of
+    /// `down` (see [`CallHeaders`]).
+    fn grpc(&self, i: usize, down: u64) -> Grpc<DispatcherChannel> {
+        let inner = &self.inner;
+        let headers = CallHeaders {
+            bearer: inner.security.bearer().clone(),
+            down: down_header(&inner.addresses, down),
+        };
+        Grpc::new(InterceptedService::new(inner.channels[i].clone(), headers))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
     /// One attempt of [`Self::call`] at address `i`, and where the next goes.
@@ -167,9 +185,9 @@ impl DispatcherClient {
             connection_failed: is_transport_failure(&status),
             hint: leader_hint(&status, &inner.addresses),
         };
-        let may_redirect = state.redirects.load(Ordering::Relaxed) < 2 * inner.clients.len();
-        let (next, down) =
-            route(seen, inner.clients.len(), state.down.load(Ordering::Relaxed), may_redirect);
+        let n = inner.channels.len();
+        let may_redirect = state.redirects.load(Ordering::Relaxed) < 2 * n;
+        let (next, down) = route(seen, n, state.down.load(Ordering::Relaxed), may_redirect);
         state.down.store(down, Ordering::Relaxed);
         match next {
             Next::Leader(j) => {
@@ -197,8 +215,8 @@ impl DispatcherClient {
         &self,
     ) -> Vec<(String, Result<pb::GetStatusResponse, ClientError>)> {
         let inner = &self.inner;
-        let calls = inner.clients.iter().zip(&inner.addresses).map(|(c, a)| {
-            let mut c = c.clone();
+        let calls = inner.addresses.iter().enumerate().map(|(i, a)| {
+            let mut c = self.grpc(i, 0);
             async move {
                 let r = tokio::time::timeout(
                     inner.policy.attempt_timeout,
@@ -409,6 +427,48 @@ fn route(seen: Seen, n: usize, mut down: u64, may_redirect: bool) -> (Next, u64)
         _ => Next::Rotate((i + 1) % n),
     };
     (next, down)
+}
+
+/// What a dispatcher call carries besides its message: the bearer token, and
+/// the addresses its call found down (`sluice-leader-down`), so that a follower
+/// that would name one of them as the leader holds its answer until it can
+/// name a live one (the dispatcher's `Core::held`).
+#[derive(Clone, Debug)]
+pub struct CallHeaders {
+    bearer: Bearer,
+    down: Option<MetadataValue<Ascii>>,
+}
+
+/// A dispatcher channel with [`CallHeaders`].
+pub type DispatcherChannel = InterceptedService<Channel, CallHeaders>;
+
+impl Interceptor for CallHeaders {
+    fn call(&mut self, request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let mut request = self.bearer.call(request)?;
+        if let Some(down) = &self.down {
+            request.metadata_mut().insert(LEADER_DOWN_METADATA, down.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The addresses of the `down` mask, comma separated, if any (and if they fit
+/// the bound a dispatcher reads).
+fn down_header(addresses: &[String], down: u64) -> Option<MetadataValue<Ascii>> {
+    if down == 0 {
+        return None;
+    }
+    let list: Vec<&str> = addresses
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| down & bit(*i) != 0)
+        .map(|(_, a)| a.as_str())
+        .collect();
+    let joined = list.join(",");
+    if joined.len() > LEADER_DOWN_MAX_BYTES {
+        return None;
+    }
+    joined.parse().ok()
 }
 
 /// The index in `addresses` of the leader a follower named, if any.

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::Instrument;
 
 use openraft::error::{InitializeError, RaftError};
@@ -25,6 +26,7 @@ use crate::error::DispatcherError;
 use crate::raft::addresses::client_part;
 use crate::raft::bootstrap::{self, VoteGate};
 use crate::raft::contacts::PeerContacts;
+use crate::raft::leader_heard::{LeaderHeard, SILENT_AFTER_HEARTBEATS};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::PeerNetwork;
 use crate::raft::snapshot_mark::SnapshotMark;
@@ -60,6 +62,11 @@ pub struct Core {
     contacts: PeerContacts,
     /// How far the journal's snapshot covers the log (`raft::snapshot_mark`).
     snapshots: SnapshotMark,
+    /// Soft state: when a leader was last heard (`raft::leader_heard`), the
+    /// heartbeat interval that makes it silent, and the longest a refusal is held.
+    heard: LeaderHeard,
+    heartbeat: Duration,
+    hold: Duration,
 }
 
 /// Refuses a journal purged past its snapshot (left so by an earlier build,
@@ -196,6 +203,10 @@ impl Core {
             bootstrap,
             contacts,
             snapshots,
+            heard: LeaderHeard::default(),
+            heartbeat: config.heartbeat_interval,
+            // A lease, an election timeout, and a round of votes.
+            hold: 2 * config.election_timeout_max + config.heartbeat_interval,
         })
     }
 
@@ -224,6 +235,10 @@ impl Core {
         let result = match admit(&cmd) {
             Ok(bytes) => self.submit(cmd, bytes).instrument(span).await,
             Err(e) => Err(ProposeError::Rejected(e)),
+        };
+        let result = match result {
+            Err(e @ ProposeError::NotLeader { .. }) => Err(self.held(e).await),
+            r => r,
         };
         if let Err(e) = &result {
             self.counters.failed(name, e);
@@ -269,7 +284,10 @@ impl Core {
         f: impl FnOnce(&State, u64) -> R,
     ) -> Result<R, ProposeError> {
         let in_log = self.raft.metrics().borrow().last_log_index;
-        let confirmed = self.reads.confirm(|| self.confirm_leadership()).await?;
+        let confirmed = match self.reads.confirm(|| self.confirm_leadership()).await {
+            Ok(confirmed) => confirmed,
+            Err(e) => return Err(self.held(e).await),
+        };
         let needed = in_log.max(Some(confirmed));
         if tokio::time::timeout(READ_CATCH_UP, self.applied_at_least(needed)).await.is_err() {
             return Err(ProposeError::Unavailable(format!(
@@ -338,6 +356,55 @@ impl Core {
     /// after each applied batch of entries or installed snapshot (no polling).
     pub fn applied(&self) -> tokio::sync::watch::Receiver<u64> {
         self.data.applied()
+    }
+
+    /// A refusal because this node is not the leader, held while there is no
+    /// live leader to name (`raft::leader_heard`): answered as soon as the group
+    /// names another leader or the leader is heard again, and at the latest
+    /// after `hold`, then naming no leader rather than a silent one (a client
+    /// would only find it down). Any other error passes at once.
+    ///
+    /// The leader counts as silent when it has not been heard for two
+    /// heartbeats, or, when the call's client reported it down
+    /// (`leader_down`), since the call arrived.
+    async fn held(&self, e: ProposeError) -> ProposeError {
+        let ProposeError::NotLeader { leader_id: named, leader_address, .. } = &e else {
+            return e;
+        };
+        let named = *named;
+        let began = std::time::Instant::now();
+        let reported = leader_address.as_deref().is_some_and(crate::leader_down::reported_down);
+        let silent = || {
+            self.heard.silent_for().is_none_or(|s| {
+                s >= self.heartbeat * SILENT_AFTER_HEARTBEATS || (reported && s >= began.elapsed())
+            })
+        };
+        if named.is_some() && !silent() {
+            return e;
+        }
+        let deadline = tokio::time::Instant::now() + self.hold;
+        let mut metrics = self.raft.metrics();
+        loop {
+            let current = metrics.borrow_and_update().current_leader;
+            let named_anew = current.is_some() && current != named;
+            let now = tokio::time::Instant::now();
+            if named_anew || (current.is_some() && !silent()) {
+                return self.not_leader(current);
+            }
+            if now >= deadline {
+                return self.not_leader(current.filter(|_| !silent()));
+            }
+            // Woken by a change of leader; a heartbeat heard is seen at the tick.
+            let tick = self.heartbeat.min(deadline - now);
+            if let Ok(Err(_)) = tokio::time::timeout(tick, metrics.changed()).await {
+                return self.not_leader(current); // Raft stopped.
+            }
+        }
+    }
+
+    /// What the Raft peer service tells of each AppendEntries from a leader.
+    pub(crate) fn leader_heard(&self) -> LeaderHeard {
+        self.heard.clone()
     }
 
     fn not_leader(&self, leader_id: Option<NodeId>) -> ProposeError {

@@ -92,6 +92,7 @@ pub mod exactly_once;
 pub mod fuzzing;
 mod health;
 pub mod ids;
+mod leader_down;
 pub mod limits;
 mod liveness;
 mod long_poll;

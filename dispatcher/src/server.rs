@@ -141,6 +141,7 @@ pub async fn run_with_listeners(
         core.raft().clone(),
         core.vote_gate(),
         core.snapshot_mark(),
+        core.leader_heard(),
         dial,
         config.security.peer_client()?,
     );
@@ -202,6 +203,7 @@ pub async fn run_with_listeners(
     };
     let client_port = builder(&config, client_tls)?
         .layer(sluice_telemetry::RpcSpans::new("dispatcher"))
+        .layer(crate::leader_down::LeaderDownLayer)
         .layer(config.security.client_guard())
         .add_service(health_service)
         .add_service(sluice_proto::reflection::v1(&[DISPATCHER_SERVICE]))

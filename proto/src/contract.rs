@@ -16,6 +16,14 @@ use tonic::Status;
 /// address in turn.
 pub const LEADER_METADATA: &str = "sluice-leader";
 
+/// Metadata key a client sets on a dispatcher call with the addresses (comma
+/// separated) that refused it a connection earlier in the same call: a
+/// follower that would name one of them as leader holds its refusal until it
+/// can name a live leader (the dispatcher's `Core::held`), instead of sending
+/// the client to a dead address. At most [`LEADER_DOWN_MAX_BYTES`] are read.
+pub const LEADER_DOWN_METADATA: &str = "sluice-leader-down";
+pub const LEADER_DOWN_MAX_BYTES: usize = 1024;
+
 /// Metadata key carrying a [`Reason`] (its [`Reason::as_str`]).
 pub const REASON_METADATA: &str = "sluice-reason";
 

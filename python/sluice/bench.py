@@ -14,7 +14,9 @@ Cases: int64 scalars one by one; 1024 × int64 batches; 224×224×3 uint8 images
 1 MiB elements.
 
 ``python -m sluice.bench python_stages`` measures Python stages instead (the
-user's functions on the workers; ``sluice.bench_python``).
+user's functions on the workers; ``sluice.bench_python``), and ``python -m
+sluice.bench dynamic`` DYNAMIC reads of one-element splits beside tf.data service
+(``sluice.bench_dynamic``).
 """
 
 from __future__ import annotations
@@ -105,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         from sluice.bench_python import main as python_stages
 
         return python_stages(argv[1:])
+    if argv[:1] == ["dynamic"]:
+        from sluice.bench_dynamic import main as dynamic
+
+        return dynamic(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m sluice.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="worker servers (default 2)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every case's size")

@@ -68,14 +68,14 @@ pub struct DispatcherArgs {
     /// Raft heartbeat interval of a leader, in milliseconds. openraft 0.9 also
     /// gives every AppendEntries (entries included, which wait for the follower's
     /// fsync) this long to answer.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = default_raft_timers().0)]
     pub raft_heartbeat_ms: u64,
     /// Raft election timeout, randomised in MIN..MAX milliseconds. A follower that
     /// last heard a leader waits MAX (the leader's lease) plus the timeout before it
     /// stands, so MAX bounds the failover time; raise both on a heavily loaded host
     /// whose leader may stall that long (spurious elections).
-    #[arg(long, value_name = "MIN..MAX", default_value = "150..300", value_parser = parse_ms_range)]
-    pub election_timeout_ms: (u64, u64),
+    #[arg(long, value_name = "MIN..MAX", default_value_t = default_raft_timers().1)]
+    pub election_timeout_ms: MsRange,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/architecture.md,
     /// "Metrics") and the status page at http://HOST:PORT/ (and /status.json;
     /// docs/operations-status.md).
@@ -250,8 +250,8 @@ pub async fn dispatcher(a: DispatcherArgs) -> anyhow::Result<()> {
         job_gc_timeout: secs("--job-gc-timeout-secs", a.job_gc_timeout_secs)?,
         gc_dynamic_jobs: a.gc_dynamic_jobs,
         heartbeat_interval: Duration::from_millis(a.raft_heartbeat_ms),
-        election_timeout_min: Duration::from_millis(a.election_timeout_ms.0),
-        election_timeout_max: Duration::from_millis(a.election_timeout_ms.1),
+        election_timeout_min: Duration::from_millis(a.election_timeout_ms.min),
+        election_timeout_max: Duration::from_millis(a.election_timeout_ms.max),
         data_roots: a.data_roots.roots()?,
         ..DispatcherConfig::default()
     };
@@ -337,11 +337,36 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `MIN..MAX` in milliseconds, e.g. `150..300`.
-fn parse_ms_range(s: &str) -> Result<(u64, u64), String> {
-    let bad = || format!("`{s}` is not MIN..MAX in milliseconds (e.g. 150..300)");
-    let (min, max) = s.split_once("..").ok_or_else(bad)?;
-    let min: u64 = min.trim().parse().map_err(|_| bad())?;
-    let max: u64 = max.trim().parse().map_err(|_| bad())?;
-    Ok((min, max))
+/// `MIN..MAX` in milliseconds, e.g. `110..220`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl std::fmt::Display for MsRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}..{}", self.min, self.max)
+    }
+}
+
+impl std::str::FromStr for MsRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<MsRange, String> {
+        let bad = || format!("`{s}` is not MIN..MAX in milliseconds (e.g. 110..220)");
+        let (min, max) = s.split_once("..").ok_or_else(bad)?;
+        let min: u64 = min.trim().parse().map_err(|_| bad())?;
+        let max: u64 = max.trim().parse().map_err(|_| bad())?;
+        Ok(MsRange { min, max })
+    }
+}
+
+/// The Raft timers' defaults, as the dispatcher's config defines them: the
+/// heartbeat and the election timeout range, in milliseconds.
+fn default_raft_timers() -> (u64, MsRange) {
+    let d = sluice_dispatcher::DispatcherConfig::default();
+    let ms = |t: Duration| u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
+    let range = MsRange { min: ms(d.election_timeout_min), max: ms(d.election_timeout_max) };
+    (ms(d.heartbeat_interval), range)
 }

@@ -21,6 +21,7 @@ use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
 use super::applied::check_snapshot;
 use super::bootstrap::{self, VoteGate, REJOIN_TIMEOUT};
 use super::codec::{decode, encode};
+use super::leader_heard::LeaderHeard;
 use super::membership::Membership;
 use super::peer_checks::PeerRefusal;
 use super::peer_checks::{check_append, check_snapshot_chunk, check_vote};
@@ -43,6 +44,8 @@ pub struct PeerService {
     inbox: SnapshotInbox,
     /// Told of a checked snapshot before openraft installs it (`snapshot_mark`).
     snapshots: SnapshotMark,
+    /// Told of every AppendEntries of a current leader (`leader_heard`).
+    heard: LeaderHeard,
 }
 
 type SnapshotResult =
@@ -55,6 +58,7 @@ impl PeerService {
         raft: Raft,
         votes: VoteGate,
         snapshots: SnapshotMark,
+        heard: LeaderHeard,
         dial: std::collections::BTreeMap<u64, String>,
         security: sluice_security::ClientSecurity,
     ) -> Self {
@@ -69,6 +73,7 @@ impl PeerService {
             forged: Default::default(),
             inbox: SnapshotInbox::default(),
             snapshots,
+            heard,
         }
     }
 
@@ -132,7 +137,12 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::RaftMessage>, Status> {
         let req = decode_req(req)?;
         check_append(self.me, &req).map_err(|e| self.refuse("AppendEntries", e))?;
-        reply(&self.raft.append_entries(req).await)
+        let answer = self.raft.append_entries(req).await;
+        // A leader this node still follows (an older one is told of the newer vote).
+        if !matches!(answer, Ok(openraft::raft::AppendEntriesResponse::HigherVote(_)) | Err(_)) {
+            self.heard.heard();
+        }
+        reply(&answer)
     }
 
     async fn vote(
