@@ -22,7 +22,12 @@ async fn kill_and_restart_mid_epoch(work_dir: &str, envs: &[(String, String)]) {
     let mut workers = vec![];
     for _ in 0..2 {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = WorkerConfig::for_tests(vec![address.clone()]);
+        // One split per grant: ~400 GetSplit entries, so snapshots (every 50)
+        // are taken and the restart recovers from one plus the log after it.
+        let config = WorkerConfig {
+            splits_per_request: 1,
+            ..WorkerConfig::for_tests(vec![address.clone()])
+        };
         workers.push(
             sluice_worker::spawn(listener, config, FunctionRegistry::builtin()).await.unwrap(),
         );

@@ -376,7 +376,11 @@ async fn a_drained_worker_keeps_its_dynamic_splits_for_a_reader_that_was_not_str
     common::init_tracing();
     let dispatcher = drain_dispatcher();
     let d = dispatcher.address().to_string();
-    let _a = workers_with(&d, 1, &["--drain-timeout-secs", "3600"]);
+    // One split per grant, so that worker A, which fills its buffer while the
+    // reader is stopped, leaves splits for worker B (grants sized by pace would
+    // have given A the whole epoch before its buffer slowed it).
+    let one = ["--splits-per-request", "1"];
+    let _a = workers_with(&d, 1, &["--drain-timeout-secs", "3600", one[0], one[1]]);
     let spec = r#"{"stages": [{"range": {"stop": 2000}}]}"#;
     let (ok, id, err) = common::sluice().run(&["register", "--dispatcher", &d, "-"], Some(spec));
     assert!(ok, "{err}");
@@ -406,7 +410,7 @@ async fn a_drained_worker_keeps_its_dynamic_splits_for_a_reader_that_was_not_str
     let metrics = Port::reserve().unwrap();
     let metrics_addr = metrics.address();
     drop(metrics);
-    let drain = ["--drain-timeout-secs", "3600", "--metrics-addr", &metrics_addr];
+    let drain = ["--drain-timeout-secs", "3600", "--metrics-addr", &metrics_addr, one[0], one[1]];
     let mut b = workers_with(&d, 1, &drain).remove(0);
     common::scrape::scrape_until(&metrics_addr, "worker B to hold elements", |s| {
         s.iter().any(|x| x.name == "sluice_worker_buffer_elements" && x.value > 0.0)
