@@ -111,15 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         from sluice.bench_dynamic import main as dynamic
 
         return dynamic(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m sluice.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, default=2, help="worker servers (default 2)")
+    parser = service_arguments("python -m sluice.bench", __doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every case's size")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per case; the best is printed")
     args = parser.parse_args(argv)
-
-    if "debug" in _native.build_profile():
-        print("warning: sluice._native is a debug build; figures are not meaningful "
-              "(maturin develop --release)", file=sys.stderr)
+    warn_if_debug()
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     service = ctx.Process(target=_serve, args=(args.workers, ready, stop), daemon=True)
@@ -138,6 +133,21 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         service.join(timeout=60)
     return 0
+
+
+def service_arguments(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """A bench's parser with what every one takes: --workers, --repeat."""
+    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2, help="worker servers (default 2)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case; the best is printed")
+    return parser
+
+
+def warn_if_debug() -> None:
+    """Figures of a debug build of the module mean nothing: say so."""
+    if "debug" in _native.build_profile():
+        print("warning: sluice._native is a debug build; figures are not meaningful "
+              "(maturin develop --release)", file=sys.stderr)
 
 
 def print_row(name: str, py: Figure, rust: Figure) -> None:

@@ -16,15 +16,12 @@ Best of ``--repeat`` reads; a release build of the module
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
-import sys
 import time
 from typing import Any, Callable
 
 import sluice
-from sluice import _native
 
 TARGET_RATIO = 50.0
 TARGET_DISPATCHER_US = 10.0
@@ -128,15 +125,13 @@ def measure_tf(ctx: Any, workers: int, n: int, repeat: int) -> float | None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sluice.bench dynamic", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, default=2, help="worker servers (default 2)")
+    from sluice.bench import service_arguments, warn_if_debug
+
+    parser = service_arguments("python -m sluice.bench dynamic", __doc__)
     parser.add_argument("--elements", type=int, default=200_000, help="elements Sluice reads (default 200,000)")
     parser.add_argument("--tf-elements", type=int, default=5_000, help="elements tf.data service reads (default 5,000)")
-    parser.add_argument("--repeat", type=int, default=3, help="reads per service; the best is printed")
     args = parser.parse_args(argv)
-    if "debug" in _native.build_profile():
-        print("warning: sluice._native is a debug build; figures are not meaningful "
-              "(maturin develop --release)", file=sys.stderr)
+    warn_if_debug()
     ctx = mp.get_context("spawn")
     rate, dispatcher_us = measure_sluice(ctx, args.workers, args.elements, args.repeat)
     tf_rate = measure_tf(ctx, args.workers, args.tf_elements, args.repeat)
