@@ -246,15 +246,14 @@ async fn grants_of_several_splits_per_request_still_deliver_each_element_once() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn default_workers_size_grants_from_their_pace_and_deliver_each_element_once() {
-    // Issue 33: with one-element splits and the default settings, a grant per
-    // split made every element a round trip and a log entry. A worker now asks
-    // for about 20 ms of its work per grant, within 1024 splits.
+async fn workers_size_grants_from_their_pace_and_deliver_each_element_once() {
+    // Issue 33: with one-element splits, a grant per split made every element a
+    // round trip and a log entry. A worker allowed 1024 splits per request asks
+    // for about 20 ms of its work per grant.
     const N: i64 = 20_000;
-    let log = one_element_splits_log_length(N, |dispatchers| {
-        let config = sluice_worker::WorkerConfig::for_tests(dispatchers);
-        assert_eq!(config.splits_per_request, sluice_proto::contract::MAX_SPLITS_PER_GRANT);
-        config
+    let log = one_element_splits_log_length(N, |dispatchers| sluice_worker::WorkerConfig {
+        splits_per_request: sluice_proto::contract::MAX_SPLITS_PER_GRANT,
+        ..sluice_worker::WorkerConfig::for_tests(dispatchers)
     })
     .await;
     // Even at 200 µs an element (a debug build on a loaded machine), a grant

@@ -117,7 +117,7 @@ pub struct WorkerArgs {
     pub buffer: usize,
     /// DYNAMIC mode: the most splits taken per request to the dispatcher
     /// (1..=1024); within it a task asks for about 20 ms of its work at a time.
-    #[arg(long, default_value_t = sluice_proto::contract::MAX_SPLITS_PER_GRANT)]
+    #[arg(long, default_value_t = sluice_worker::config::DEFAULT_SPLITS_PER_REQUEST)]
     pub splits_per_request: u32,
     /// Byte bound of each cross-trainer cache task's window (default 256 MiB).
     #[arg(long, default_value_t = sluice_worker::DEFAULT_CROSS_TRAINER_CACHE_BYTES)]

@@ -34,7 +34,7 @@ pub struct WorkerConfig {
     /// DYNAMIC mode: the most splits one GetSplit takes (1..=1024). Within it a
     /// task asks for about 20 ms of its own work per grant (`splits/size.rs`):
     /// more means fewer round trips and log entries per element, and more lost
-    /// if the worker dies. Default: the dispatcher's bound, 1024.
+    /// if the worker dies. Default [`DEFAULT_SPLITS_PER_REQUEST`].
     pub splits_per_request: u32,
     /// Byte bound of each cross-trainer cache task's window (tf.data's
     /// `cross_trainer_cache_size_bytes`). See [`DEFAULT_CROSS_TRAINER_CACHE_BYTES`].
@@ -60,6 +60,15 @@ pub struct WorkerConfig {
     pub data_roots: Option<DataRoots>,
 }
 
+/// One split per grant, the next asked ahead, until a consumer of a shared job
+/// can no longer take a whole epoch of small elements into its transport
+/// window while it pauses (docs/performance.md, issue 33): with grants sized by
+/// pace the workers produce an epoch of scalars in milliseconds, and a paused
+/// trainer's stream then holds what the other trainers wait for. Raise it
+/// (`--splits-per-request 1024`) for fine-grained DYNAMIC reads by one
+/// consumer per job, or consumers that read continuously.
+pub const DEFAULT_SPLITS_PER_REQUEST: u32 = 1;
+
 /// 256 MiB per cache task. tf.data defaults to 10 GiB, sized for dedicated
 /// input hosts; a Sluice worker may run several cache tasks at once and shares the
 /// host with its pipelines. 256 MiB still holds 64 full-size messages (4 MiB, the
@@ -77,7 +86,7 @@ impl Default for WorkerConfig {
             max_elements_per_message: 64,
             max_bytes_per_message: 4 * 1024 * 1024,
             dispatcher_retry: RetryPolicy::default(),
-            splits_per_request: sluice_proto::contract::MAX_SPLITS_PER_GRANT,
+            splits_per_request: DEFAULT_SPLITS_PER_REQUEST,
             cross_trainer_cache_bytes: DEFAULT_CROSS_TRAINER_CACHE_BYTES,
             drain_timeout: Duration::ZERO,
             exit_when_idle: None,
