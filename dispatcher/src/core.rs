@@ -67,8 +67,6 @@ pub struct Core {
     heard: LeaderHeard,
     heartbeat: Duration,
     hold: Duration,
-    /// The election timer between openraft's ticks (`raft::elect`).
-    elect: tokio::task::JoinHandle<()>,
 }
 
 /// Refuses a journal purged past its snapshot (left so by an earlier build,
@@ -192,12 +190,6 @@ impl Core {
         };
         let batcher = tokio::spawn(batcher(writer, rx));
         let heard = LeaderHeard::default();
-        let timer = crate::raft::elect::Timer {
-            lease: config.election_timeout_max,
-            min: config.election_timeout_min,
-            max: config.election_timeout_max,
-        };
-        let elect = crate::raft::elect::spawn(raft.clone(), heard.clone(), timer);
         Ok(Core {
             raft,
             node_id: config.node_id,
@@ -213,7 +205,6 @@ impl Core {
             contacts,
             snapshots,
             heard,
-            elect,
             heartbeat: config.heartbeat_interval,
             // A lease, an election timeout, and a round of votes.
             hold: 2 * config.election_timeout_max + config.heartbeat_interval,
@@ -496,7 +487,6 @@ impl Core {
         if let Some(task) = &self.bootstrap {
             task.abort();
         }
-        self.elect.abort();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
@@ -507,11 +497,9 @@ impl Core {
     /// is closed when this returns (a dispatcher restarted in the same process
     /// can open it again).
     pub async fn close(self) {
-        let Core { raft, proposals, batcher, bootstrap, elect, .. } = self;
+        let Core { raft, proposals, batcher, bootstrap, .. } = self;
         drop(proposals);
         drop(raft);
-        elect.abort();
-        let _ = elect.await;
         if let Some(task) = bootstrap {
             task.abort();
             let _ = task.await;

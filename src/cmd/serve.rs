@@ -337,7 +337,7 @@ pub async fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `MIN..MAX` in milliseconds, e.g. `110..220`.
+/// `MIN..MAX` in milliseconds, e.g. `150..300`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MsRange {
     pub min: u64,
@@ -354,7 +354,7 @@ impl std::str::FromStr for MsRange {
     type Err = String;
 
     fn from_str(s: &str) -> Result<MsRange, String> {
-        let bad = || format!("`{s}` is not MIN..MAX in milliseconds (e.g. 110..220)");
+        let bad = || format!("`{s}` is not MIN..MAX in milliseconds (e.g. 150..300)");
         let (min, max) = s.split_once("..").ok_or_else(bad)?;
         let min: u64 = min.trim().parse().map_err(|_| bad())?;
         let max: u64 = max.trim().parse().map_err(|_| bad())?;

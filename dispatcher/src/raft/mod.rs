@@ -32,8 +32,7 @@
 //!   covers the log, so a purge never passes it;
 //!   `contacts`: when each peer last answered this node (soft, for the status page).
 //!   `leader_heard`: when this node last heard from a leader (soft: a follower
-//!   holds a refusal while its leader is silent, `Core::held`); `elect` stands
-//!   for election the moment openraft's timer would, not at its next tick.
+//!   holds a refusal while its leader is silent, `Core::held`).
 //! - `addresses`: a membership entry's client and Raft ports (a leaf).
 //! - `membership`: adding and removing voters while the group serves (the
 //!   operator's `sluice admin add-dispatcher` / `remove-dispatcher`).
@@ -46,7 +45,6 @@ pub(crate) mod bootstrap;
 // Public so tests can speak Raft to a node as a peer (or a forger) would.
 pub mod codec;
 pub(crate) mod contacts;
-pub(crate) mod elect;
 pub(crate) mod leader_heard;
 pub use codec::{MAX_ENTRY_BYTES, MAX_RAFT_MESSAGE_BYTES, MAX_SNAPSHOT_BYTES};
 pub(crate) mod addresses;

@@ -137,12 +137,17 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::RaftMessage>, Status> {
         let req = decode_req(req)?;
         check_append(self.me, &req).map_err(|e| self.refuse("AppendEntries", e))?;
-        let answer = self.raft.append_entries(req).await;
-        // A leader this node still follows (an older one is told of the newer vote).
-        if !matches!(answer, Ok(openraft::raft::AppendEntriesResponse::HigherVote(_)) | Err(_)) {
+        // Heard when it arrives, from a leader of this node's vote or a newer one
+        // (not when its entries are written: a slow journal must not make a live
+        // leader look silent).
+        let vote = self.raft.metrics().borrow().vote;
+        if matches!(
+            req.vote.partial_cmp(&vote),
+            Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
+        ) {
             self.heard.heard();
         }
-        reply(&answer)
+        reply(&self.raft.append_entries(req).await)
     }
 
     async fn vote(
