@@ -1,9 +1,8 @@
 //! The gap section's second part: leader kills and restarts as a user's
 //! `sluice read` sees them. Three `sluice dispatcher` processes on sled and two
-//! `sluice worker` processes with their default flags (one element per split;
-//! since issue 33 each worker asks for about 20 ms of its work per `GetSplit`
-//! and one grant ahead, so a kill stalls the read once the grants held run
-//! out), and a
+//! `sluice worker` processes with their default flags (one element per split,
+//! one split per request and, since issue 33, one request ahead: nearly every
+//! element waits on a committed `GetSplit`), and a
 //! `sluice read --mode distributed_epoch` *child process* of the endless
 //! `range(1000).repeat()`, whose stdout lines are timestamped here as they arrive.
 //! Each cycle SIGKILLs the leader, waits for the read to resume, restarts the
