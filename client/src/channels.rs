@@ -29,15 +29,6 @@ pub fn channel(
     Ok(endpoint(address, policy, security)?.http2_adaptive_window(true).connect_lazy())
 }
 
-/// [`channel`] with the bearer token added to every call.
-pub fn authed_channel(
-    address: &str,
-    policy: &RetryPolicy,
-    security: &ClientSecurity,
-) -> Result<Authed, ClientError> {
-    Ok(InterceptedService::new(channel(address, policy, security)?, security.bearer().clone()))
-}
-
 /// HTTP/2 receive windows of a connection to a worker: how many bytes of element
 /// messages a worker may send before the reader acknowledges them. The default
 /// 64 KiB (and the adaptive window, which grows from it by RTT estimates that are

@@ -31,7 +31,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::Channel;
 
-pub use crate::channels::{authed_channel, channel, Authed};
+pub use crate::channels::{channel, Authed};
 use crate::error::ClientError;
 use crate::retry::{describe, is_retryable_status, is_transport_failure, Attempt, RetryPolicy};
 
