@@ -261,6 +261,41 @@ async fn workers_size_grants_from_their_pace_and_deliver_each_element_once() {
     assert!(log < (N as u64) / 10, "{log} log entries for {N} one-element splits");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_reader_of_a_shared_job_holds_no_more_than_its_stream_credit() {
+    // Issue 33: a reader's streams were bounded in bytes (an 8 MiB HTTP/2
+    // window), so one that paused took thousands of small elements the other
+    // readers of its job waited for. Each stream now holds at most its credit
+    // (and the reader the message it hands out).
+    const N: i64 = 20_000;
+    let mut cluster = Cluster::start(0).await;
+    for _ in 0..2 {
+        cluster
+            .add_worker_with(sluice_worker::WorkerConfig {
+                splits_per_request: sluice_proto::contract::MAX_SPLITS_PER_GRANT,
+                ..sluice_worker::WorkerConfig::for_tests(cluster.addresses())
+            })
+            .await;
+    }
+    cluster.wait_workers(2).await;
+    let client = cluster.client();
+    let id = client.register_dataset(&DatasetDef::range(N), None).await.unwrap();
+    let mut paused = client.from_dataset_id(&id, dynamic().job_name("shared")).await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        got.push(paused.next().await.unwrap().unwrap().as_i64().unwrap());
+    }
+    let other = client.from_dataset_id(&id, dynamic().job_name("shared")).await.unwrap();
+    got.extend(collect_i64(other).await);
+    let held = N - got.len() as i64;
+    // Two streams (one per worker), each at most its credit, and the message in hand.
+    let bound = 2 * i64::from(sluice_client::STREAM_CREDIT_ELEMENTS) + 64;
+    assert!(held <= bound, "the paused reader held {held} elements, more than {bound}");
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len() as i64, N - held, "each element once");
+}
+
 #[test]
 fn the_readme_s_first_command_starts_a_fresh_quorum_without_a_warning() {
     // Issue 31, defect 12: `sluice local` printed two WARN lines (votes a

@@ -85,6 +85,7 @@ pub mod options;
 pub mod reader;
 pub mod retry;
 pub mod status;
+mod stream_credit;
 mod task_readers;
 mod view_poll;
 mod worker_stream;
@@ -99,3 +100,4 @@ pub use options::{Deterministic, ProcessingMode, ReadKind, ReadOptions, TargetWo
 pub use reader::ElementStream;
 pub use retry::RetryPolicy;
 pub use status::ServiceStatus;
+pub use stream_credit::STREAM_CREDIT_ELEMENTS;

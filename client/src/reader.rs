@@ -38,6 +38,7 @@ use crate::error::ClientError;
 use crate::exactly_once::{self, reorder, Consumption, Delivery};
 use crate::loss::{LossReport, LossSlot};
 use crate::metrics::ReadMetrics;
+use crate::stream_credit::CreditBack;
 
 /// Elements of one message, with the worker and task that produced them.
 pub(crate) struct Received {
@@ -52,13 +53,19 @@ pub(crate) struct Received {
     /// elements): every one of the iteration's first `drained_tasks` tasks ended
     /// here, and the marker follows everything they sent.
     pub drained_tasks: u64,
+    /// The stream credit of `elements`: granted to their worker again when the
+    /// stream takes this message out of the channel (`stream_credit.rs`). Only
+    /// dropped, never read.
+    #[allow(dead_code)]
+    pub credit: CreditBack,
 }
 
 impl Received {
     /// Elements without origins (at-most-once reads).
     pub(crate) fn plain(source: Arc<str>, task_id: u64, elements: Vec<Element>) -> Self {
         let origins = ElementOrigins::default();
-        Received { source, task_id, elements, origins, split: None, drained_tasks: 0 }
+        let (split, drained_tasks, credit) = (None, 0, CreditBack::default());
+        Received { source, task_id, elements, origins, split, drained_tasks, credit }
     }
 
     /// The manager's marker: this reader's first `tasks` tasks all ended.

@@ -26,6 +26,7 @@ pub(crate) fn message(task: u64, units: &[u64], c: &Consumption) -> Received {
         origins,
         split: None,
         drained_tasks: 0,
+        credit: Default::default(),
     }
 }
 

@@ -56,6 +56,7 @@ use crate::loss::{LossReport, LossSlot, LostTask};
 use crate::options::{ReadOptions, TargetWorkers};
 use crate::reader::{Batch, Received};
 use crate::retry::{describe, is_retryable_status, Attempt};
+use crate::stream_credit;
 use crate::view_poll::ViewPoll;
 use crate::worker_stream;
 use sluice_security::ClientSecurity;
@@ -247,6 +248,11 @@ async fn read_task(
         trainer_id: opts.kind.trainer_id().unwrap_or_default().to_string(),
         compression: opts.compression.for_worker(&address) as i32,
         consumer_index: opts.deterministic.map(|d| d.consumer_index),
+        // A deterministic order's reorder buffer bounds its streams instead.
+        credit_elements: match opts.deterministic {
+            Some(_) => 0,
+            None => stream_credit::credit_for(opts.max_elements_per_message),
+        },
     };
     let bearer = security.bearer();
     let (channel, req, tx, source, finished_ref) = (&channel, &req, &tx, &source, &finished);
@@ -303,6 +309,7 @@ async fn read_task(
                             let received = Received {
                                 source: source.clone(),
                                 task_id,
+                                credit: stream.credit_back(elements.len()),
                                 elements,
                                 origins,
                                 split: batch.split,

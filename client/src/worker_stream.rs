@@ -16,6 +16,7 @@
 //! status without one by the gRPC HTTP mapping.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -27,6 +28,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tower::Service;
 
+use crate::stream_credit::{framed, CreditBack, RequestBody, Shared};
 use sluice_proto::contract::element_route::{MESSAGE_PREFIX_BYTES as PREFIX, PATH};
 
 /// Opens a `GetElements` stream on `channel` (lazy channels connect here).
@@ -35,17 +37,18 @@ pub(crate) async fn get_elements(
     bearer: &Bearer,
     req: &pb::GetElementsRequest,
 ) -> Result<BatchStream, Status> {
-    let len = req.encoded_len();
-    let mut body = BytesMut::with_capacity(PREFIX + len);
-    body.put_u8(0);
-    body.put_u32(u32::try_from(len).map_err(|_| Status::internal("request too large"))?);
-    req.encode(&mut body).map_err(|e| Status::internal(format!("encoding the request: {e}")))?;
+    let first = framed(req);
+    let credit = (req.credit_elements > 0).then(|| Arc::new(Shared::default()));
+    let body = match &credit {
+        Some(shared) => tonic::body::Body::new(RequestBody::new(first, shared.clone())),
+        None => tonic::body::Body::new(http_body_util::Full::new(first)),
+    };
     let mut request = http::Request::builder()
         .method(http::Method::POST)
         .uri(PATH)
         .header(http::header::CONTENT_TYPE, "application/grpc")
         .header(http::header::TE, "trailers")
-        .body(tonic::body::Body::new(http_body_util::Full::new(body.freeze())))
+        .body(body)
         .map_err(|e| Status::internal(format!("building the GetElements request: {e}")))?;
     bearer.apply(&mut request);
     let mut channel = channel.clone();
@@ -63,7 +66,7 @@ pub(crate) async fn get_elements(
     if parts.status != http::StatusCode::OK {
         return Err(from_http_status(parts.status));
     }
-    Ok(BatchStream { body, chunks: Chunks::default(), ended: false })
+    Ok(BatchStream { body, chunks: Chunks::default(), ended: false, credit })
 }
 
 /// The messages of one `GetElements` answer.
@@ -71,9 +74,26 @@ pub(crate) struct BatchStream {
     body: tonic::body::Body,
     chunks: Chunks,
     ended: bool,
+    /// The stream's credit, when the request granted some: its request ends
+    /// when this stream is dropped.
+    credit: Option<Arc<Shared>>,
+}
+
+impl Drop for BatchStream {
+    fn drop(&mut self) {
+        if let Some(credit) = &self.credit {
+            credit.close();
+        }
+    }
 }
 
 impl BatchStream {
+    /// Credit for a message of `elements`, to travel with them: granted to the
+    /// worker again once the reader takes the message (nothing without credit).
+    pub(crate) fn credit_back(&self, elements: usize) -> CreditBack {
+        self.credit.as_ref().map(|c| c.back(elements)).unwrap_or_default()
+    }
+
     /// The next batch; `Ok(None)` once the worker ended the call with status OK.
     pub(crate) async fn message(&mut self) -> Result<Option<pb::ElementBatch>, Status> {
         loop {

@@ -60,14 +60,12 @@ pub struct WorkerConfig {
     pub data_roots: Option<DataRoots>,
 }
 
-/// One split per grant, the next asked ahead, until a consumer of a shared job
-/// can no longer take a whole epoch of small elements into its transport
-/// window while it pauses (docs/performance.md, issue 33): with grants sized by
-/// pace the workers produce an epoch of scalars in milliseconds, and a paused
-/// trainer's stream then holds what the other trainers wait for. Raise it
-/// (`--splits-per-request 1024`) for fine-grained DYNAMIC reads by one
-/// consumer per job, or consumers that read continuously.
-pub const DEFAULT_SPLITS_PER_REQUEST: u32 = 1;
+/// The dispatcher's bound: within it a task asks for about 20 ms of its own
+/// work per grant (`splits/size.rs`), so fine-grained DYNAMIC reads cost a
+/// round trip per grant, not per split. A paused consumer of a shared job holds
+/// no more than its streams' credit of what the workers made (issue 33,
+/// `credit.rs`), so nothing but a worker's death bounds this lower.
+pub const DEFAULT_SPLITS_PER_REQUEST: u32 = sluice_proto::contract::MAX_SPLITS_PER_GRANT;
 
 /// 256 MiB per cache task. tf.data defaults to 10 GiB, sized for dedicated
 /// input hosts; a Sluice worker may run several cache tasks at once and shares the

@@ -79,6 +79,7 @@ mod compress;
 pub mod config;
 mod coordinated;
 mod counters;
+mod credit;
 mod drain;
 pub mod error;
 #[cfg(feature = "fuzzing")]

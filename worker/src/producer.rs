@@ -1,7 +1,8 @@
 //! The producer of a GetElements stream: a tokio task that takes batches from the
 //! task's buffer and sends them into the stream's bounded response channel.
 //!
-//! It reserves room in the channel *before* taking a batch, so a slow consumer
+//! It reserves room in the channel *before* taking a batch, and takes no more
+//! elements than the reader granted (`credit`), so a slow or paused consumer
 //! leaves elements in the task buffer for faster ones instead of holding them. It
 //! stops when the client goes away (the channel's receiver is dropped), the task is
 //! stopped, or the sequence ends. The channel carries messages, not bytes: the HTTP
@@ -24,6 +25,7 @@ use tonic::Status;
 
 use crate::buffer::{Batch, Limits};
 use crate::compress::StreamCompression;
+use crate::credit::Credit;
 use crate::state::Worker;
 use crate::task::Task;
 
@@ -109,6 +111,7 @@ pub(crate) async fn produce(
     reader: Reader,
     limits: Limits,
     mut compression: StreamCompression,
+    mut credit: Credit,
     tx: mpsc::Sender<BatchResult>,
 ) {
     let _open = crate::drain::OpenStream::new(&task);
@@ -130,8 +133,19 @@ pub(crate) async fn produce(
                 return;
             }
         };
+        // Never more elements than the reader granted (`credit`), unless the
+        // worker is draining: what it holds goes to its readers' buffers or is
+        // lost with it.
         let batch = tokio::select! {
-            batch = next_batch(&task, &reader, limits) => batch,
+            batch = async {
+                let mut draining = worker.draining.subscribe();
+                let room = tokio::select! {
+                    biased;
+                    _ = draining.wait_for(|d| *d) => u32::MAX,
+                    room = credit.available() => room?,
+                };
+                next_batch(&task, &reader, limits.lowered_to(room, 0)).await
+            } => batch,
             reason = task.stopped() => Err(reason.status(task.task_id)),
             _ = tx.closed() => break,
         };
@@ -139,6 +153,7 @@ pub(crate) async fn produce(
             Ok(mut batch) => {
                 let end = batch.end_of_sequence;
                 sent += batch.elements.len() as u64;
+                credit.spend(batch.elements.len());
                 // The first stream to see the end finishes the task for everyone;
                 // in a deterministic order, the last consumer to see its end.
                 if end && task.ordered.as_ref().is_none_or(|o| o.end_taken()) {

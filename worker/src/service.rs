@@ -14,6 +14,7 @@
 //! every method, and the modules behind the service (`producer`, `coordinated`)
 //! are handed the running task.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use prost::Message;
@@ -21,12 +22,13 @@ use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::buffer::{Limits, StopReason};
 use crate::compress::StreamCompression;
 use crate::config::WorkerConfig;
+use crate::credit::{Credit, Grants};
 use crate::producer::{produce, BatchResult, Reader, RESPONSE_BUFFER};
 use crate::state::{Lookup, Worker};
 use crate::task::Task;
@@ -47,9 +49,22 @@ impl pb::worker_server::Worker for WorkerService {
 
     async fn get_elements(
         &self,
-        request: Request<pb::GetElementsRequest>,
+        request: Request<Streaming<pb::GetElementsRequest>>,
     ) -> Result<Response<Self::GetElementsStream>, Status> {
-        let rx = open_stream(&self.worker, request.into_inner())?;
+        let mut requests = request.into_inner();
+        let first = requests
+            .message()
+            .await?
+            .ok_or_else(|| Status::internal("GetElements request has no message"))?;
+        let rx = open_stream(&self.worker, first, |grants| async move {
+            loop {
+                match requests.message().await {
+                    Ok(Some(message)) => grants.grant(message.credit_elements),
+                    Ok(None) => return,
+                    Err(status) => return grants.fail(status),
+                }
+            }
+        })?;
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -93,10 +108,18 @@ impl pb::worker_server::Worker for WorkerService {
 /// Starts a GetElements stream: checks the request against the task table and
 /// spawns the stream's producer in a span carrying its ids. The receiver yields the
 /// stream's messages, then its end: closed after end_of_sequence, or an error.
-pub(crate) fn open_stream(
+///
+/// `feed` reads the rest of the request's messages into the stream's credit
+/// (`credit`), when the first asked for credit.
+pub(crate) fn open_stream<F, Fut>(
     worker: &Arc<Worker>,
     req: pb::GetElementsRequest,
-) -> Result<mpsc::Receiver<BatchResult>, Status> {
+    feed: F,
+) -> Result<mpsc::Receiver<BatchResult>, Status>
+where
+    F: FnOnce(Grants) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let task_id = req.task_id;
     let task = match find(worker, task_id)? {
         Found::Running(task) => task,
@@ -121,7 +144,12 @@ pub(crate) fn open_stream(
         client_id = req.client_id,
     );
     let compression = StreamCompression::for_request(req.compression);
-    tokio::spawn(produce(worker.clone(), task, reader, limits, compression, tx).instrument(span));
+    let credit = match reader {
+        Reader::Consumer(_) => Credit::unbounded(),
+        _ => Credit::start(req.credit_elements, feed),
+    };
+    let stream = produce(worker.clone(), task, reader, limits, compression, credit, tx);
+    tokio::spawn(stream.instrument(span));
     Ok(rx)
 }
 

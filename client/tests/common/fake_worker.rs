@@ -12,7 +12,7 @@ use sluice_positions::Origin;
 use sluice_proto::contract::Reason;
 use sluice_proto::v1 as pb;
 use sluice_proto::v1::worker_server::{Worker, WorkerServer};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 #[derive(Clone)]
 struct FakeWorker {
@@ -29,9 +29,11 @@ impl Worker for FakeWorker {
 
     async fn get_elements(
         &self,
-        req: Request<pb::GetElementsRequest>,
+        req: Request<Streaming<pb::GetElementsRequest>>,
     ) -> Result<Response<Batches>, Status> {
-        let task = req.into_inner().task_id;
+        // The first message names the task; credit is not kept (all is sent).
+        let first = req.into_inner().message().await?;
+        let task = first.ok_or_else(|| Status::internal("no request message"))?.task_id;
         if self.deleted.contains(&task) {
             let status = Status::failed_precondition(format!("task {task} was deleted"));
             return Err(Reason::TaskDeleted.attach(status));

@@ -1,6 +1,7 @@
-//! Reading a GetElements request: one length-prefixed gRPC message, uncompressed,
-//! of bounded size (a request is a few ids and bounds; a peer must not make the
-//! worker buffer more).
+//! Reading a GetElements request: length-prefixed gRPC messages, uncompressed,
+//! each of bounded size (a request is a few ids and bounds; a peer must not make
+//! the worker buffer more). The first opens the stream; later ones grant credit
+//! (`credit`).
 
 use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
@@ -10,6 +11,7 @@ use thiserror::Error;
 use tonic::body::Body;
 use tonic::Status;
 
+use crate::credit::Grants;
 use sluice_proto::contract::element_route::{
     MAX_REQUEST_BYTES, MESSAGE_PREFIX_BYTES as GRPC_HEADER_BYTES,
 };
@@ -48,29 +50,59 @@ impl From<BadRequest> for Status {
     }
 }
 
-/// Reads `body` until its first message is complete, and decodes it.
-pub(crate) async fn read(mut body: Body) -> Result<pb::GetElementsRequest, BadRequest> {
-    let mut buf = BytesMut::new();
-    loop {
-        if let Some(expected) = message_len(&buf)? {
-            if buf.len() >= expected {
-                buf.advance(GRPC_HEADER_BYTES);
-                buf.truncate(expected - GRPC_HEADER_BYTES);
-                return Ok(pb::GetElementsRequest::decode(buf.freeze())?);
+/// The messages of a GetElements request body, one at a time: the first opens
+/// the stream, later ones carry credit (`credit`).
+pub(crate) struct Requests {
+    body: Body,
+    /// Received bytes not yet decoded: at most one message (bounded by
+    /// `MAX_REQUEST_BYTES`, checked on its prefix) and the rest of one frame.
+    buf: BytesMut,
+}
+
+impl Requests {
+    /// The next message; `Ok(None)` when the body ends between messages.
+    pub(crate) async fn next(&mut self) -> Result<Option<pb::GetElementsRequest>, BadRequest> {
+        loop {
+            if let Some(expected) = message_len(&self.buf)? {
+                if self.buf.len() >= expected {
+                    let mut message = self.buf.split_to(expected);
+                    message.advance(GRPC_HEADER_BYTES);
+                    return Ok(Some(pb::GetElementsRequest::decode(message.freeze())?));
+                }
+            }
+            let frame = match self.body.frame().await {
+                Some(frame) => frame.map_err(BadRequest::Body)?,
+                None if self.buf.is_empty() => return Ok(None),
+                None => {
+                    let expected = message_len(&self.buf)?.unwrap_or(GRPC_HEADER_BYTES);
+                    return Err(BadRequest::Truncated { got: self.buf.len(), expected });
+                }
+            };
+            if let Ok(data) = frame.into_data() {
+                self.buf.extend_from_slice(&data);
             }
         }
-        let frame = match body.frame().await {
-            Some(frame) => frame.map_err(BadRequest::Body)?,
-            None if buf.is_empty() => return Err(BadRequest::Missing),
-            None => {
-                let expected = message_len(&buf)?.unwrap_or(GRPC_HEADER_BYTES);
-                return Err(BadRequest::Truncated { got: buf.len(), expected });
-            }
-        };
-        if let Ok(data) = frame.into_data() {
-            // Never more than the largest message: the rest is not read anyway.
-            let room = (GRPC_HEADER_BYTES + MAX_REQUEST_BYTES).saturating_sub(buf.len());
-            buf.extend_from_slice(&data[..data.len().min(room)]);
+    }
+}
+
+/// Reads `body` until its first message is complete, and decodes it; the rest of
+/// the body follows in the returned [`Requests`].
+pub(crate) async fn read(body: Body) -> Result<(pb::GetElementsRequest, Requests), BadRequest> {
+    let mut requests = Requests { body, buf: BytesMut::new() };
+    match requests.next().await? {
+        Some(first) => Ok((first, requests)),
+        None => Err(BadRequest::Missing),
+    }
+}
+
+/// Grants each later message's credit, until the body ends (nothing more is
+/// granted) or breaks the protocol (the stream ends with the error).
+pub(crate) async fn feed(mut requests: Requests, grants: Grants) {
+    loop {
+        match requests.next().await {
+            Ok(Some(message)) => grants.grant(message.credit_elements),
+            Ok(None) => return,
+            Err(bad) => return grants.fail(bad.into()),
         }
     }
 }

@@ -34,6 +34,7 @@ pub(crate) fn request(task_id: u64, max_elements: u32, max_bytes: u64) -> pb::Ge
         trainer_id: String::new(),
         compression: 0,
         consumer_index: None,
+        credit_elements: 0,
     }
 }
 
@@ -45,7 +46,7 @@ pub(crate) async fn open_stream(
 ) -> Result<Streaming<pb::ElementBatch>, Status> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        match client.get_elements(req.clone()).await {
+        match client.get_elements(tokio_stream::once(req.clone())).await {
             Err(s) if s.code() == Code::Unavailable && tokio::time::Instant::now() < deadline => {
                 // Client-style retry pacing, not synchronisation: the outcome does not
                 // depend on how long this waits.
@@ -88,4 +89,12 @@ pub(crate) async fn read_to_end(mut stream: Streaming<pb::ElementBatch>) -> Rece
 
 pub(crate) fn int_value(element: pb::Element) -> i64 {
     Element::try_from(element).and_then(|e| e.as_i64()).expect("an int64 scalar element")
+}
+
+/// `message` with gRPC's length prefix (uncompressed), as a request body carries it.
+pub(crate) fn grpc_frame(message: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8];
+    out.extend_from_slice(&u32::try_from(message.len()).expect("fits").to_be_bytes());
+    out.extend_from_slice(message);
+    out
 }

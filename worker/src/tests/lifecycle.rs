@@ -32,7 +32,8 @@ async fn deleted_task_ends_its_streams_and_refuses_new_ones() {
     // Through the element route's trailers: the reason readers act on.
     assert_eq!(Reason::of(&status), Some(Reason::TaskDeleted), "{status:?}");
 
-    let status = client.get_elements(request(8, 0, 0)).await.expect_err("deleted task");
+    let status =
+        client.get_elements(tokio_stream::once(request(8, 0, 0))).await.expect_err("deleted task");
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     assert_eq!(Reason::of(&status), Some(Reason::TaskDeleted), "{status:?}");
 

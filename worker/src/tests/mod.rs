@@ -6,6 +6,7 @@
 
 mod buffer;
 mod cache;
+mod credit;
 mod exactly_once;
 mod fixtures;
 mod lifecycle;

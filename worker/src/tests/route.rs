@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tower::Service;
 
-use super::fixtures::{connect, open_stream, read_to_end, request, start_worker};
+use super::fixtures::{connect, grpc_frame, open_stream, read_to_end, request, start_worker};
 use super::mock_dispatcher::{task_def, MockDispatcher};
 use crate::route::body::response;
 use crate::route::GET_ELEMENTS_PATH;
@@ -56,13 +56,6 @@ async fn frames(mut body: Body) -> (Vec<Bytes>, http::HeaderMap) {
         }
     }
     panic!("the body ended without trailers");
-}
-
-fn grpc_frame(message: &[u8]) -> Vec<u8> {
-    let mut out = vec![0u8];
-    out.extend_from_slice(&u32::try_from(message.len()).expect("fits").to_be_bytes());
-    out.extend_from_slice(message);
-    out
 }
 
 #[tokio::test]

@@ -89,7 +89,10 @@ async fn unknown_task_is_unavailable() {
     let worker = start_worker(&dispatcher).await;
     let mut client = connect(&worker).await;
 
-    let status = client.get_elements(request(999, 0, 0)).await.expect_err("unknown task");
+    let status = client
+        .get_elements(tokio_stream::once(request(999, 0, 0)))
+        .await
+        .expect_err("unknown task");
     assert_eq!(status.code(), Code::Unavailable);
     assert!(status.message().contains("task 999 is not known"), "{status:?}");
     assert_eq!(Reason::of(&status), Some(Reason::TaskNotYetKnown), "{status:?}");
