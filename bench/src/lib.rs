@@ -72,6 +72,7 @@ pub mod read_failover;
 pub mod report;
 pub mod restart;
 pub mod rss;
+pub mod rss_specs;
 pub mod scale;
 pub mod service;
 pub mod splits;
@@ -457,6 +458,12 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
     } else {
         skipped()
     };
+    let rss_specs = if cfg.runs(Section::Rss) {
+        tracing::info!("--- dispatcher RSS per byte of dataset definitions");
+        Outcome::from_result(rss_specs::run(&cfg.sluice_exe, &logs, &dir).await)
+    } else {
+        skipped()
+    };
 
     let restart = if cfg.runs(Section::Restart) {
         tracing::info!("--- restart with {} splits journaled", cfg.restart_splits);
@@ -547,6 +554,7 @@ async fn measure(cfg: &BenchConfig) -> anyhow::Result<Report> {
         gap,
         gap_read,
         rss,
+        rss_specs,
         fsync,
         sled_append_1,
         sled_append_batch,

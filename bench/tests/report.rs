@@ -60,6 +60,7 @@ fn report(check: &str) -> Report {
         gap: skipped(),
         gap_read: skipped(),
         rss: skipped(),
+        rss_specs: skipped(),
         fsync: skipped(),
         sled_append_1: skipped(),
         sled_append_batch: skipped(),

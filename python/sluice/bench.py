@@ -16,7 +16,8 @@ Cases: int64 scalars one by one; 1024 × int64 batches; 224×224×3 uint8 images
 ``python -m sluice.bench python_stages`` measures Python stages instead (the
 user's functions on the workers; ``sluice.bench_python``), and ``python -m
 sluice.bench dynamic`` DYNAMIC reads of one-element splits beside tf.data service
-(``sluice.bench_dynamic``).
+(``sluice.bench_dynamic``), and ``python -m sluice.bench trainer`` what a 1 MiB
+element costs the trainer beside tf.data service (``sluice.bench_trainer``).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         from sluice.bench_dynamic import main as dynamic
 
         return dynamic(argv[1:])
+    if argv[:1] == ["trainer"]:
+        from sluice.bench_trainer import main as trainer
+
+        return trainer(argv[1:])
     parser = service_arguments("python -m sluice.bench", __doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every case's size")
     args = parser.parse_args(argv)

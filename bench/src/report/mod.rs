@@ -16,6 +16,7 @@ pub use crate::measure::{Latency, Outcome};
 use crate::read_failover::ReadFailover;
 use crate::restart::Restart;
 use crate::rss::IdleRss;
+use crate::rss_specs::SpecRss;
 use crate::splits::SplitCase;
 use crate::streaming::StreamCase;
 
@@ -59,6 +60,8 @@ pub struct Report {
     /// Leader SIGKILL + restart cycles under a `sluice read` process: the stalls.
     pub gap_read: Outcome<ReadFailover>,
     pub rss: Outcome<IdleRss>,
+    /// Dispatcher RSS per byte of the dataset definitions it holds (sled, memory).
+    pub rss_specs: Outcome<Vec<SpecRss>>,
     pub fsync: Outcome<Latency>,
     /// The sled journal's `append` of 1 entry, and of `workers` entries (one batch).
     pub sled_append_1: Outcome<Latency>,

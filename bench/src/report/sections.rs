@@ -270,6 +270,27 @@ pub(super) fn rss(r: &Report, out: &mut Lines) {
         }
         other => out.line(format!("  {}", not_measured(other))),
     }
+    match &r.rss_specs {
+        Outcome::Measured(rows) => {
+            let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+            for s in rows {
+                let target = crate::rss_specs::TARGET_RATIO;
+                let met = if s.ratio() <= target { "met" } else { "UNMET" };
+                out.line(format!(
+                    "  dispatcher ({}) holding {} definitions of {}: {} before, {} peak, {} after; \
+                     growth {:.2}x their bytes (target <= {target}x: {met})",
+                    s.journal,
+                    s.specs,
+                    mb(s.spec_bytes),
+                    mb(s.before),
+                    mb(s.peak),
+                    mb(s.after),
+                    s.ratio()
+                ));
+            }
+        }
+        other => out.line(format!("  definitions: {}", not_measured(other))),
+    }
 }
 
 /// RESTART: one node killed and restarted on its work_dir.
