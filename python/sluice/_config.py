@@ -71,6 +71,7 @@ _WORKER = {
     "timeout-secs": ("dispatcher_timeout", "float"),
     "advertise": ("worker_address", "str"),
     "buffer": ("buffer", "int"),
+    "splits-per-request": ("splits_per_request", "int"),
     "drain-timeout-secs": ("drain_timeout", "float"),
     "token-file": ("token", "token-file"),
     "allow-python": ("allow_python", "bool"),
@@ -95,7 +96,6 @@ _CLI_ONLY = {
         "otlp-service-name",
     },
     "worker": {
-        "splits-per-request",
         "cross-trainer-cache-bytes",
         "exit-when-idle",
         "idle-grace-secs",

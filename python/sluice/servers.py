@@ -227,6 +227,10 @@ class WorkerServer(_Server):
     ``service`` argument takes (an address, a list, a ``DispatchServer``'s
     ``.target``, a ``Quorum``). ``data_roots``: the only files its pipelines may
     open, checked before each open (as ``DispatchServer``'s).
+    ``splits_per_request`` (DYNAMIC): the most splits one request to the
+    dispatcher takes, 1..1024 (``sluice worker --splits-per-request``; ``None``:
+    its default, 1024); within it a task asks for about 20 ms of its own work at
+    a time (docs/guarantees.md D6).
 
     Security (docs/security.md): ``tls_cert`` + ``tls_key`` serve element streams
     over TLS and ``tls_ca`` verifies the dispatcher; ``auth_tokens`` requires a
@@ -257,6 +261,7 @@ class WorkerServer(_Server):
         heartbeat_interval: float = 0.5,
         drain_timeout: float = 0.0,
         dispatcher_timeout: float = 60.0,
+        splits_per_request: int | None = None,
         tls_cert: _Path | None = None,
         tls_key: _Path | None = None,
         tls_ca: _Path | None = None,
@@ -294,6 +299,7 @@ class WorkerServer(_Server):
             heartbeat_interval=heartbeat_interval,
             drain_timeout=drain_timeout,
             dispatcher_timeout=dispatcher_timeout,
+            splits_per_request=splits_per_request,
             token=token,
             data_roots=_roots(data_roots),
             python=pool,

@@ -354,8 +354,9 @@ impl WorkerServer {
     #[new]
     #[pyo3(signature = (dispatcher_addresses, port = 0, host = "127.0.0.1",
         advertise = None, buffer = 256, heartbeat_interval = 0.5, drain_timeout = 0.0,
-        dispatcher_timeout = 60.0, data_roots = None, tls_cert = None, tls_key = None,
-        tls_ca = None, auth_tokens = None, token = None, python = None))]
+        dispatcher_timeout = 60.0, splits_per_request = None, data_roots = None,
+        tls_cert = None, tls_key = None, tls_ca = None, auth_tokens = None, token = None,
+        python = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -367,6 +368,7 @@ impl WorkerServer {
         heartbeat_interval: f64,
         drain_timeout: f64,
         dispatcher_timeout: f64,
+        splits_per_request: Option<u32>,
         data_roots: Option<Vec<String>>,
         tls_cert: Option<PathBuf>,
         tls_key: Option<PathBuf>,
@@ -381,6 +383,10 @@ impl WorkerServer {
             crate::security::worker((tls_cert, tls_key, tls_ca), auth_tokens, token.as_deref())?;
         config.advertised_address = advertise;
         config.task_buffer_elements = buffer;
+        // None: the worker's own default (`sluice_worker::config`), written once.
+        if let Some(n) = splits_per_request {
+            config.splits_per_request = n;
+        }
         config.heartbeat_interval = seconds("heartbeat_interval", heartbeat_interval)?;
         config.drain_timeout = seconds("drain_timeout", drain_timeout)?;
         config.dispatcher_retry = config

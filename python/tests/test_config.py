@@ -74,3 +74,15 @@ def test_a_config_file_over_the_bound_is_refused_before_it_is_parsed(tmp_path):
     huge = write(tmp_path, "huge.toml", "port = 0\n" + "# padding\n" * 120_000)
     with pytest.raises(sluice.InvalidArgumentError, match="is larger than 1048576 bytes"):
         sluice.DispatchServer(config=huge)
+
+
+def test_splits_per_request_reaches_the_worker_from_a_keyword_and_from_a_file(tmp_path):
+    with sluice.DispatchServer() as d:
+        with pytest.raises(sluice.InvalidArgumentError, match="splits_per_request: must be between 1 and 1024"):
+            sluice.WorkerServer(d.target, splits_per_request=0)
+        w_file = write(tmp_path, "w.toml", f'dispatcher = ["{d.address}"]\nsplits-per-request = 2000\n')
+        with pytest.raises(sluice.InvalidArgumentError, match="splits_per_request: must be between 1 and 1024"):
+            sluice.WorkerServer(config=w_file)
+        with sluice.WorkerServer(d.target, splits_per_request=1):
+            got = sluice.Dataset.range(50).distribute("distributed_epoch", d.target)
+            assert sorted(int(e) for e in got) == list(range(50))
