@@ -24,7 +24,12 @@ async fn a_small_fleet_runs_the_whole_protocol_without_errors() {
         consumers_per_job: 10,
         split_interval: Duration::from_millis(200),
         setup_timeout: Duration::from_secs(120),
-        snapshot_every: 50,
+        // The dispatcher batches concurrent proposals into one log entry, so a
+        // loaded machine writes fewer, larger entries: at 50 (56-62 on nodes 2
+        // and 3) one loaded pass in six saw no snapshot within the run. Ten
+        // come early, leaving the snapshot time to be written and logged before
+        // the log is read (6 of 6 runs under two busy loops).
+        snapshot_every: 10,
     };
     let exe = env!("CARGO_BIN_EXE_sluice");
     let case = run_size(exe.as_ref(), &cfg, 20, &dir.path().join("scale"), &logs)
@@ -55,7 +60,7 @@ async fn a_small_fleet_runs_the_whole_protocol_without_errors() {
     assert_eq!(case.workers_lost, 0);
     assert!(
         !case.snapshots.is_empty(),
-        "a snapshot every 50 entries was taken and read from the log"
+        "a snapshot every 10 entries was taken and read from the log"
     );
     assert!(case.cpu_b_ms_per_s.len() == 3 && case.rss[0] > 0);
 }
