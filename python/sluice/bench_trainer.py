@@ -27,20 +27,12 @@ from typing import Any
 import numpy as np
 
 import sluice
+from sluice.bench import _serve
 from sluice.bench_dynamic import _quiet_tf, _tf_service
 
 ELEMENT_BYTES = 1 << 20
 TARGET_CPU_US = 150.0
 TARGET_RATIO = 4.0
-
-
-def _sluice_service(workers: int, ready: Any, stop: Any) -> None:
-    with sluice.DispatchServer() as d:
-        servers = [sluice.WorkerServer(d.target) for _ in range(workers)]
-        ready.put(d.address)
-        stop.wait()
-        for w in servers:
-            w.stop()
 
 
 def _read(iterate: Any, to_numpy: Any) -> tuple[int, float, float]:
@@ -62,7 +54,7 @@ def _best(reads: list[tuple[int, float, float]], expected: int) -> tuple[float, 
 
 def measure_sluice(ctx: Any, workers: int, n: int, repeat: int) -> tuple[float, float]:
     ready, stop = ctx.Queue(), ctx.Event()
-    service = ctx.Process(target=_sluice_service, args=(workers, ready, stop), daemon=True)
+    service = ctx.Process(target=_serve, args=(workers, ready, stop), daemon=True)
     service.start()
     address = ready.get(timeout=120)
     try:
