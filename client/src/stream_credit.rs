@@ -152,6 +152,14 @@ mod tests {
         pb::GetElementsRequest::decode(&data[MESSAGE_PREFIX_BYTES..]).unwrap()
     }
 
+    #[test]
+    fn a_stream_asks_for_256_elements_or_two_of_its_messages() {
+        assert_eq!(credit_for(0), STREAM_CREDIT_ELEMENTS, "0: the worker's bound, 64");
+        assert_eq!(credit_for(64), STREAM_CREDIT_ELEMENTS);
+        assert_eq!(credit_for(1000), 2000, "larger messages: two of them");
+        assert_eq!(credit_for(u32::MAX), u32::MAX, "saturates");
+    }
+
     #[tokio::test]
     async fn the_body_grants_what_was_taken_since_its_last_message_until_closed() {
         let shared = Arc::new(Shared::default());

@@ -23,11 +23,12 @@ element costs the trainer beside tf.data service (``sluice.bench_trainer``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -43,6 +44,21 @@ def _serve(workers: int, ready: Any, stop: Any) -> None:
         stop.wait()
         for w in servers:
             w.stop()
+
+
+@contextlib.contextmanager
+def service_process(ctx: Any, target: Callable[..., None], *args: Any, timeout: float = 120) -> Iterator[tuple[Any, Any]]:
+    """Runs ``target(*args, ready, stop)`` in a process of `ctx`; yields what it
+    put in ``ready`` (an address) and the process; sets ``stop`` and joins it on
+    the way out. Every bench's services start this way."""
+    ready, stop = ctx.Queue(), ctx.Event()
+    process = ctx.Process(target=target, args=(*args, ready, stop), daemon=True)
+    process.start()
+    try:
+        yield ready.get(timeout=timeout), process
+    finally:
+        stop.set()
+        process.join(timeout=60)
 
 
 @dataclass
@@ -121,22 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warn_if_debug()
     ctx = mp.get_context("spawn")
-    ready, stop = ctx.Queue(), ctx.Event()
-    service = ctx.Process(target=_serve, args=(args.workers, ready, stop), daemon=True)
-    service.start()
-    address = ready.get(timeout=120)
-    rows = []
-    try:
+    with service_process(ctx, _serve, args.workers) as (address, _):
         for case in cases(args.scale):
             dataset_id = sluice.register_dataset(address, case.dataset(case.count))
             rust = max((read_rust(address, dataset_id) for _ in range(args.repeat)), key=lambda f: f.per_second)
             py = max((read_python(address, dataset_id) for _ in range(args.repeat)), key=lambda f: f.per_second)
             assert py.elements == rust.elements == case.count * args.workers, (py, rust)
-            rows.append((case.name, py, rust))
             print_row(case.name, py, rust)
-    finally:
-        stop.set()
-        service.join(timeout=60)
     return 0
 
 

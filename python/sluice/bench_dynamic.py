@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable
 
 import sluice
+from sluice.bench import service_process
 
 TARGET_RATIO = 50.0
 TARGET_DISPATCHER_US = 10.0
@@ -74,15 +75,11 @@ def _timed(read: Callable[[], int]) -> tuple[int, float]:
 
 def measure_sluice(ctx: Any, workers: int, n: int, repeat: int) -> tuple[float, float]:
     """(elements/s, dispatcher CPU µs per element) of the best read."""
-    ready, stop = ctx.Queue(), ctx.Event()
-    dispatcher = ctx.Process(target=_sluice_dispatcher, args=(ready, stop), daemon=True)
-    dispatcher.start()
-    address = ready.get(timeout=120)
-    pool = ctx.Process(target=_sluice_workers, args=(address, workers, ready, stop), daemon=True)
-    pool.start()
-    ready.get(timeout=120)
     best = (0.0, 0.0)
-    try:
+    with (
+        service_process(ctx, _sluice_dispatcher) as (address, dispatcher),
+        service_process(ctx, _sluice_workers, address, workers),
+    ):
         for i in range(repeat):
             dataset = sluice.Dataset.range(n)
             cpu = _cpu_seconds(dispatcher.pid)
@@ -91,10 +88,6 @@ def measure_sluice(ctx: Any, workers: int, n: int, repeat: int) -> tuple[float, 
             assert got == n, f"read {got} of {n} elements"
             if n / seconds > best[0]:
                 best = (n / seconds, dispatcher_us)
-    finally:
-        stop.set()
-        pool.join(timeout=60)
-        dispatcher.join(timeout=60)
     return best
 
 
@@ -105,12 +98,8 @@ def measure_tf(ctx: Any, workers: int, n: int, repeat: int) -> float | None:
         import tensorflow as tf
     except ImportError:
         return None
-    ready, stop = ctx.Queue(), ctx.Event()
-    service = ctx.Process(target=_tf_service, args=(workers, ready, stop), daemon=True)
-    service.start()
-    target = ready.get(timeout=300)
     best = 0.0
-    try:
+    with service_process(ctx, _tf_service, workers, timeout=300) as (target, _):
         for i in range(repeat):
             ds = tf.data.Dataset.range(n).apply(
                 tf.data.experimental.service.distribute("distributed_epoch", target, job_name=f"bench-{i}")
@@ -118,9 +107,6 @@ def measure_tf(ctx: Any, workers: int, n: int, repeat: int) -> float | None:
             got, seconds = _timed(lambda: sum(1 for _ in ds))
             assert got == n, f"tf.data service read {got} of {n} elements"
             best = max(best, n / seconds)
-    finally:
-        stop.set()
-        service.join(timeout=60)
     return best
 
 

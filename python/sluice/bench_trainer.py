@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 import sluice
-from sluice.bench import _serve
+from sluice.bench import _serve, service_process
 from sluice.bench_dynamic import _quiet_tf, _tf_service
 
 ELEMENT_BYTES = 1 << 20
@@ -53,11 +53,7 @@ def _best(reads: list[tuple[int, float, float]], expected: int) -> tuple[float, 
 
 
 def measure_sluice(ctx: Any, workers: int, n: int, repeat: int) -> tuple[float, float]:
-    ready, stop = ctx.Queue(), ctx.Event()
-    service = ctx.Process(target=_serve, args=(workers, ready, stop), daemon=True)
-    service.start()
-    address = ready.get(timeout=120)
-    try:
+    with service_process(ctx, _serve, workers) as (address, _):
         one = np.zeros(ELEMENT_BYTES, np.uint8)
         dataset_id = sluice.register_dataset(address, sluice.Dataset.from_tensor_slices(one[None]).repeat(n))
         reads = [
@@ -65,9 +61,6 @@ def measure_sluice(ctx: Any, workers: int, n: int, repeat: int) -> tuple[float, 
             for _ in range(repeat)
         ]
         return _best(reads, n * workers)
-    finally:
-        stop.set()
-        service.join(timeout=60)
 
 
 def measure_tf(ctx: Any, workers: int, n: int, repeat: int) -> tuple[float, float] | None:
@@ -76,19 +69,12 @@ def measure_tf(ctx: Any, workers: int, n: int, repeat: int) -> tuple[float, floa
         import tensorflow as tf
     except ImportError:
         return None
-    ready, stop = ctx.Queue(), ctx.Event()
-    service = ctx.Process(target=_tf_service, args=(workers, ready, stop), daemon=True)
-    service.start()
-    target = ready.get(timeout=300)
-    try:
+    with service_process(ctx, _tf_service, workers, timeout=300) as (target, _):
         one = np.zeros(ELEMENT_BYTES, np.uint8)
         distribute = tf.data.experimental.service.distribute("parallel_epochs", target)
         ds = tf.data.Dataset.from_tensors(one).repeat(n).apply(distribute)
         reads = [_read(lambda: ds, lambda e: e.numpy()) for _ in range(repeat)]
         return _best(reads, n * workers)
-    finally:
-        stop.set()
-        service.join(timeout=60)
 
 
 def _send(port: int, count: int) -> None:

@@ -23,6 +23,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures::{Stream, StreamExt};
+use sluice_proto::v1 as pb;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tonic::Status;
@@ -65,6 +67,22 @@ impl Grants {
     /// The request stream was malformed: the stream ends with `status`.
     pub(crate) fn fail(&self, status: Status) {
         self.0.fail(status);
+    }
+
+    /// Grants each later message's credit, until the request ends (nothing more
+    /// is granted) or breaks the protocol (the stream ends with its error). The
+    /// one feeder of both GetElements paths (`route`, the generated service).
+    pub(crate) async fn feed<S>(self, requests: S)
+    where
+        S: Stream<Item = Result<pb::GetElementsRequest, Status>>,
+    {
+        let mut requests = std::pin::pin!(requests);
+        while let Some(message) = requests.next().await {
+            match message {
+                Ok(message) => self.grant(message.credit_elements),
+                Err(status) => return self.fail(status),
+            }
+        }
     }
 }
 

@@ -56,15 +56,7 @@ impl pb::worker_server::Worker for WorkerService {
             .message()
             .await?
             .ok_or_else(|| Status::internal("GetElements request has no message"))?;
-        let rx = open_stream(&self.worker, first, |grants| async move {
-            loop {
-                match requests.message().await {
-                    Ok(Some(message)) => grants.grant(message.credit_elements),
-                    Ok(None) => return,
-                    Err(status) => return grants.fail(status),
-                }
-            }
-        })?;
+        let rx = open_stream(&self.worker, first, |grants| grants.feed(requests))?;
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 

@@ -72,7 +72,7 @@ impl Service<http::Request<Body>> for WorkerRoutes {
 /// stream starts) a trailers-only response carrying the status, as tonic answers.
 async fn get_elements(worker: &Arc<Worker>, request: http::Request<Body>) -> http::Response<Body> {
     let opened = match request::read(request.into_body()).await {
-        Ok((first, rest)) => open_stream(worker, first, |grants| request::feed(rest, grants)),
+        Ok((first, rest)) => open_stream(worker, first, |grants| grants.feed(rest.into_stream())),
         Err(bad) => {
             tracing::debug!(error = %bad, "refused a malformed GetElements request");
             Err(bad.into())

@@ -11,7 +11,6 @@ use thiserror::Error;
 use tonic::body::Body;
 use tonic::Status;
 
-use crate::credit::Grants;
 use sluice_proto::contract::element_route::{
     MAX_REQUEST_BYTES, MESSAGE_PREFIX_BYTES as GRPC_HEADER_BYTES,
 };
@@ -95,15 +94,19 @@ pub(crate) async fn read(body: Body) -> Result<(pb::GetElementsRequest, Requests
     }
 }
 
-/// Grants each later message's credit, until the body ends (nothing more is
-/// granted) or breaks the protocol (the stream ends with the error).
-pub(crate) async fn feed(mut requests: Requests, grants: Grants) {
-    loop {
-        match requests.next().await {
-            Ok(Some(message)) => grants.grant(message.credit_elements),
-            Ok(None) => return,
-            Err(bad) => return grants.fail(bad.into()),
-        }
+impl Requests {
+    /// The later messages as a stream, ending at the first error (`Grants::feed`).
+    pub(crate) fn into_stream(
+        self,
+    ) -> impl futures::Stream<Item = Result<pb::GetElementsRequest, Status>> {
+        futures::stream::unfold(Some(self), |requests| async move {
+            let mut requests = requests?;
+            match requests.next().await {
+                Ok(Some(message)) => Some((Ok(message), Some(requests))),
+                Ok(None) => None,
+                Err(bad) => Some((Err(bad.into()), None)),
+            }
+        })
     }
 }
 
